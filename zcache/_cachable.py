@@ -1,0 +1,187 @@
+"""Caching for model classes: the ``@zcache.cached`` decorator and the ``Cachable`` mixin.
+
+``@zcache.cached`` turns a method into "one :class:`CachedTensor` per instance and
+per distinct argument values". Arguments must be hashable: numbers, strings,
+tuples, or zcache objects (keyed by identity, and added as dependencies). Raw
+tensors and numpy arrays cannot be tracked, so they are refused: wrap them in
+:class:`zcache.Data`.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._cached_tensor import CachedTensor
+from ._parameter import Data, Parameter
+from ._tensorlike import TensorLike
+from .exceptions import UncacheableArgumentError
+
+__all__ = ["cached", "Cachable"]
+
+_ZOBJ = (Parameter, Data, CachedTensor)
+_CACHES_ATTR = "_zcache_caches"
+
+
+def _key(arg: Any, where: str) -> Any:
+    """A hashable key for ``arg`` that changes exactly when its meaning changes."""
+    if isinstance(arg, TensorLike):
+        return arg  # identity hash: value changes are tracked by the dependency graph
+    if isinstance(arg, (tf.Tensor, tf.Variable, np.ndarray)):
+        raise UncacheableArgumentError(
+            f"{where}: got a {type(arg).__name__}, whose changes zcache cannot track. Wrap "
+            "arrays in zcache.Data and numbers in zcache.Parameter (or pass plain Python values)."
+        )
+    if isinstance(arg, (list, tuple)):
+        return (type(arg).__name__, tuple(_key(a, where) for a in arg))
+    if isinstance(arg, dict):
+        return ("dict", tuple(sorted((k, _key(v, where)) for k, v in arg.items())))
+    if not isinstance(arg, Hashable):
+        raise UncacheableArgumentError(f"{where}: argument {arg!r} is not hashable, so it cannot key a cache.")
+    return arg
+
+
+def _zcache_objects(obj: Any) -> list[Any]:
+    if isinstance(obj, _ZOBJ):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [o for a in obj for o in _zcache_objects(a)]
+    if isinstance(obj, dict):
+        return [o for a in obj.values() for o in _zcache_objects(a)]
+    return []
+
+
+def _instance_caches(instance: Any) -> dict[Any, CachedTensor]:
+    caches = instance.__dict__.get(_CACHES_ATTR)
+    if caches is None:
+        caches = instance.__dict__[_CACHES_ATTR] = {}
+    return caches
+
+
+def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any:
+    """Cache a method's result per instance and per distinct argument values.
+
+    Args:
+        method: the method (when used as ``@zcache.cached`` without arguments).
+        deps: ``None`` (discover what the method reads), a sequence of attribute
+            names, or a callable ``deps(self) -> list``. zcache objects passed as
+            arguments are always dependencies.
+
+    Example:
+        >>> import numpy as np, tensorflow as tf, zcache
+        >>> class Gauss:
+        ...     def __init__(self):
+        ...         self.mu = zcache.Parameter("mu_g", 0.0)
+        ...         self.sigma = zcache.Parameter("sigma_g", 1.0, lower=0.01)
+        ...     @zcache.cached
+        ...     def shape(self, x):
+        ...         z = (x.value() - self.mu.value()) / self.sigma.value()
+        ...         return tf.exp(-0.5 * z * z)
+        >>> g, x = Gauss(), zcache.Data(np.array([0.0, 1.0]), name="xg")
+        >>> np.round(g.shape(x).numpy(), 4).tolist()
+        [1.0, 0.6065]
+        >>> _ = g.shape(x); _ = g.sigma.set_value(2.0)
+        >>> np.round(g.shape(x).numpy(), 4).tolist()
+        [1.0, 0.8825]
+    """
+    if method is None:
+        return lambda m: cached(m, deps=deps)
+    if not callable(method):
+        raise TypeError(f"zcache.cached decorates methods, got {method!r}.")
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> tf.Tensor:
+        where = f"{type(self).__name__}.{method.__name__}"
+        key = (method.__qualname__, _key(args, where), _key(kwargs, where))
+        caches = _instance_caches(self)
+        cache = caches.get(key)
+        if cache is None:
+            cache = caches[key] = _make_cache(self, method, args, kwargs, deps, where)
+        return cache.value()
+
+    wrapper.__zcache_cached__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _make_cache(self: Any, method: Callable[..., Any], args: tuple, kwargs: dict, deps: Any, where: str) -> CachedTensor:
+    # The closure holds the instance weakly: the instance owns its caches, not the reverse.
+    ref = weakref.ref(self)
+
+    def compute() -> Any:
+        return method(ref(), *args, **kwargs)
+
+    if deps is None:
+        declared = None
+    elif callable(deps):
+        declared = list(deps(self))
+    else:
+        declared = [getattr(self, name) for name in deps]
+    cache = CachedTensor(compute, deps=declared, name=where)
+    cache._add_deps(_zcache_objects((args, kwargs)))
+    return cache
+
+
+class Cachable:
+    """Mixin for model classes: dependency listing and ad-hoc caching.
+
+    Example:
+        >>> import tensorflow as tf, zcache
+        >>> class Model(zcache.Cachable):
+        ...     def __init__(self):
+        ...         self.c = zcache.Parameter("c_m", 2.0)
+        ...     def norm(self):
+        ...         return self.cache_value(lambda: tf.sqrt(self.c.value()))
+        >>> m = Model()
+        >>> round(float(m.norm()), 6), [p.name for p in m.get_deps()]
+        (1.414214, ['c_m'])
+    """
+
+    def get_deps(self) -> list[Any]:
+        """Parameters, Data and CachedTensors held in attributes (also of nested Cachables), in order."""
+        found: dict[int, Any] = {}
+
+        def walk(obj: Any, seen: set[int]) -> None:
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            if isinstance(obj, _ZOBJ):
+                found.setdefault(id(obj), obj)
+            elif isinstance(obj, Cachable):
+                for name, attr in vars(obj).items():
+                    if name != _CACHES_ATTR:
+                        walk(attr, seen)
+            elif isinstance(obj, (list, tuple, set, frozenset)):
+                for item in obj:
+                    walk(item, seen)
+            elif isinstance(obj, dict):
+                for item in obj.values():
+                    walk(item, seen)
+
+        walk(self, set())
+        return list(found.values())
+
+    def cache_value(self, func: Callable[[], Any], deps: Iterable[Any] | None = None, key: Hashable | None = None) -> tf.Tensor:
+        """Return ``func()`` through a cache owned by this instance.
+
+        The cache is keyed by ``key`` or, by default, by ``func``'s code and the
+        values it closes over, so calling this again from the same line reuses it.
+        """
+        if key is None:
+            cells = tuple(c.cell_contents for c in (getattr(func, "__closure__", None) or ()))
+            key = (getattr(func, "__code__", func), _key(cells, f"{type(self).__name__}.cache_value"))
+        key = ("cache_value", key)
+        caches = _instance_caches(self)
+        cache = caches.get(key)
+        if cache is None:
+            cache = caches[key] = CachedTensor(func, deps=deps, name=f"{type(self).__name__}.cache_value")
+        return cache.value()
+
+    def invalidate_caches(self) -> None:
+        """Invalidate every cache this instance owns."""
+        for cache in _instance_caches(self).values():
+            cache.invalidate()

@@ -1,0 +1,322 @@
+r"""CachedTensor: a value Variable, a validity flag, and ``tf.cond`` between them.
+
+Reading a cache inside a trace builds
+
+.. code-block:: text
+
+    value = tf.cond(not flag, compute_and_store, read_cache)
+
+so the same graph serves a hit and a miss, and invalidation is a flag write that
+may happen outside any trace. Eagerly the same choice is a Python ``if``.
+
+Gradients. TensorFlow cannot differentiate through the read of a Variable, so
+the cond's output is wrapped in a ``tf.custom_gradient`` identity whose inputs
+are the values of every parameter the cache depends on (transitively). Its
+backward pass recomputes the cache's function under a tape and returns the
+vector-Jacobian product
+
+.. math:: \bar p_i = \sum_k \bar y_k \, \partial y_k / \partial p_i ,
+
+so a hit and a miss give the same gradient, eagerly and traced, at no cost
+when no gradient is asked for. Eagerly, a miss returns the freshly computed
+tensor itself and its gradient is TensorFlow's own.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._depgraph import CACHE, GRAPH, record_read, recording
+from ._tensorlike import TensorLike, eager_variable
+from .exceptions import (
+    CachedValueError,
+    DependencyCycleError,
+    IllegalInGraphModeError,
+    InvalidDependencyError,
+    SecondOrderGradientError,
+    UndeclaredDependencyWarning,
+)
+
+__all__ = ["CachedTensor"]
+
+_local = threading.local()
+
+_SECOND_ORDER_MSG = (
+    "Nested tf.GradientTape (second derivatives) through the CachedTensor '{name}' inside a "
+    "traced function is not supported: TensorFlow cannot build the second-order gradient of a "
+    "tf.cond that reads shape-relaxed Variables. Use zcache.hessian(func, params) (central "
+    "differences of exact gradients; works traced and eager), or take the nested tapes eagerly."
+)
+
+
+def _computing() -> list[Any]:
+    stack = getattr(_local, "computing", None)
+    if stack is None:
+        stack = _local.computing = []
+    return stack
+
+
+def _check_dep(obj: Any) -> Any:
+    from ._parameter import Data, Parameter
+
+    if isinstance(obj, (Parameter, Data, CachedTensor)):
+        return obj
+    raise InvalidDependencyError(
+        f"deps must contain zcache.Parameter, zcache.Data or zcache.CachedTensor objects, got "
+        f"{obj!r} ({type(obj).__name__}). Wrap arrays in zcache.Data and numbers in "
+        "zcache.Parameter, or pass deps=None to discover dependencies automatically."
+    )
+
+
+class CachedTensor(TensorLike):
+    """The cached value of ``func()``, recomputed only after a dependency changed.
+
+    Args:
+        func: zero-argument callable returning a tensor (or array-like).
+        deps: the Parameters, Data and CachedTensors ``func`` depends on. ``None``
+            (default) discovers them by recording what ``func`` reads; reads outside
+            a declared list are added too, with an :class:`UndeclaredDependencyWarning`.
+        name: a label for reports and the dependency graph.
+
+    Example:
+        >>> import numpy as np, tensorflow as tf, zcache
+        >>> x = zcache.Data(np.linspace(0.0, 1.0, 5), name="x")
+        >>> tau = zcache.Parameter("tau", 2.0)
+        >>> decay = zcache.CachedTensor(lambda: tf.exp(-x.value() / tau.value()), name="decay")
+        >>> _ = decay.value(); _ = decay.value()
+        >>> decay.stats
+        {'hits': 1, 'misses': 1}
+        >>> _ = tau.set_value(3.0)        # invalidates decay
+        >>> decay.is_valid
+        False
+    """
+
+    def __init__(self, func: Callable[[], Any], deps: Iterable[Any] | None = None, name: str | None = None):
+        if not callable(func):
+            raise TypeError(f"CachedTensor needs a zero-argument callable, got {func!r}.")
+        self.name = name or getattr(func, "__name__", "cache")
+        self._func = func
+        if deps is not None and not isinstance(deps, Iterable):
+            raise InvalidDependencyError(f"deps must be a list of zcache objects or None, got {deps!r}.")
+        self._declared = None if deps is None else tuple(_check_dep(d) for d in deps)
+        self._deps: list[Any] = []
+        self._dtype: tf.DType | None = None
+        self._rank: int | None = None
+        self._cache: tf.Variable | None = None
+        self._flag = eager_variable(False, trainable=False, name="valid")
+        self._hits = eager_variable(np.int64(0), trainable=False, name="hits")
+        self._misses = eager_variable(np.int64(0), trainable=False, name="misses")
+        self._py_hits = 0
+        self._py_misses = 0
+        # Python mirror of the flag; exact until a graph may write the flag (_traced).
+        self._py_valid = False
+        self._traced = False
+        self._warned = False
+        self._lock = threading.RLock()
+        self.node_id = GRAPH.add_node(self, CACHE, self.name)
+        if self._declared:
+            self._add_deps(self._declared)
+
+    def __repr__(self) -> str:
+        return f"<zcache.CachedTensor '{self.name}' deps={[d.name for d in self._deps]}>"
+
+    # -- dependencies ------------------------------------------------------------------
+    @property
+    def deps(self) -> tuple[Any, ...]:
+        """The direct dependencies known so far (declared and discovered)."""
+        return tuple(self._deps)
+
+    def _add_deps(self, objs: Iterable[Any]) -> None:
+        new = [o for o in objs if o is not self and all(o is not d for d in self._deps)]
+        if new:
+            GRAPH.add_edges([o.node_id for o in new], self.node_id)
+            self._deps.extend(new)
+
+    def _parameters(self) -> list[Any]:
+        return GRAPH.objects(GRAPH.ancestor_parameters(self.node_id))
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def is_valid(self) -> bool:
+        """Whether the next eager ``value()`` is a hit (eager only)."""
+        if tf.inside_function():
+            raise IllegalInGraphModeError("CachedTensor.is_valid is a Python bool; read it eagerly.")
+        return bool(self._flag.numpy()) if self._traced else self._py_valid
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Hits and misses so far, counting eager calls and executions of traced graphs."""
+        return {
+            "hits": self._py_hits + int(self._hits.numpy()),
+            "misses": self._py_misses + int(self._misses.numpy()),
+        }
+
+    def reset_stats(self) -> None:
+        """Set the hit and miss counters to zero."""
+        self._py_hits = self._py_misses = 0
+        self._hits.assign(0)
+        self._misses.assign(0)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached value (0 before the first computation)."""
+        if self._cache is None:
+            return 0
+        return int(tf.size(self._cache)) * self._cache.dtype.size
+
+    def invalidate(self) -> None:
+        """Mark the cached value stale; the next ``value()`` recomputes it."""
+        if tf.inside_function():
+            self._invalidate_in_graph(None)
+            return
+        with self._lock:
+            if self._traced or self._py_valid:
+                self._flag.assign(False)
+            self._py_valid = False
+
+    def _invalidate_in_graph(self, unchanged: tf.Tensor | None) -> None:
+        self._traced = True
+        if unchanged is None:
+            self._flag.assign(False)
+        else:  # keep the flag only if the new parameter value equals the old one
+            self._flag.assign(tf.logical_and(self._flag.value(), unchanged))
+
+    # -- computing ---------------------------------------------------------------------
+    def _compute(self) -> tf.Tensor:
+        stack = _computing()
+        if any(c is self for c in stack):
+            chain = " -> ".join(c.name for c in [*stack, self])
+            raise DependencyCycleError(
+                f"CachedTensor '{self.name}' reads itself while computing ({chain}); a cache "
+                "cannot depend on itself. Break the cycle by computing the shared part once."
+            )
+        stack.append(self)
+        try:
+            with recording() as reads:
+                out = self._func()
+        finally:
+            stack.pop()
+        out = self._checked(out)
+        reads.discard(self)
+        if self._declared is not None:
+            missing = [r for r in reads if not any(r is d for d in self._declared)
+                       and not (r.node_id in GRAPH.nx and self.node_id in GRAPH.nx
+                                and GRAPH.nx.has_edge(r.node_id, self.node_id))
+                       and not _is_ancestor(r, self._declared)]
+            if missing and not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"CachedTensor '{self.name}' read {[m.name for m in missing]}, which are not "
+                    "in its declared deps; they were added so that the cache cannot go stale. "
+                    "Declare them, or pass deps=None to discover dependencies automatically.",
+                    UndeclaredDependencyWarning,
+                    stacklevel=4,
+                )
+        self._add_deps(reads)
+        return out
+
+    def _checked(self, out: Any) -> tf.Tensor:
+        try:
+            out = tf.convert_to_tensor(out)
+        except (TypeError, ValueError) as err:
+            raise CachedValueError(
+                f"CachedTensor '{self.name}': func returned {type(out).__name__}, which is not a "
+                "tensor; return a tf.Tensor or an array-like of numbers."
+            ) from err
+        if self._dtype is None:
+            self._dtype, self._rank = out.dtype, out.shape.rank
+        elif out.dtype != self._dtype or (
+            out.shape.rank is not None and self._rank is not None and out.shape.rank != self._rank
+        ):
+            raise CachedValueError(
+                f"CachedTensor '{self.name}': func returned dtype {out.dtype.name} and rank "
+                f"{out.shape.rank}, but the cache holds dtype {self._dtype.name} and rank "
+                f"{self._rank}; a cached function must keep its dtype and rank. The cache is unchanged."
+            )
+        return out
+
+    def value(self) -> tf.Tensor:
+        """The cached value if valid, else ``func()`` computed, stored and returned."""
+        record_read(self)
+        if tf.inside_function():
+            return self._value_in_graph()
+        with self._lock:
+            if self.is_valid:
+                self._py_hits += 1
+                return self._with_gradient(self._cache.value())
+            out = self._compute()
+            if self._cache is None:
+                self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
+            else:
+                self._cache.assign(out)
+            self._flag.assign(True)
+            self._py_valid = True
+            self._py_misses += 1
+            return out
+
+    def _value_in_graph(self) -> tf.Tensor:
+        self._traced = True
+        static_shape: list[tf.TensorShape] = []
+
+        def compute_and_store() -> tf.Tensor:
+            out = self._compute()
+            static_shape.append(out.shape)
+            if self._cache is None:
+                empty = np.zeros([0] * (self._rank or 0), dtype=self._dtype.as_numpy_dtype)
+                self._cache = eager_variable(empty, shape=tf.TensorShape(None), trainable=False, name="cache")
+            with tf.control_dependencies([
+                self._cache.assign(out), self._flag.assign(True), self._misses.assign_add(1),
+            ]):
+                return tf.identity(out)
+
+        def read_cache() -> tf.Tensor:
+            with tf.control_dependencies([self._hits.assign_add(1)]):
+                return self._cache.read_value()
+
+        # compute_and_store is the true branch so that it is traced first: it creates the
+        # value Variable on the very first trace, before read_cache needs it.
+        try:
+            out = tf.cond(tf.logical_not(self._flag.value()), compute_and_store, read_cache)
+        except ValueError as err:
+            if "partially known TensorShape" in str(err):
+                raise SecondOrderGradientError(_SECOND_ORDER_MSG.format(name=self.name)) from err
+            raise
+        out = tf.stop_gradient(out)
+        out.set_shape(static_shape[0])
+        return self._with_gradient(out)
+
+    def _with_gradient(self, out: tf.Tensor) -> tf.Tensor:
+        params = self._parameters()
+        if not params:
+            return out
+        variables = [p.variable for p in params]
+
+        @tf.custom_gradient
+        def cached_value(*param_values: tf.Tensor) -> Any:
+            def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(variables)
+                    with recording():  # reads here are not new dependencies
+                        y = tf.convert_to_tensor(self._func())
+                grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
+                return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
+                        for g, v in zip(grads, param_values)]
+
+            return tf.identity(out), vjp
+
+        return cached_value(*[v.value() for v in variables])
+
+
+def _is_ancestor(obj: Any, declared: tuple[Any, ...]) -> bool:
+    import networkx as nx
+
+    return any(
+        obj.node_id in GRAPH.nx and d.node_id in GRAPH.nx and nx.has_path(GRAPH.nx, obj.node_id, d.node_id)
+        for d in declared
+    )

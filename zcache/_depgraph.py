@@ -1,0 +1,225 @@
+"""The dependency graph: who depends on whom.
+
+Nodes are Parameters, Data and CachedTensors; an edge ``a -> b`` means "b was
+computed from a", so the caches to invalidate when ``a`` changes are exactly the
+descendants of ``a``.
+
+The graph holds its objects *weakly*: node keys are integer ids, and a
+``weakref.finalize`` removes the node when its object is garbage-collected, so a
+toy loop that drops models leaves no trace here. A dependent keeps strong
+references to its dependencies, so a node never outlives what it depends on.
+
+Dependencies are declared (``deps=[...]``) or discovered: while a cache's
+function runs, every zcache object that is read reports itself to the innermost
+active :func:`recording` block.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import networkx as nx
+
+from .exceptions import DependencyCycleError
+
+__all__ = ["DependencyGraph", "GRAPH", "record_read", "recording", "dependency_graph", "to_dot"]
+
+PARAMETER = "parameter"
+DATA = "data"
+CACHE = "cache"
+
+
+class DependencyGraph:
+    """A ``networkx.DiGraph`` of weakly-held zcache objects (edges: dependency -> dependent)."""
+
+    def __init__(self) -> None:
+        self.nx = nx.DiGraph()
+        self._lock = threading.RLock()
+        self._ids = itertools.count(1)
+        # Bumped on every structural change; memoized traversals are keyed by it.
+        self.version = 0
+        self._memo: dict[tuple[str, int], tuple[Any, ...]] = {}
+
+    # -- structure -------------------------------------------------------------------
+    def add_node(self, obj: Any, kind: str, name: str) -> int:
+        with self._lock:
+            uid = next(self._ids)
+            self.nx.add_node(uid, ref=weakref.ref(obj), kind=kind, name=name)
+            self._changed()
+        weakref.finalize(obj, self._remove_node, uid)
+        return uid
+
+    def _remove_node(self, uid: int) -> None:
+        with self._lock:
+            if uid in self.nx:
+                self.nx.remove_node(uid)
+                self._changed()
+
+    def add_edges(self, deps: Iterable[int], dependent: int) -> None:
+        """Add ``dep -> dependent`` for every dep, all or nothing.
+
+        Raises:
+            DependencyCycleError: if any edge would close a cycle; the graph is unchanged.
+        """
+        with self._lock:
+            deps = [d for d in deps if not self.nx.has_edge(d, dependent)]
+            if not deps:
+                return
+            for d in deps:
+                if d == dependent or nx.has_path(self.nx, dependent, d):
+                    raise DependencyCycleError(
+                        f"'{self.name(d)}' cannot be a dependency of '{self.name(dependent)}': "
+                        f"'{self.name(d)}' already depends on '{self.name(dependent)}', so the "
+                        "dependency graph would become cyclic. Compute the shared part in a third "
+                        "CachedTensor that both read instead."
+                    )
+            self.nx.add_edges_from((d, dependent) for d in deps)
+            self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._memo.clear()
+
+    # -- queries ---------------------------------------------------------------------
+    def name(self, uid: int) -> str:
+        return self.nx.nodes[uid]["name"] if uid in self.nx else f"<node {uid}>"
+
+    def obj(self, uid: int) -> Any:
+        return self.nx.nodes[uid]["ref"]() if uid in self.nx else None
+
+    def _memoized(self, key: str, uid: int, compute) -> tuple[Any, ...]:
+        memo_key = (key, uid)
+        with self._lock:
+            hit = self._memo.get(memo_key)
+            if hit is None:
+                hit = self._memo[memo_key] = tuple(compute())
+            return hit
+
+    def dependent_caches(self, uid: int) -> tuple[int, ...]:
+        """Ids of all caches that depend on ``uid``, directly or transitively."""
+
+        def compute() -> Iterator[int]:
+            if uid not in self.nx:
+                return iter(())
+            nodes = self.nx.nodes
+            return (n for n in nx.descendants(self.nx, uid) if nodes[n]["kind"] == CACHE)
+
+        return self._memoized("dependents", uid, compute)
+
+    def ancestor_parameters(self, uid: int) -> tuple[int, ...]:
+        """Ids of all parameters ``uid`` depends on, directly or transitively (sorted)."""
+
+        def compute() -> list[int]:
+            if uid not in self.nx:
+                return []
+            nodes = self.nx.nodes
+            return sorted(n for n in nx.ancestors(self.nx, uid) if nodes[n]["kind"] == PARAMETER)
+
+        return self._memoized("parameters", uid, compute)
+
+    def objects(self, uids: Iterable[int]) -> list[Any]:
+        out = []
+        for uid in uids:
+            obj = self.obj(uid)
+            if obj is not None:
+                out.append(obj)
+        return out
+
+    def caches(self) -> list[Any]:
+        with self._lock:
+            uids = [n for n, kind in self.nx.nodes(data="kind") if kind == CACHE]
+        return self.objects(uids)
+
+
+GRAPH = DependencyGraph()
+
+
+# -- automatic dependency discovery ----------------------------------------------------
+_local = threading.local()
+
+
+def _stack() -> list[set[Any]]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+@contextmanager
+def recording() -> Iterator[set[Any]]:
+    """Collect every zcache object read inside the block (innermost block only)."""
+    reads: set[Any] = set()
+    stack = _stack()
+    stack.append(reads)
+    try:
+        yield reads
+    finally:
+        stack.pop()
+
+
+def record_read(obj: Any) -> None:
+    """Report that ``obj`` was read; called by ``value()`` of every zcache object."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        stack[-1].add(obj)
+
+
+# -- public views ------------------------------------------------------------------------
+def dependency_graph() -> nx.DiGraph:
+    """The live dependency graph (edges: dependency -> dependent).
+
+    Nodes are integer ids (``obj.node_id``) with attributes ``kind``
+    ('parameter', 'data' or 'cache'), ``name`` and ``ref`` (a weak reference to the
+    object). Treat it as read-only.
+
+    Example:
+        >>> import zcache
+        >>> mu = zcache.Parameter("mu", 1.0)
+        >>> sq = zcache.CachedTensor(lambda: mu.value() ** 2, name="sq")
+        >>> _ = sq.value()
+        >>> zcache.dependency_graph().has_edge(mu.node_id, sq.node_id)
+        True
+    """
+    return GRAPH.nx
+
+
+def _dot_id(uid: int) -> str:
+    return f"n{uid}"
+
+
+def to_dot(graph: nx.DiGraph | None = None) -> str:
+    """Render the dependency graph (or a subgraph of it) in Graphviz DOT.
+
+    Parameters are ellipses, data are boxes (cylinders), caches are rounded
+    boxes labelled with their hit/miss counts.
+
+    Example:
+        >>> import zcache
+        >>> p = zcache.Parameter("p_dot", 2.0)
+        >>> c = zcache.CachedTensor(lambda: p.value() + 1.0, name="c_dot")
+        >>> _ = c.value()
+        >>> dot = zcache.to_dot()
+        >>> "p_dot" in dot and "c_dot" in dot and "->" in dot
+        True
+    """
+    g = GRAPH.nx if graph is None else graph
+    shapes = {PARAMETER: "ellipse", DATA: "cylinder", CACHE: "box"}
+    lines = ["digraph zcache {", "  rankdir=LR;", '  node [fontname="Helvetica"];']
+    for uid, attrs in list(g.nodes(data=True)):
+        kind = attrs.get("kind", "")
+        label = str(attrs.get("name", uid)).replace('"', r"\"")
+        obj = attrs["ref"]() if "ref" in attrs else None
+        if kind == CACHE and obj is not None:
+            stats = obj.stats
+            label += f"\\nhits {stats['hits']}, misses {stats['misses']}"
+        style = ', style="rounded"' if kind == CACHE else ""
+        lines.append(f'  {_dot_id(uid)} [label="{label}", shape={shapes.get(kind, "box")}{style}];')
+    for a, b in list(g.edges()):
+        lines.append(f"  {_dot_id(a)} -> {_dot_id(b)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,385 @@
+"""The mode policy: what is traced into a graph, what runs eagerly, which gradients.
+
+Every function decorated with :func:`function` carries an *identifier*
+(``wraps=``). The graph policy maps identifiers to "trace" or "run eagerly":
+
+=========  ======  =======  ======  ===========
+wraps      True    False    'auto'  dict
+=========  ======  =======  ======  ===========
+tensor     trace   eager    trace   as given, else 'auto'
+loss       trace   eager    trace   as given, else 'auto'
+sample     trace   eager    trace   as given, else 'auto'
+gradient   trace   eager    trace   as given, else 'auto'
+model      trace   eager    eager   as given, else 'auto'
+=========  ======  =======  ======  ===========
+
+A decorated function called while another function is being traced is inlined
+into that trace: there are never nested ``tf.function`` objects.
+
+The setters double as context managers, restoring the previous setting on exit::
+
+    with zcache.set_graph_mode(False):
+        ...  # everything eager, handy for debugging
+
+Changing the policy inside a trace raises :class:`IllegalInGraphModeError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+import warnings
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import tensorflow as tf
+
+from ._depgraph import GRAPH
+from .exceptions import (
+    GraphModeError,
+    IllegalInGraphModeError,
+    RetracingWarning,
+    UnknownIdentifierError,
+)
+
+__all__ = [
+    "IDENTIFIERS",
+    "set_graph_mode",
+    "get_graph_mode",
+    "set_autograd_mode",
+    "get_autograd_mode",
+    "function",
+    "Function",
+    "clear_graph_cache",
+    "executing_eagerly",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Identifiers a :func:`function` may carry, with whether ``'auto'`` traces them.
+IDENTIFIERS: dict[str, bool] = {
+    "tensor": True,
+    "loss": True,
+    "sample": True,
+    "gradient": True,
+    "model": False,
+}
+
+_MAX_TRACES_DEFAULT = 40
+
+
+class _State:
+    graph_setting: bool | str | dict[str, bool] = "auto"
+    policy: dict[str, bool] = dict(IDENTIFIERS)
+    autograd: bool = True
+
+
+_state = _State()
+
+
+def executing_eagerly() -> bool:
+    """True if code runs eagerly right now (not inside any ``tf.function`` trace)."""
+    return not tf.inside_function()
+
+
+def _forbid_in_trace(what: str) -> None:
+    if tf.inside_function():
+        raise IllegalInGraphModeError(
+            f"{what} cannot be called while a TensorFlow graph is being traced (inside a "
+            "zcache.function or tf.function): it changes Python-side state that the trace "
+            "would bake in. Call it from eager code, outside the decorated function."
+        )
+
+
+class ModeSetter:
+    """Returned by the mode setters: the new mode is already active.
+
+    Use it as a context manager to restore the previous mode on exit, or call
+    :meth:`restore`.
+    """
+
+    def __init__(self, restore: Callable[[], None]) -> None:
+        self._restore = restore
+        self._restored = False
+
+    def restore(self) -> None:
+        """Restore the mode that was active before the setter was called (once)."""
+        if not self._restored:
+            self._restored = True
+            self._restore()
+
+    def __enter__(self) -> ModeSetter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+
+def _policy_for(graph: object) -> dict[str, bool]:
+    if graph is True or graph is False:
+        return {key: bool(graph) for key in IDENTIFIERS}
+    if isinstance(graph, str):
+        if graph == "auto":
+            return dict(IDENTIFIERS)
+        raise GraphModeError(
+            f"Unknown graph mode {graph!r}. Use True (trace every zcache.function), False "
+            "(everything eager), 'auto' (trace all but 'model'), or a dict such as "
+            "{'loss': True, 'model': False}."
+        )
+    if isinstance(graph, Mapping):
+        policy = dict(IDENTIFIERS)
+        for key, value in graph.items():
+            if key not in IDENTIFIERS:
+                raise UnknownIdentifierError(
+                    f"Unknown identifier {key!r} in the graph-mode dict; known identifiers "
+                    f"are {sorted(IDENTIFIERS)}."
+                )
+            if not isinstance(value, bool):
+                raise GraphModeError(
+                    f"The graph-mode dict maps identifiers to True/False, got {key!r}: {value!r}."
+                )
+            policy[key] = value
+        return policy
+    raise GraphModeError(
+        f"Graph mode must be True, False, 'auto' or a dict, got {graph!r} "
+        f"({type(graph).__name__})."
+    )
+
+
+def set_graph_mode(graph: bool | str | Mapping[str, bool], set_backend: bool | None = None) -> ModeSetter:
+    """Set which :func:`function`-decorated functions are traced.
+
+    Args:
+        graph: ``True`` traces every identifier, ``False`` runs everything eagerly,
+            ``'auto'`` traces all identifiers but ``'model'``, and a dict such as
+            ``{'model': True}`` overrides single identifiers of ``'auto'``.
+        set_backend: with ``graph=False``, also call
+            ``tf.config.run_functions_eagerly(True)`` so that plain ``tf.function`` code
+            runs eagerly too (default). Pass ``False`` to leave TensorFlow alone.
+
+    Returns:
+        A :class:`ModeSetter`; as a context manager it restores the previous mode.
+
+    Raises:
+        GraphModeError: for an unknown setting (state unchanged).
+        IllegalInGraphModeError: when called inside a trace.
+
+    Example:
+        >>> import zcache
+        >>> with zcache.set_graph_mode(False):
+        ...     zcache.get_graph_mode()
+        False
+        >>> zcache.get_graph_mode()
+        'auto'
+    """
+    _forbid_in_trace("set_graph_mode")
+    policy = _policy_for(graph)
+    if set_backend is not None and not isinstance(set_backend, bool):
+        raise GraphModeError(f"set_backend must be True, False or None, got {set_backend!r}.")
+    old_setting, old_policy = _state.graph_setting, _state.policy
+    old_backend = tf.config.functions_run_eagerly()
+    _state.graph_setting = dict(graph) if isinstance(graph, Mapping) else graph
+    _state.policy = policy
+    if set_backend is not False:
+        tf.config.run_functions_eagerly(graph is False)
+
+    def restore() -> None:
+        _state.graph_setting, _state.policy = old_setting, old_policy
+        if set_backend is not False:
+            tf.config.run_functions_eagerly(old_backend)
+
+    return ModeSetter(restore)
+
+
+def get_graph_mode() -> bool | str | dict[str, bool]:
+    """The current graph-mode setting, as it was given to :func:`set_graph_mode`."""
+    setting = _state.graph_setting
+    return dict(setting) if isinstance(setting, dict) else setting
+
+
+def set_autograd_mode(autograd: bool) -> ModeSetter:
+    """Choose automatic (``True``) or numerical (``False``) gradients in :func:`zcache.gradient`.
+
+    Returns:
+        A :class:`ModeSetter`; as a context manager it restores the previous mode.
+
+    Example:
+        >>> import zcache
+        >>> with zcache.set_autograd_mode(False):
+        ...     zcache.get_autograd_mode()
+        False
+    """
+    _forbid_in_trace("set_autograd_mode")
+    if not isinstance(autograd, bool):
+        raise GraphModeError(
+            f"Autograd mode must be True (automatic) or False (numerical), got {autograd!r}."
+        )
+    old = _state.autograd
+    _state.autograd = autograd
+
+    def restore() -> None:
+        _state.autograd = old
+
+    return ModeSetter(restore)
+
+
+def get_autograd_mode() -> bool:
+    """True if :func:`zcache.gradient` uses automatic differentiation."""
+    return _state.autograd
+
+
+# -- traced functions ---------------------------------------------------------------------
+_FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
+_local = threading.local()
+
+
+class _TraceRecord:
+    """What one trace of a :class:`Function` did that Python must finish after each call."""
+
+    def __init__(self) -> None:
+        # input node id -> ids of the caches the trace already invalidates in-graph
+        self.mutations: dict[int, set[int]] = {}
+
+
+def note_mutation(uid: int, handled: tuple[int, ...]) -> None:
+    """Called by ``set_value``/``set_data`` inside a trace (see :class:`Function`)."""
+    stack = getattr(_local, "traces", None)
+    if stack:
+        stack[-1].mutations.setdefault(uid, set()).update(handled)
+
+
+class Function:
+    """A Python function that the graph policy traces or runs eagerly.
+
+    Attributes:
+        wraps: the identifier that selects the policy.
+        trace_count: how many times the Python body has been traced into a graph,
+            over the whole life of the function (a retrace shows up as an increase).
+    """
+
+    def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
+        if wraps not in IDENTIFIERS:
+            raise UnknownIdentifierError(
+                f"Unknown identifier wraps={wraps!r}; use one of {sorted(IDENTIFIERS)}."
+            )
+        if not callable(func):
+            raise TypeError(f"zcache.function needs a callable, got {func!r}.")
+        if not isinstance(max_traces, int) or max_traces < 1:
+            raise ValueError(f"max_traces must be a positive int, got {max_traces!r}.")
+        functools.update_wrapper(self, func)
+        self.python_function = func
+        self.wraps = wraps
+        self.max_traces = max_traces
+        self.trace_count = 0
+        self._tf_function: Any = None
+        self._live_traces = 0
+        self._record = _TraceRecord()
+        self._extra: tuple[int, tuple[Any, ...]] = (-1, ())
+        _FUNCTIONS.add(self)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<zcache.function {self.__qualname__} wraps={self.wraps!r} traces={self.trace_count}>"
+
+    @property
+    def traced(self) -> bool:
+        """Whether a call from eager code is traced under the current policy."""
+        return _state.policy[self.wraps]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tf.inside_function() or not _state.policy[self.wraps]:
+            return self.python_function(*args, **kwargs)
+        if self._tf_function is None:
+            self._tf_function = tf.function(self._trace_body, autograph=False)
+            self._live_traces = 0
+        out = self._tf_function(*args, **kwargs)
+        if self._record.mutations:
+            self._invalidate_untraced_dependents()
+        if self._live_traces > self.max_traces:
+            warnings.warn(
+                f"{self!r} has traced {self._live_traces} graphs (bound {self.max_traces}); they "
+                "were dropped. Retracing usually means Python numbers or new objects are passed "
+                "as arguments: pass tensors, or keep changing values in zcache.Parameter/Data.",
+                RetracingWarning,
+                stacklevel=2,
+            )
+            self._tf_function = None
+        return out
+
+    def _trace_body(self, *args: Any, **kwargs: Any) -> Any:
+        if tf.inside_function():
+            self.trace_count += 1
+            self._live_traces += 1
+        stack = getattr(_local, "traces", None)
+        if stack is None:
+            stack = _local.traces = []
+        stack.append(self._record)
+        try:
+            return self.python_function(*args, **kwargs)
+        finally:
+            stack.pop()
+
+    def _invalidate_untraced_dependents(self) -> None:
+        # A trace invalidates in-graph the caches that existed when it was traced; caches
+        # created later that depend on what the trace mutates are invalidated here.
+        version, extra = self._extra
+        if version != GRAPH.version:
+            uids: set[int] = set()
+            for uid, handled in self._record.mutations.items():
+                uids.update(set(GRAPH.dependent_caches(uid)) - handled)
+            extra = tuple(GRAPH.objects(sorted(uids)))
+            self._extra = (GRAPH.version, extra)
+        for cache in extra:
+            cache.invalidate()
+
+    def reset(self) -> None:
+        """Drop every traced graph of this function (the next call traces anew)."""
+        self._tf_function = None
+        self._live_traces = 0
+        self._record = _TraceRecord()
+        self._extra = (-1, ())
+
+
+def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT) -> Any:
+    """Decorate a function so that the graph policy decides whether it is traced.
+
+    Args:
+        func: the function (when used as ``@zcache.function`` without arguments).
+        wraps: identifier for the policy: 'tensor', 'loss', 'sample', 'gradient' or 'model'.
+        max_traces: bound on the graphs kept; past it they are dropped with a
+            :class:`RetracingWarning`.
+
+    Example:
+        >>> import zcache, tensorflow as tf
+        >>> mu = zcache.Parameter("mu_f", 1.0)
+        >>> @zcache.function(wraps="loss")
+        ... def loss():
+        ...     return (mu.value() - 3.0) ** 2
+        >>> float(loss()), float(loss())
+        (4.0, 4.0)
+        >>> _ = mu.set_value(2.0)
+        >>> float(loss()), loss.trace_count   # new value, same graph
+        (1.0, 1)
+    """
+    if func is None:
+        return lambda f: Function(f, wraps=wraps, max_traces=max_traces)
+    return Function(func, wraps=wraps, max_traces=max_traces)
+
+
+def clear_graph_cache() -> None:
+    """Drop every graph traced by a :func:`function` and invalidate every cache.
+
+    Raises:
+        IllegalInGraphModeError: when called inside a trace.
+    """
+    _forbid_in_trace("clear_graph_cache")
+    for func in list(_FUNCTIONS):
+        func.reset()
+    for cache in GRAPH.caches():
+        cache.invalidate()

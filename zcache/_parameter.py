@@ -1,0 +1,361 @@
+"""Parameters and Data: the inputs of every computation, each backed by a ``tf.Variable``.
+
+``set_value`` / ``set_data`` are the *only* mutation paths. Each writes the
+Variable and invalidates every dependent cache before returning: eagerly with
+Python-side flag writes, inside a trace with flag writes in the graph. Setting a
+parameter to the value it already has invalidates nothing.
+
+Both setters return an object that, used as a ``with`` block, restores the
+previous value on exit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from . import _mode
+from ._depgraph import DATA, GRAPH, PARAMETER, record_read
+from ._mode import ModeSetter
+from ._tensorlike import TensorLike, eager_variable
+from .exceptions import (
+    DataDtypeError,
+    DataShapeError,
+    EmptyDataError,
+    InvalidDataError,
+    ParameterValueError,
+)
+
+__all__ = ["Parameter", "Data", "set_values"]
+
+#: Prefix of in-graph assertion messages; zcache.function turns them back into zcache errors.
+GRAPH_ERROR_MARK = "[zcache:{}] "
+
+
+def _invalidate_eagerly(uids: set[int] | tuple[int, ...]) -> None:
+    for cache in GRAPH.objects(sorted(uids)):
+        cache.invalidate()
+
+
+class Parameter(TensorLike):
+    r"""A float64 scalar, backed by a ``tf.Variable``, that caches depend on.
+
+    Args:
+        name: a label for error messages, reports and the dependency graph.
+        value: the initial value.
+        lower, upper: optional limits; values outside raise :class:`ParameterValueError`.
+        floating: whether a fit (and :func:`zcache.precompute`) treats it as free.
+
+    Example:
+        >>> import zcache
+        >>> mu = zcache.Parameter("mu", 1.5, lower=0.0, upper=10.0)
+        >>> float(mu.value())
+        1.5
+        >>> with mu.set_value(2.5):
+        ...     float(mu.value())
+        2.5
+        >>> float(mu.value())   # restored on exit
+        1.5
+    """
+
+    def __init__(
+        self,
+        name: str,
+        value: float,
+        lower: float | None = None,
+        upper: float | None = None,
+        floating: bool = True,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"A Parameter needs a non-empty str name, got {name!r}.")
+        self.name = name
+        self.lower = None if lower is None else float(lower)
+        self.upper = None if upper is None else float(upper)
+        for label, limit in (("lower", self.lower), ("upper", self.upper)):
+            if limit is not None and math.isnan(limit):
+                raise ParameterValueError(f"Parameter '{name}': the {label} limit is NaN.")
+        if self.lower is not None and self.upper is not None and not self.lower < self.upper:
+            raise ParameterValueError(
+                f"Parameter '{name}': lower limit {self.lower} must be below upper limit {self.upper}."
+            )
+        self.floating = bool(floating)
+        initial = self._checked(value)
+        self._var = eager_variable(np.float64(initial), name=_tf_name(name))
+        self.node_id = GRAPH.add_node(self, PARAMETER, name)
+
+    def __repr__(self) -> str:
+        try:
+            shown = f"{float(self._var.numpy()):.6g}"
+        except Exception:  # inside a trace there is no number to show
+            shown = "<symbolic>"
+        limits = f", lower={self.lower}, upper={self.upper}" if self.has_limits else ""
+        return f"<zcache.Parameter '{self.name}' value={shown}{limits} floating={self.floating}>"
+
+    @property
+    def variable(self) -> tf.Variable:
+        """The backing ``tf.Variable``; pass it to ``tf.GradientTape.gradient``. Never assign to it."""
+        return self._var
+
+    @property
+    def has_limits(self) -> bool:
+        return self.lower is not None or self.upper is not None
+
+    def value(self) -> tf.Tensor:
+        """The current value as a float64 scalar tensor (recorded as a read)."""
+        record_read(self)
+        return self._var.value()
+
+    def _limit_problem(self, v: float) -> str | None:
+        if not math.isfinite(v):
+            return f"value {v} is not finite"
+        if self.lower is not None and v < self.lower:
+            return f"value {v} is below the lower limit {self.lower}"
+        if self.upper is not None and v > self.upper:
+            return f"value {v} is above the upper limit {self.upper}"
+        return None
+
+    def _checked(self, value: Any) -> float:
+        arr = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        if arr.shape != () or arr.dtype.kind not in "biuf":
+            raise ParameterValueError(
+                f"Parameter '{self.name}' takes a real scalar, got {value!r} "
+                f"(shape {arr.shape}, dtype {arr.dtype})."
+            )
+        v = float(arr)
+        problem = self._limit_problem(v)
+        if problem:
+            raise ParameterValueError(
+                f"Parameter '{self.name}': {problem}; the value was left unchanged. "
+                "Pass a finite value inside [lower, upper], or widen the limits."
+            )
+        return v
+
+    def set_value(self, value: Any) -> ModeSetter:
+        """Set a new value and invalidate every cache that depends on this parameter.
+
+        Works eagerly and inside a trace (then the invalidation happens in the graph,
+        when the assignment runs). Setting the current value invalidates nothing.
+
+        Returns:
+            An object that, used as a context manager, restores the previous value on exit.
+
+        Raises:
+            ParameterValueError: NaN/inf, outside the limits, or not a scalar; value unchanged.
+        """
+        if tf.inside_function():
+            return self._set_value_in_graph(value)
+        v = self._checked(value)
+        old = float(self._var.numpy())
+        if v != old:
+            self._var.assign(v)
+            _invalidate_eagerly(GRAPH.dependent_caches(self.node_id))
+        return ModeSetter(lambda: self.set_value(old))
+
+    def _set_value_in_graph(self, value: Any) -> ModeSetter:
+        value = tf.convert_to_tensor(value, dtype=tf.float64)
+        if value.shape.rank not in (None, 0):
+            raise ParameterValueError(
+                f"Parameter '{self.name}' takes a scalar, got a tensor of shape {value.shape}."
+            )
+        mark = GRAPH_ERROR_MARK.format("ParameterValueError") + f"Parameter '{self.name}': "
+        checks = [tf.debugging.assert_all_finite(value, mark + "value is not finite; unchanged.")]
+        if self.lower is not None:
+            checks.append(tf.debugging.assert_greater_equal(
+                value, tf.constant(self.lower, tf.float64),
+                message=mark + f"value is below the lower limit {self.lower}; unchanged."))
+        if self.upper is not None:
+            checks.append(tf.debugging.assert_less_equal(
+                value, tf.constant(self.upper, tf.float64),
+                message=mark + f"value is above the upper limit {self.upper}; unchanged."))
+        old = self._var.read_value()
+        with tf.control_dependencies(checks):
+            self._var.assign(value)
+        unchanged = tf.equal(old, value)
+        handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, unchanged))
+        _mode.note_mutation(self.node_id, handled)
+        return ModeSetter(lambda: self.set_value(old))
+
+
+class Data(TensorLike):
+    """A dataset (events along the first axis) backed by a shape-relaxed ``tf.Variable``.
+
+    ``set_data`` may change the number of events without retracing any function.
+    Floating data are stored as float64, integers as int64.
+
+    Args:
+        array: array-like of rank >= 1, at least one event, all values finite.
+        name: a label for reports and the dependency graph.
+
+    Example:
+        >>> import numpy as np, zcache
+        >>> x = zcache.Data(np.array([1.0, 2.0, 3.0]), name="x")
+        >>> x.nevents
+        3
+        >>> _ = x.set_data(np.array([4.0, 5.0]))
+        >>> x.numpy().tolist()
+        [4.0, 5.0]
+    """
+
+    _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
+
+    def __init__(self, array: Any, name: str | None = None) -> None:
+        arr = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+        if arr.dtype.kind not in self._KINDS:
+            raise DataDtypeError(
+                f"Data must be numeric (float, int, bool or complex), got dtype {arr.dtype}."
+            )
+        self.name = name or "data"
+        self.np_dtype = np.dtype(self._KINDS[arr.dtype.kind])
+        if arr.ndim < 1:
+            raise DataShapeError(
+                f"Data '{self.name}' needs at least one axis (events first), got a scalar; "
+                "wrap single values in a list."
+            )
+        self.event_shape = tuple(arr.shape[1:])
+        arr = self._checked(arr)
+        self._var = eager_variable(
+            arr, shape=tf.TensorShape([None, *self.event_shape]), trainable=False, name=_tf_name(self.name)
+        )
+        self.node_id = GRAPH.add_node(self, DATA, self.name)
+
+    def __repr__(self) -> str:
+        return f"<zcache.Data '{self.name}' shape=(?, {', '.join(map(str, self.event_shape))}) dtype={self.np_dtype}>"
+
+    @property
+    def variable(self) -> tf.Variable:
+        """The backing ``tf.Variable``. Never assign to it: use :meth:`set_data`."""
+        return self._var
+
+    @property
+    def nevents(self) -> Any:
+        """Number of events (an int eagerly, a scalar tensor inside a trace)."""
+        n = tf.shape(self._var, out_type=tf.int64)[0]
+        return n if tf.inside_function() else int(n)
+
+    def value(self) -> tf.Tensor:
+        """The data as a tensor (recorded as a read)."""
+        record_read(self)
+        return self._var.value()
+
+    def _checked(self, arr: np.ndarray) -> np.ndarray:
+        if arr.ndim != 1 + len(self.event_shape) or tuple(arr.shape[1:]) != self.event_shape:
+            raise DataShapeError(
+                f"Data '{self.name}' holds events of shape {self.event_shape} (array shape "
+                f"(n, {', '.join(map(str, self.event_shape))})), got an array of shape {arr.shape}; "
+                "data unchanged. Create a new zcache.Data for another layout."
+            )
+        if not np.can_cast(arr.dtype, self.np_dtype, "same_kind"):
+            raise DataDtypeError(
+                f"Data '{self.name}' has dtype {self.np_dtype}; an array of dtype {arr.dtype} "
+                "cannot be cast safely; data unchanged."
+            )
+        if arr.shape[0] == 0:
+            raise EmptyDataError(
+                f"Data '{self.name}': the array has no events; data unchanged. A likelihood "
+                "over no events is undefined: skip the empty sample instead."
+            )
+        arr = arr.astype(self.np_dtype, copy=False)
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+            raise InvalidDataError(
+                f"Data '{self.name}': {bad} value(s) are NaN or infinite; data unchanged. "
+                "Remove or fix those events first."
+            )
+        return arr
+
+    def set_data(self, array: Any) -> ModeSetter:
+        """Replace the data (any number of events) and invalidate every dependent cache.
+
+        Returns:
+            An object that, used as a context manager, restores the previous data on exit.
+
+        Raises:
+            DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError: data unchanged.
+        """
+        if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
+            return self._set_data_in_graph(array)
+        arr = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+        arr = self._checked(arr)
+        old = self._var.read_value()  # keeps the old buffer alive, no copy
+        self._var.assign(arr)
+        if tf.inside_function():
+            handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
+            _mode.note_mutation(self.node_id, handled)
+        else:
+            _invalidate_eagerly(GRAPH.dependent_caches(self.node_id))
+        return ModeSetter(lambda: self.set_data(old))
+
+    def _set_data_in_graph(self, tensor: Any) -> ModeSetter:
+        tensor = tf.convert_to_tensor(tensor)
+        if tensor.shape.rank is not None and (
+            tensor.shape.rank != 1 + len(self.event_shape)
+            or not tensor.shape[1:].is_compatible_with(self.event_shape)
+        ):
+            raise DataShapeError(
+                f"Data '{self.name}' holds events of shape {self.event_shape}, got a tensor of "
+                f"shape {tensor.shape}."
+            )
+        if not np.can_cast(tensor.dtype.as_numpy_dtype, self.np_dtype, "same_kind"):
+            raise DataDtypeError(
+                f"Data '{self.name}' has dtype {self.np_dtype}, got a tensor of dtype {tensor.dtype}."
+            )
+        tensor = tf.cast(tensor, self.np_dtype)
+        mark = GRAPH_ERROR_MARK.format("InvalidDataError") + f"Data '{self.name}': "
+        checks = [tf.debugging.assert_greater(
+            tf.shape(tensor)[0], 0, message=mark + "no events; data unchanged.")]
+        if self.np_dtype.kind in "fc":
+            checks.append(tf.debugging.assert_all_finite(
+                tensor, mark + "NaN or infinite values; data unchanged."))
+        old = self._var.read_value()
+        with tf.control_dependencies(checks):
+            self._var.assign(tensor)
+        handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
+        _mode.note_mutation(self.node_id, handled)
+        return ModeSetter(lambda: self.set_data(old))
+
+
+def _invalidate_in_graph(uid: int, unchanged: tf.Tensor | None) -> list[Any]:
+    """Add flag writes for the dependents of ``uid`` to the graph being traced."""
+    caches = GRAPH.objects(GRAPH.dependent_caches(uid))
+    for cache in caches:
+        cache._invalidate_in_graph(unchanged)
+    return caches
+
+
+def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> ModeSetter:
+    """Set several parameters at once, invalidating each dependent cache once.
+
+    This is what a minimizer calls on every step. All values are checked before
+    any is written, so a bad value leaves every parameter unchanged.
+
+    Example:
+        >>> import zcache
+        >>> a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 2.0)
+        >>> _ = zcache.set_values([a, b], [3.0, 4.0])
+        >>> float(a.value()), float(b.value())
+        (3.0, 4.0)
+    """
+    params = list(params)
+    values = list(np.asarray(values, dtype=float).reshape(-1)) if not tf.inside_function() else list(values)
+    if len(values) != len(params):
+        raise ParameterValueError(f"set_values got {len(params)} parameters but {len(values)} values.")
+    if tf.inside_function():
+        setters = [p.set_value(v) for p, v in zip(params, values)]
+        return ModeSetter(lambda: [s.restore() for s in reversed(setters)])
+    checked = [p._checked(v) for p, v in zip(params, values)]
+    old = [float(p._var.numpy()) for p in params]
+    dirty: set[int] = set()
+    for p, v, o in zip(params, checked, old):
+        if v != o:
+            p._var.assign(v)
+            dirty.update(GRAPH.dependent_caches(p.node_id))
+    _invalidate_eagerly(dirty)
+    return ModeSetter(lambda: set_values(params, old))
+
+
+def _tf_name(name: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
+    return cleaned if cleaned and cleaned[0].isalnum() else f"v{cleaned}"

@@ -1,0 +1,97 @@
+"""Let Parameters, Data and CachedTensors stand in for tensors.
+
+Each class defines ``value()``; this mixin routes arithmetic, ``tf.convert_to_tensor``
+and ``numpy.asarray`` through it, so ``mu * x`` and ``tf.exp(mu)`` work and every
+such use is recorded as a read for dependency discovery.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+
+class TensorLike:
+    """Mixin: arithmetic and conversions through ``self.value()``."""
+
+    __slots__ = ()
+
+    def value(self) -> tf.Tensor:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def dtype(self) -> tf.DType:
+        return self.value().dtype
+
+    @property
+    def shape(self) -> tf.TensorShape:
+        return self.value().shape
+
+    def numpy(self) -> np.ndarray:
+        """The current value as a numpy array (eager only)."""
+        return self.value().numpy()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = np.asarray(self.numpy())
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def __float__(self) -> float:
+        return float(self.numpy())
+
+    def __bool__(self) -> bool:
+        # Truthiness of a tensor is ambiguous; refusing is safer than `if param:` bugs.
+        raise TypeError(f"{type(self).__name__} has no truth value; compare its value() instead.")
+
+    # arithmetic: delegate to the tensor
+    def __neg__(self) -> tf.Tensor:
+        return -self.value()
+
+    def __abs__(self) -> tf.Tensor:
+        return abs(self.value())
+
+    def __pow__(self, other: Any) -> tf.Tensor:
+        return self.value() ** other
+
+    def __rpow__(self, other: Any) -> tf.Tensor:
+        return other ** self.value()
+
+    def __getitem__(self, item: Any) -> tf.Tensor:
+        return self.value()[item]
+
+
+def _binary(name: str) -> None:
+    def op(self: TensorLike, other: Any) -> tf.Tensor:
+        return getattr(self.value(), name)(other)
+
+    op.__name__ = name
+    setattr(TensorLike, name, op)
+
+
+for _name in (
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+    "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__",
+    "__lt__", "__le__", "__gt__", "__ge__",
+):
+    _binary(_name)
+
+
+def _convert(value: TensorLike, dtype: Any = None, name: Any = None, as_ref: bool = False) -> tf.Tensor:
+    out = value.value()
+    if dtype is not None and out.dtype != dtype:
+        out = tf.cast(out, dtype)
+    return out
+
+
+tf.register_tensor_conversion_function(TensorLike, _convert)
+
+
+def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
+    """Create a ``tf.Variable`` in the eager context, even while a function is traced.
+
+    Lifting is disabled (a documented ``tf.Variable`` argument) so that creating a
+    cache's storage during the first trace does not make ``tf.function`` trace twice.
+    """
+    with tf.init_scope():
+        return tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)

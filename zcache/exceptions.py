@@ -1,0 +1,105 @@
+"""Every error and warning zcache raises.
+
+All errors derive from :class:`ZCacheError`; most also derive from the built-in
+exception a Python user would expect (``ValueError`` for a bad value, ``TypeError``
+for a wrong kind of object), so ``except ValueError`` keeps working.
+
+Errors never steer control flow inside zcache: they are raised for misuse only,
+and every raising path leaves the state (values, data, the dependency graph, the
+mode policy) exactly as it was before the call.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ZCacheError",
+    "ParameterValueError",
+    "DataError",
+    "DataShapeError",
+    "DataDtypeError",
+    "InvalidDataError",
+    "EmptyDataError",
+    "DependencyCycleError",
+    "InvalidDependencyError",
+    "IllegalInGraphModeError",
+    "GraphModeError",
+    "UnknownIdentifierError",
+    "CachedValueError",
+    "UncacheableArgumentError",
+    "SecondOrderGradientError",
+    "ZCacheWarning",
+    "RetracingWarning",
+    "UndeclaredDependencyWarning",
+]
+
+
+class ZCacheError(Exception):
+    """Root of all zcache errors."""
+
+
+class ParameterValueError(ZCacheError, ValueError):
+    """A parameter value is NaN/inf, outside the limits, or not a scalar."""
+
+
+class DataError(ZCacheError, ValueError):
+    """Base class of the errors about datasets."""
+
+
+class DataShapeError(DataError):
+    """Data has the wrong rank or the wrong shape of the non-event axes."""
+
+
+class DataDtypeError(DataError, TypeError):
+    """Data cannot be cast safely to the dataset's dtype."""
+
+
+class InvalidDataError(DataError):
+    """Data contains NaN or infinite values."""
+
+
+class EmptyDataError(DataError):
+    """Data has no events."""
+
+
+class DependencyCycleError(ZCacheError):
+    """Adding a dependency would make the dependency graph cyclic."""
+
+
+class InvalidDependencyError(ZCacheError, TypeError):
+    """A declared dependency is not a Parameter, Data or CachedTensor."""
+
+
+class IllegalInGraphModeError(ZCacheError, RuntimeError):
+    """The call is not allowed while a TensorFlow graph is being traced."""
+
+
+class GraphModeError(ZCacheError, ValueError):
+    """An unknown or malformed graph-mode / autograd-mode setting."""
+
+
+class UnknownIdentifierError(GraphModeError):
+    """A ``zcache.function(wraps=...)`` identifier that the policy does not know."""
+
+
+class CachedValueError(ZCacheError, ValueError):
+    """A cached function returned something that cannot be cached, or changed dtype/rank."""
+
+
+class UncacheableArgumentError(ZCacheError, TypeError):
+    """An argument of a ``@zcache.cached`` method cannot be tracked (e.g. a raw tensor)."""
+
+
+class SecondOrderGradientError(ZCacheError, NotImplementedError):
+    """Nested ``tf.GradientTape`` through a cache inside a traced function."""
+
+
+class ZCacheWarning(UserWarning):
+    """Root of all zcache warnings."""
+
+
+class RetracingWarning(ZCacheWarning):
+    """A ``zcache.function`` traced more graphs than its bound; old graphs were dropped."""
+
+
+class UndeclaredDependencyWarning(ZCacheWarning):
+    """A cached function read a zcache object that is missing from its declared ``deps``."""
