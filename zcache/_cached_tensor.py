@@ -306,7 +306,7 @@ class CachedTensor(TensorLike):
                         y = tf.convert_to_tensor(self._func())
                 grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
                 return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
-                        for g, v in zip(grads, param_values)]
+                        for g, v in zip(grads, param_values, strict=True)]
 
             return tf.identity(out), vjp
 

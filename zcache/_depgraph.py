@@ -63,7 +63,8 @@ class DependencyGraph:
     def add_edges(self, deps: Iterable[int], dependent: int) -> None:
         """Add ``dep -> dependent`` for every dep, all or nothing.
 
-        Raises:
+        Raises
+        ------
             DependencyCycleError: if any edge would close a cycle; the graph is unchanged.
         """
         with self._lock:

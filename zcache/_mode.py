@@ -27,6 +27,7 @@ Changing the policy inside a trace raises :class:`IllegalInGraphModeError`.
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import types
 import warnings
@@ -159,10 +160,12 @@ def set_graph_mode(graph: bool | str | Mapping[str, bool], set_backend: bool | N
             ``tf.config.run_functions_eagerly(True)`` so that plain ``tf.function`` code
             runs eagerly too (default). Pass ``False`` to leave TensorFlow alone.
 
-    Returns:
+    Returns
+    -------
         A :class:`ModeSetter`; as a context manager it restores the previous mode.
 
-    Raises:
+    Raises
+    ------
         GraphModeError: for an unknown setting (state unchanged).
         IllegalInGraphModeError: when called inside a trace.
 
@@ -202,7 +205,8 @@ def get_graph_mode() -> bool | str | dict[str, bool]:
 def set_autograd_mode(autograd: bool) -> ModeSetter:
     """Choose automatic (``True``) or numerical (``False``) gradients in :func:`zcache.gradient`.
 
-    Returns:
+    Returns
+    -------
         A :class:`ModeSetter`; as a context manager it restores the previous mode.
 
     Example:
@@ -253,7 +257,8 @@ def note_mutation(uid: int, handled: tuple[int, ...]) -> None:
 class Function:
     """A Python function that the graph policy traces or runs eagerly.
 
-    Attributes:
+    Attributes
+    ----------
         wraps: the identifier that selects the policy.
         trace_count: how many times the Python body has been traced into a graph,
             over the whole life of the function (a retrace shows up as an increase).
@@ -298,7 +303,10 @@ class Function:
         if self._tf_function is None:
             self._tf_function = tf.function(self._trace_body, autograph=False)
             self._live_traces = 0
-        out = self._tf_function(*args, **kwargs)
+        try:
+            out = self._tf_function(*args, **kwargs)
+        except tf.errors.InvalidArgumentError as err:
+            raise _zcache_error_from(err) from None
         if self._record.mutations:
             self._invalidate_untraced_dependents()
         if self._live_traces > self.max_traces:
@@ -346,6 +354,20 @@ class Function:
         self._extra = (-1, ())
 
 
+_MARK = re.compile(r"\[zcache:(\w+)\] ([^\n]*)")
+
+
+def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
+    """Turn a failed in-graph zcache check back into its zcache exception."""
+    from . import exceptions
+
+    match = _MARK.search(err.message)
+    if match is None:
+        return err
+    cls = getattr(exceptions, match.group(1), exceptions.ZCacheError)
+    return cls(match.group(2).strip())
+
+
 def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT) -> Any:
     """Decorate a function so that the graph policy decides whether it is traced.
 
@@ -375,7 +397,8 @@ def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = 
 def clear_graph_cache() -> None:
     """Drop every graph traced by a :func:`function` and invalidate every cache.
 
-    Raises:
+    Raises
+    ------
         IllegalInGraphModeError: when called inside a trace.
     """
     _forbid_in_trace("clear_graph_cache")

@@ -139,10 +139,12 @@ class Parameter(TensorLike):
         Works eagerly and inside a trace (then the invalidation happens in the graph,
         when the assignment runs). Setting the current value invalidates nothing.
 
-        Returns:
+        Returns
+        -------
             An object that, used as a context manager, restores the previous value on exit.
 
-        Raises:
+        Raises
+        ------
             ParameterValueError: NaN/inf, outside the limits, or not a scalar; value unchanged.
         """
         if tf.inside_function():
@@ -171,10 +173,11 @@ class Parameter(TensorLike):
                 value, tf.constant(self.upper, tf.float64),
                 message=mark + f"value is above the upper limit {self.upper}; unchanged."))
         old = self._var.read_value()
+        # Every write waits for the checks: a failed check leaves value and flags untouched.
         with tf.control_dependencies(checks):
             self._var.assign(value)
-        unchanged = tf.equal(old, value)
-        handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, unchanged))
+            unchanged = tf.equal(old, value)
+            handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, unchanged))
         _mode.note_mutation(self.node_id, handled)
         return ModeSetter(lambda: self.set_value(old))
 
@@ -269,10 +272,12 @@ class Data(TensorLike):
     def set_data(self, array: Any) -> ModeSetter:
         """Replace the data (any number of events) and invalidate every dependent cache.
 
-        Returns:
+        Returns
+        -------
             An object that, used as a context manager, restores the previous data on exit.
 
-        Raises:
+        Raises
+        ------
             DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError: data unchanged.
         """
         if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
@@ -312,7 +317,7 @@ class Data(TensorLike):
         old = self._var.read_value()
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
-        handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
+            handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
         _mode.note_mutation(self.node_id, handled)
         return ModeSetter(lambda: self.set_data(old))
 
@@ -343,12 +348,12 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
     if len(values) != len(params):
         raise ParameterValueError(f"set_values got {len(params)} parameters but {len(values)} values.")
     if tf.inside_function():
-        setters = [p.set_value(v) for p, v in zip(params, values)]
+        setters = [p.set_value(v) for p, v in zip(params, values, strict=True)]
         return ModeSetter(lambda: [s.restore() for s in reversed(setters)])
-    checked = [p._checked(v) for p, v in zip(params, values)]
+    checked = [p._checked(v) for p, v in zip(params, values, strict=True)]
     old = [float(p._var.numpy()) for p in params]
     dirty: set[int] = set()
-    for p, v, o in zip(params, checked, old):
+    for p, v, o in zip(params, checked, old, strict=True):
         if v != o:
             p._var.assign(v)
             dirty.update(GRAPH.dependent_caches(p.node_id))

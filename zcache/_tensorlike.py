@@ -7,6 +7,7 @@ such use is recorded as a read for dependency discovery.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,39 @@ class TensorLike:
 
     def __getitem__(self, item: Any) -> tf.Tensor:
         return self.value()[item]
+
+    def __tf_tracing_type__(self, context: Any) -> tf.types.experimental.TraceType:
+        # As a tf.function argument a zcache object is keyed by identity: a new value
+        # never retraces, another object traces its own graph (zfit #470/#593 class of bugs).
+        return _IdentityTraceType(self)
+
+
+class _IdentityTraceType(tf.types.experimental.TraceType):
+    """Trace type of one zcache object: equal only to itself, never converted to a tensor."""
+
+    def __init__(self, obj: Any) -> None:
+        self._ref = weakref.ref(obj)
+        self._id = id(obj)
+
+    def is_subtype_of(self, other: Any) -> bool:
+        return self == other
+
+    def most_specific_common_supertype(self, others: Any) -> Any:
+        return self if all(self == other for other in others) else None
+
+    def placeholder_value(self, placeholder_context: Any = None) -> Any:
+        return self._ref()
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _IdentityTraceType)
+            and self._id == other._id
+            and self._ref() is other._ref()
+            and self._ref() is not None
+        )
+
+    def __hash__(self) -> int:
+        return self._id
 
 
 def _binary(name: str) -> None:

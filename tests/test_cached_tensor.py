@@ -1,0 +1,360 @@
+"""CachedTensor: hits, misses, staleness, gradients, errors; eager and traced."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zcache
+from zcache.exceptions import (
+    CachedValueError,
+    DependencyCycleError,
+    IllegalInGraphModeError,
+    InvalidDependencyError,
+    SecondOrderGradientError,
+    UndeclaredDependencyWarning,
+)
+
+
+@pytest.fixture
+def model():
+    """x (data), p, q (parameters); f = exp(sin(x p)) q, cached; plus an uncached reference."""
+    x = zcache.Data(np.linspace(0.0, 2.0, 11), name="x")
+    p = zcache.Parameter("p", 1.3)
+    q = zcache.Parameter("q", 0.7)
+
+    def f():
+        return tf.exp(tf.sin(x.value() * p.value())) * q.value()
+
+    def reference():
+        return np.exp(np.sin(x.numpy() * float(p.value()))) * float(q.value())
+
+    return x, p, q, zcache.CachedTensor(f, name="f"), reference
+
+
+def _read(cache, traced):
+    if traced:
+        return zcache.function(lambda: cache.value())()
+    return cache.value()
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_hit_miss_and_never_stale(model, traced):
+    x, p, q, cache, reference = model
+    read = zcache.function(lambda: cache.value()) if traced else cache.value
+    np.testing.assert_allclose(read().numpy(), reference(), rtol=1e-14)
+    np.testing.assert_allclose(read().numpy(), reference(), rtol=1e-14)
+    assert cache.stats == {"hits": 1, "misses": 1}
+    p.set_value(0.4)
+    np.testing.assert_allclose(read().numpy(), reference(), rtol=1e-14)
+    x.set_data(np.linspace(-1.0, 1.0, 31))
+    out = read().numpy()
+    assert out.shape == (31,)
+    np.testing.assert_allclose(out, reference(), rtol=1e-14)
+    cache.invalidate()
+    np.testing.assert_allclose(read().numpy(), reference(), rtol=1e-14)
+    assert cache.stats == {"hits": 1, "misses": 4}
+    if traced:
+        assert read.trace_count == 1
+
+
+def test_eager_and_traced_share_the_cache(model):
+    _, p, _, cache, reference = model
+    traced = zcache.function(lambda: cache.value())
+    cache.value()  # eager miss
+    traced()  # traced hit
+    p.set_value(2.0)
+    traced()  # traced miss
+    cache.value()  # eager hit (the flag was set in the graph)
+    np.testing.assert_allclose(cache.value().numpy(), reference(), rtol=1e-14)
+    assert cache.stats == {"hits": 3, "misses": 2}
+
+
+def test_static_shape_is_kept_in_trace():
+    d = zcache.Data(np.zeros((4, 3)))
+    c = zcache.CachedTensor(lambda: d.value() * 2.0)
+    shapes = []
+
+    @zcache.function
+    def f():
+        v = c.value()
+        shapes.append(v.shape.as_list())
+        return v
+
+    f()
+    assert shapes == [[None, 3]]
+
+
+def _grads(loss, params):
+    with tf.GradientTape() as tape:
+        y = loss()
+    return tf.stack(tape.gradient(y, [p.variable for p in params]))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_gradient_on_hit_and_miss(model, traced):
+    x, p, q, cache, _ = model
+
+    def cached_loss():
+        return tf.reduce_sum(cache.value() ** 2)
+
+    def uncached_loss():
+        return tf.reduce_sum((tf.exp(tf.sin(x.value() * p.value())) * q.value()) ** 2)
+
+    grad = (lambda: _grads(cached_loss, [p, q]))
+    if traced:
+        grad = zcache.function(grad, wraps="gradient")
+    for step in range(3):  # miss, hit, then miss after a change
+        got = grad().numpy()
+        want = _grads(uncached_loss, [p, q]).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        if step == 1:
+            p.set_value(0.9)
+    assert cache.stats["hits"] >= 1 and cache.stats["misses"] >= 2
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_gradient_through_cache_of_cache(traced):
+    a, b = zcache.Parameter("a", 0.3), zcache.Parameter("b", -1.2)
+    x = zcache.Data(np.linspace(0.1, 1.0, 7))
+    inner = zcache.CachedTensor(lambda: tf.sin(a.value() * x.value()), name="inner")
+    outer = zcache.CachedTensor(lambda: inner.value() * tf.exp(b.value() * x.value()), name="outer")
+
+    def loss():
+        return tf.reduce_sum(outer.value() * inner.value())
+
+    def ref():
+        i = tf.sin(a.value() * x.value())
+        return tf.reduce_sum(i * tf.exp(b.value() * x.value()) * i)
+
+    grad = lambda: zcache.value_and_gradient(loss, [a, b])  # noqa: E731
+    if traced:
+        grad = zcache.function(grad, wraps="gradient")
+    for _ in range(3):
+        v, g = grad()
+        rv, rg = zcache.value_and_gradient(ref, [a, b])
+        np.testing.assert_allclose(v.numpy(), rv.numpy(), rtol=1e-13)
+        np.testing.assert_allclose(g.numpy(), rg.numpy(), rtol=1e-12)
+    a.set_value(0.5)
+    np.testing.assert_allclose(grad()[1].numpy(), zcache.gradient(ref, [a, b]).numpy(), rtol=1e-12)
+
+
+def test_gradient_of_data_only_cache_is_zero_and_free():
+    x = zcache.Data(np.linspace(0.0, 1.0, 5))
+    p = zcache.Parameter("p", 2.0)
+    angular = zcache.CachedTensor(lambda: tf.cos(x.value()))
+    angular.value()
+    g = zcache.gradient(lambda: angular.value() * p.value(), [p])
+    np.testing.assert_allclose(g.numpy(), [np.sum(np.cos(np.linspace(0.0, 1.0, 5)))], rtol=1e-14)
+
+
+def test_second_order_eager_is_exact(model):
+    x, p, _, cache, _ = model
+
+    def hess(f):
+        with tf.GradientTape() as t2:
+            with tf.GradientTape() as t1:
+                y = tf.reduce_sum(f())
+            g = t1.gradient(y, p.variable)
+        return t2.gradient(g, p.variable).numpy()
+
+    ref = hess(lambda: tf.exp(tf.sin(x.value() * p.value())) * 0.7)
+    cache.value()  # make the next read a hit
+    np.testing.assert_allclose(hess(cache.value), ref, rtol=1e-12)
+    cache.invalidate()
+    np.testing.assert_allclose(hess(cache.value), ref, rtol=1e-12)
+
+
+def test_second_order_traced_raises_clear_error(model):
+    _, p, _, cache, _ = model
+
+    @zcache.function
+    def hess():
+        with tf.GradientTape() as t2:
+            with tf.GradientTape() as t1:
+                y = tf.reduce_sum(cache.value())
+            g = t1.gradient(y, p.variable)
+        return t2.gradient(g, p.variable)
+
+    with pytest.raises(SecondOrderGradientError, match="zcache.hessian"):
+        hess()
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_hessian_helper(model, traced):
+    x, p, q, cache, _ = model
+    f = lambda: cache.value() ** 2  # noqa: E731
+    ref = lambda: (tf.exp(tf.sin(x.value() * p.value())) * q.value()) ** 2  # noqa: E731
+    h = zcache.function(lambda: zcache.hessian(f, [p, q])) if traced else (lambda: zcache.hessian(f, [p, q]))
+    exact = _exact_hessian(ref, [p, q])
+    np.testing.assert_allclose(h().numpy(), exact, rtol=1e-6, atol=1e-8)
+    assert float(p.value()) == 1.3 and float(q.value()) == 0.7  # parameters restored
+
+
+def _exact_hessian(f, params):
+    variables = [p.variable for p in params]
+    with tf.GradientTape(persistent=True) as t2:
+        with tf.GradientTape() as t1:
+            y = tf.reduce_sum(f())
+        g = t1.gradient(y, variables)
+    return np.array([[h.numpy() for h in t2.gradient(gi, variables)] for gi in g])
+
+
+def test_declared_deps():
+    p, q = zcache.Parameter("p", 1.0), zcache.Parameter("q", 2.0)
+    c = zcache.CachedTensor(lambda: p.value() * 3.0, deps=[p])
+    assert c.deps == (p,)
+    g = zcache.dependency_graph()
+    assert g.has_edge(p.node_id, c.node_id) and not g.has_edge(q.node_id, c.node_id)
+    c.value()
+    q.set_value(5.0)
+    assert c.is_valid
+
+
+def test_undeclared_read_is_added_with_warning():
+    p, q = zcache.Parameter("p", 1.0), zcache.Parameter("q", 2.0)
+    c = zcache.CachedTensor(lambda: p.value() * q.value(), deps=[p])
+    with pytest.warns(UndeclaredDependencyWarning, match=r"read \['q'\]"):
+        c.value()
+    q.set_value(3.0)  # must not be stale
+    assert float(c.value()) == 3.0
+
+
+def test_reading_a_transitive_dependency_needs_no_declaration():
+    p = zcache.Parameter("p", 2.0)
+    inner = zcache.CachedTensor(lambda: p.value() + 1.0)
+    outer = zcache.CachedTensor(lambda: inner.value() * p.value(), deps=[inner])
+    assert float(outer.value()) == 6.0  # reads p, an ancestor of `inner`: no warning
+
+
+@pytest.mark.parametrize("bad", [[1.0], [np.zeros(3)], ["p"], 5])
+def test_invalid_deps(bad):
+    with pytest.raises(InvalidDependencyError, match="deps must"):
+        zcache.CachedTensor(lambda: tf.constant(1.0), deps=bad)
+
+
+def test_not_callable():
+    with pytest.raises(TypeError, match="zero-argument callable"):
+        zcache.CachedTensor(tf.constant(1.0))
+
+
+def test_self_reading_cycle_is_detected():
+    holder = {}
+    a = zcache.CachedTensor(lambda: holder["b"].value() + 1.0, name="a")
+    b = zcache.CachedTensor(lambda: a.value() * 2.0, name="b")
+    holder["b"] = b
+    with pytest.raises(DependencyCycleError, match="a -> b -> a"):
+        a.value()
+
+
+def test_declared_cycle_is_refused_and_graph_unchanged():
+    p = zcache.Parameter("p", 1.0)
+    a = zcache.CachedTensor(lambda: p.value(), deps=[p], name="a")
+    b = zcache.CachedTensor(lambda: a.value(), deps=[a], name="b")
+    edges = set(zcache.dependency_graph().edges())
+    with pytest.raises(DependencyCycleError, match="already depends on"):
+        a._add_deps([b])
+    assert set(zcache.dependency_graph().edges()) == edges
+
+
+def test_bad_return_value():
+    c = zcache.CachedTensor(lambda: object(), name="bad")
+    with pytest.raises(CachedValueError, match="not a tensor"):
+        c.value()
+
+
+def test_dtype_or_rank_change_is_refused():
+    p = zcache.Parameter("p", 1.0)
+    state = {"rank2": False}
+
+    def f():
+        v = tf.fill([2], p.value())
+        return tf.reshape(v, [1, 2]) if state["rank2"] else v
+
+    c = zcache.CachedTensor(f, name="shapeshifter")
+    c.value()
+    state["rank2"] = True
+    p.set_value(2.0)
+    with pytest.raises(CachedValueError, match="keep its dtype and rank"):
+        c.value()
+    state["rank2"] = False
+    np.testing.assert_allclose(c.value().numpy(), [2.0, 2.0])
+
+
+def test_is_valid_illegal_in_trace():
+    c = zcache.CachedTensor(lambda: tf.constant(1.0))
+
+    @zcache.function
+    def f():
+        return c.is_valid
+
+    with pytest.raises(IllegalInGraphModeError):
+        f()
+
+
+def test_nbytes_stats_reset_and_repr():
+    d = zcache.Data(np.zeros(100))
+    c = zcache.CachedTensor(lambda: d.value() + 1.0, name="plus1")
+    assert c.nbytes == 0
+    c.value()
+    c.value()
+    assert c.nbytes == 800
+    assert c.stats == {"hits": 1, "misses": 1}
+    c.reset_stats()
+    assert c.stats == {"hits": 0, "misses": 0}
+    assert "plus1" in repr(c)
+
+
+def test_cache_as_tensor():
+    p = zcache.Parameter("p", 3.0)
+    c = zcache.CachedTensor(lambda: p.value() * 2.0)
+    assert float(c + 1.0) == 7.0
+    assert float(tf.sqrt(c * 6.0)) == 6.0
+
+
+def test_dropped_objects_leave_the_graph(collect):
+    g = zcache.dependency_graph()
+    collect()
+    before = g.number_of_nodes()
+
+    def make():
+        p = zcache.Parameter("tmp", 1.0)
+        x = zcache.Data(np.ones(3))
+        c = zcache.CachedTensor(lambda: x.value() * p.value())
+        c.value()
+        return c.node_id
+
+    uid = make()
+    collect()
+    assert uid not in g
+    assert g.number_of_nodes() == before
+
+
+def test_threads_never_see_stale_values():
+    """Four threads set values and read shared and private caches; reads are never stale."""
+    p = zcache.Parameter("p", 0.0)
+    shared = zcache.CachedTensor(lambda: p.value() * 2.0, name="shared")
+    errors = []
+    lock = threading.Lock()  # serializes set+read pairs on the shared parameter
+
+    def worker(k):
+        own = zcache.Parameter(f"own{k}", 0.0)
+        private = zcache.CachedTensor(lambda: own.value() + 1.0)
+        for i in range(40):
+            own.set_value(float(i))
+            if float(private.value()) != i + 1.0:
+                errors.append(("private", k, i))
+            with lock:
+                p.set_value(float(k * 100 + i))
+                if float(shared.value()) != 2.0 * (k * 100 + i):
+                    errors.append(("shared", k, i))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -1,0 +1,290 @@
+"""The mode policy: graph/eager per identifier, setters as context managers, traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zcache
+from zcache.exceptions import (
+    GraphModeError,
+    IllegalInGraphModeError,
+    RetracingWarning,
+    UnknownIdentifierError,
+)
+
+
+def _is_traced(fn):
+    """Call fn through a zcache.function that reports whether its body ran in a trace."""
+    seen = []
+
+    def body():
+        seen.append(tf.inside_function())
+        return tf.constant(1.0)
+
+    f = zcache.function(body, wraps=fn)
+    f()
+    return seen[-1]
+
+
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        (True, {"tensor": True, "loss": True, "sample": True, "gradient": True, "model": True}),
+        (False, {"tensor": False, "loss": False, "sample": False, "gradient": False, "model": False}),
+        ("auto", {"tensor": True, "loss": True, "sample": True, "gradient": True, "model": False}),
+        ({"model": True, "loss": False}, {"tensor": True, "loss": False, "sample": True, "gradient": True,
+                                          "model": True}),
+    ],
+)
+def test_policy_per_identifier(setting, expected):
+    with zcache.set_graph_mode(setting):
+        assert {ident: _is_traced(ident) for ident in zcache.IDENTIFIERS} == expected
+
+
+def test_setter_is_context_manager_and_plain_setter():
+    assert zcache.get_graph_mode() == "auto"
+    with zcache.set_graph_mode(True):
+        assert zcache.get_graph_mode() is True
+        with zcache.set_graph_mode({"model": True}):
+            assert zcache.get_graph_mode() == {"model": True}
+        assert zcache.get_graph_mode() is True
+    assert zcache.get_graph_mode() == "auto"
+    setter = zcache.set_graph_mode(False)  # without `with` it simply stays set
+    assert zcache.get_graph_mode() is False
+    setter.restore()
+    setter.restore()  # idempotent
+    assert zcache.get_graph_mode() == "auto"
+
+
+def test_graph_false_sets_backend_eager_unless_told_not_to():
+    assert not tf.config.functions_run_eagerly()
+    with zcache.set_graph_mode(False):
+        assert tf.config.functions_run_eagerly()
+    assert not tf.config.functions_run_eagerly()
+    with zcache.set_graph_mode(False, set_backend=False):
+        assert not tf.config.functions_run_eagerly()
+
+
+def test_autograd_mode_setter():
+    assert zcache.get_autograd_mode() is True
+    with zcache.set_autograd_mode(False):
+        assert zcache.get_autograd_mode() is False
+    assert zcache.get_autograd_mode() is True
+    with pytest.raises(GraphModeError, match="True .automatic. or False"):
+        zcache.set_autograd_mode("numerical")
+    assert zcache.get_autograd_mode() is True
+
+
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        ("sometimes", GraphModeError, "Unknown graph mode 'sometimes'"),
+        (3, GraphModeError, "must be True, False, 'auto' or a dict"),
+        ({"likelihood": True}, UnknownIdentifierError, "Unknown identifier 'likelihood'"),
+        ({"loss": "yes"}, GraphModeError, "maps identifiers to True/False"),
+    ],
+)
+def test_bad_graph_mode_leaves_state_unchanged(bad, error, match):
+    with zcache.set_graph_mode(True):
+        with pytest.raises(error, match=match):
+            zcache.set_graph_mode(bad)
+        assert zcache.get_graph_mode() is True
+
+
+def test_unknown_identifier_in_decorator():
+    with pytest.raises(UnknownIdentifierError, match="wraps='fit'"):
+        zcache.function(lambda: 1.0, wraps="fit")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: zcache.set_graph_mode(True),
+        lambda: zcache.set_autograd_mode(False),
+        zcache.clear_graph_cache,
+        lambda: zcache.run(tf.constant(1.0)),
+    ],
+    ids=["set_graph_mode", "set_autograd_mode", "clear_graph_cache", "run"],
+)
+def test_illegal_inside_trace(call):
+    @tf.function(autograph=False)
+    def traced():
+        call()
+        return tf.constant(0.0)
+
+    with pytest.raises(IllegalInGraphModeError, match="trace"):
+        traced()
+    assert zcache.get_graph_mode() == "auto"
+
+
+def test_nested_functions_are_inlined():
+    calls = {"inner_traced_standalone": 0}
+
+    @zcache.function(wraps="model")
+    def inner(x):
+        calls["inner_traced_standalone"] += 1
+        return x * 2.0
+
+    @zcache.function(wraps="loss")
+    def outer(x):
+        return inner(x) + 1.0
+
+    with zcache.set_graph_mode(True):
+        assert float(outer(tf.constant(3.0))) == 7.0
+        assert outer.trace_count == 1
+        assert inner.trace_count == 0  # inlined into outer's trace, never a tf.function of its own
+
+
+def test_no_retrace_on_parameter_and_data_change(graph_mode):
+    x = zcache.Data(np.arange(5.0), name="x")
+    p = zcache.Parameter("p", 1.0)
+
+    @zcache.function(wraps="loss")
+    def loss():
+        return tf.reduce_sum(x.value() * p.value())
+
+    assert float(loss()) == 10.0
+    traces = loss.trace_count
+    p.set_value(2.0)
+    x.set_data(np.arange(7.0))
+    assert float(loss()) == 42.0
+    assert loss.trace_count == traces
+    assert traces == (1 if graph_mode in (True, "auto") else 0)
+
+
+def test_methods_trace_per_instance():
+    class Model:
+        def __init__(self, scale):
+            self.scale = zcache.Parameter("scale", scale)
+
+        @zcache.function(wraps="tensor")
+        def f(self, x):
+            return x * self.scale.value()
+
+    a, b = Model(2.0), Model(3.0)
+    x = tf.constant(1.0, tf.float64)
+    assert float(a.f(x)) == 2.0 and float(b.f(x)) == 3.0 and float(a.f(x)) == 2.0
+    assert Model.f.trace_count == 2
+    assert isinstance(Model.__dict__["f"], zcache.Function)
+
+
+def test_clear_graph_cache_retraces_and_invalidates():
+    p = zcache.Parameter("p", 2.0)
+    c = zcache.CachedTensor(lambda: p.value() ** 2)
+
+    @zcache.function
+    def f():
+        return c.value()
+
+    f()
+    f()
+    assert f.trace_count == 1 and c.is_valid
+    zcache.clear_graph_cache()
+    assert not c.is_valid
+    assert float(f()) == 4.0
+    assert f.trace_count == 2
+
+
+def test_trace_bound_drops_graphs_with_warning():
+    @zcache.function(max_traces=2)
+    def f(n):
+        return tf.constant(float(n))
+
+    f(1)
+    f(2)
+    with pytest.warns(RetracingWarning, match="traced 3 graphs"):
+        f(3)
+    assert f.trace_count == 3
+    f(1)  # the old graphs were dropped: tracing again
+    assert f.trace_count == 4
+
+
+def test_function_argument_validation():
+    with pytest.raises(TypeError, match="callable"):
+        zcache.Function(42)
+    with pytest.raises(ValueError, match="max_traces"):
+        zcache.function(lambda: 1, max_traces=0)
+
+
+def test_executing_eagerly():
+    assert zcache.run.executing_eagerly()
+    inside = []
+
+    @tf.function(autograph=False)
+    def f():
+        inside.append(zcache.run.executing_eagerly())
+        return 0
+
+    f()
+    assert inside == [False]
+
+
+def test_setting_inside_trace_invalidates_in_graph():
+    """set_value inside a traced function invalidates dependents when the graph runs."""
+    p = zcache.Parameter("p", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() * 10.0)
+
+    @zcache.function
+    def step(v):
+        p.set_value(v)
+        return c.value()
+
+    assert float(c.value()) == 10.0
+    assert float(step(tf.constant(2.0, tf.float64))) == 20.0
+    assert float(step(tf.constant(3.0, tf.float64))) == 30.0
+    assert float(c.value()) == 30.0
+    hits_before = c.stats["hits"]
+    assert float(step(tf.constant(3.0, tf.float64))) == 30.0  # same value: stays valid
+    assert c.stats["hits"] == hits_before + 1
+    assert step.trace_count == 1
+
+
+def test_cache_created_after_trace_is_invalidated_by_traced_mutation():
+    p = zcache.Parameter("p", 1.0)
+
+    @zcache.function
+    def step(v):
+        p.set_value(v)
+        return tf.constant(0.0)
+
+    step(tf.constant(1.5, tf.float64))
+    late = zcache.CachedTensor(lambda: p.value() + 1.0)  # did not exist when `step` was traced
+    assert float(late.value()) == 2.5
+    step(tf.constant(4.0, tf.float64))
+    assert float(late.value()) == 5.0
+
+
+def test_in_graph_limit_violation_raises_zcache_error_and_keeps_value():
+    p = zcache.Parameter("p", 1.0, lower=0.0, upper=2.0)
+    c = zcache.CachedTensor(lambda: p.value() * 3.0)
+    c.value()
+
+    @zcache.function
+    def step(v):
+        p.set_value(v)
+        return c.value()
+
+    with pytest.raises(zcache.exceptions.ParameterValueError, match="above the upper limit 2.0"):
+        step(tf.constant(5.0, tf.float64))
+    assert float(p.value()) == 1.0
+    assert c.is_valid and float(c.value()) == 3.0
+
+
+def test_zcache_objects_as_arguments_are_keyed_by_identity():
+    """A graph never remembers the wrong parameter (zfit #470/#593)."""
+
+    @zcache.function
+    def scaled(param, data):
+        return tf.reduce_sum(data.value()) * param.value()
+
+    a, b = zcache.Parameter("a", 2.0), zcache.Parameter("b", 3.0)
+    x = zcache.Data(np.arange(4.0))
+    assert float(scaled(a, x)) == 12.0
+    assert float(scaled(b, x)) == 18.0
+    assert scaled.trace_count == 2
+    a.set_value(5.0)
+    x.set_data(np.ones(2))
+    assert float(scaled(a, x)) == 10.0 and float(scaled(b, x)) == 6.0
+    assert scaled.trace_count == 2

@@ -1,0 +1,245 @@
+"""Parameters and Data: values, limits, invalidation, bad input leaves state unchanged."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zcache
+from zcache.exceptions import (
+    DataDtypeError,
+    DataShapeError,
+    EmptyDataError,
+    InvalidDataError,
+    ParameterValueError,
+)
+
+
+# -- Parameter ---------------------------------------------------------------------------
+def test_parameter_basics():
+    p = zcache.Parameter("mu", 1.5, lower=-1.0, upper=3.0, floating=False)
+    assert p.name == "mu" and p.lower == -1.0 and p.upper == 3.0 and p.floating is False
+    assert p.value().dtype == tf.float64 and float(p.value()) == 1.5
+    assert isinstance(p.variable, tf.Variable)
+    assert "mu" in repr(p) and "1.5" in repr(p)
+    p.floating = True
+    assert p.floating
+
+
+def test_parameter_acts_as_tensor():
+    p = zcache.Parameter("p", 2.0)
+    x = tf.constant([1.0, 2.0], tf.float64)
+    np.testing.assert_allclose((x * p).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose((p * x).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose((p + 1.0).numpy(), 3.0)
+    np.testing.assert_allclose((1.0 - p).numpy(), -1.0)
+    np.testing.assert_allclose((p / 4.0).numpy(), 0.5)
+    np.testing.assert_allclose((8.0 / p).numpy(), 4.0)
+    np.testing.assert_allclose((p**3).numpy(), 8.0)
+    np.testing.assert_allclose((2.0**p).numpy(), 4.0)
+    np.testing.assert_allclose((-p).numpy(), -2.0)
+    np.testing.assert_allclose(tf.exp(p).numpy(), math.exp(2.0))
+    assert float(p) == 2.0 and np.asarray(p) == 2.0
+    assert bool((p > 1.0).numpy())
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(p)
+
+
+def test_set_value_context_manager_restores():
+    p = zcache.Parameter("p", 1.0)
+    with p.set_value(5.0):
+        assert float(p.value()) == 5.0
+    assert float(p.value()) == 1.0
+    p.set_value(tf.constant(7.0, tf.float64))
+    assert float(p.value()) == 7.0
+    p.set_value(np.float32(2.5))
+    assert float(p.value()) == 2.5
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (float("nan"), "not finite"),
+        (float("inf"), "not finite"),
+        (-0.5, "below the lower limit 0.0"),
+        (10.5, "above the upper limit 10.0"),
+        ([1.0, 2.0], "takes a real scalar"),
+        ("3", "takes a real scalar"),
+        (1 + 2j, "takes a real scalar"),
+    ],
+)
+def test_bad_values_raise_and_leave_state_unchanged(value, match):
+    p = zcache.Parameter("width", 1.0, lower=0.0, upper=10.0)
+    c = zcache.CachedTensor(lambda: p.value() * 2.0)
+    c.value()
+    with pytest.raises(ParameterValueError, match=match):
+        p.set_value(value)
+    assert float(p.value()) == 1.0
+    assert c.is_valid
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"value": 5.0, "lower": 0.0, "upper": 1.0}, "above the upper limit"),
+        ({"value": 0.5, "lower": 1.0, "upper": 0.0}, "must be below upper limit"),
+        ({"value": float("nan")}, "not finite"),
+        ({"value": 0.5, "lower": float("nan")}, "lower limit is NaN"),
+    ],
+)
+def test_bad_construction(kwargs, match):
+    with pytest.raises(ParameterValueError, match=match):
+        zcache.Parameter("bad", **kwargs)
+
+
+def test_bad_name():
+    with pytest.raises(TypeError, match="non-empty str name"):
+        zcache.Parameter("", 1.0)
+
+
+def test_set_value_invalidates_only_dependents():
+    a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 2.0)
+    ca = zcache.CachedTensor(lambda: a.value() + 1.0)
+    cb = zcache.CachedTensor(lambda: b.value() + 1.0)
+    cab = zcache.CachedTensor(lambda: ca.value() * cb.value())  # cache of caches
+    assert float(cab.value()) == 6.0
+    a.set_value(3.0)
+    assert not ca.is_valid and not cab.is_valid and cb.is_valid
+    assert float(cab.value()) == 12.0
+    assert cb.stats == {"hits": 1, "misses": 1}
+
+
+def test_same_value_invalidates_nothing():
+    p = zcache.Parameter("p", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() * 2.0)
+    c.value()
+    p.set_value(1.0)
+    assert c.is_valid
+    zcache.set_values([p], [1.0])
+    assert c.is_valid
+
+
+def test_set_values_checks_all_before_writing():
+    a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 1.0, upper=2.0)
+    with pytest.raises(ParameterValueError, match="above the upper limit"):
+        zcache.set_values([a, b], [5.0, 3.0])
+    assert float(a.value()) == 1.0 and float(b.value()) == 1.0
+    with pytest.raises(ParameterValueError, match="2 parameters but 1 values"):
+        zcache.set_values([a, b], [5.0])
+    c = zcache.CachedTensor(lambda: a.value() + b.value())
+    c.value()
+    with zcache.set_values([a, b], [2.0, 1.5]):
+        assert not c.is_valid
+        assert float(c.value()) == 3.5
+    assert float(c.value()) == 2.0
+
+
+def test_set_values_inside_trace():
+    a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 1.0)
+    c = zcache.CachedTensor(lambda: a.value() * b.value())
+
+    @zcache.function
+    def f(x, y):
+        zcache.set_values([a, b], [x, y])
+        return c.value()
+
+    assert float(f(tf.constant(2.0, tf.float64), tf.constant(3.0, tf.float64))) == 6.0
+    assert float(c.value()) == 6.0
+
+
+def test_parameter_created_inside_trace():
+    made = []
+
+    @zcache.function
+    def f():
+        if not made:
+            made.append(zcache.Parameter("inner", 3.0))
+        return made[0].value() * 2.0
+
+    assert float(f()) == 6.0
+    made[0].set_value(4.0)
+    assert float(f()) == 8.0
+    assert f.trace_count == 1
+
+
+# -- Data --------------------------------------------------------------------------------
+def test_data_basics():
+    d = zcache.Data([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], name="xy")
+    assert d.nevents == 3 and d.event_shape == (2,) and d.np_dtype == np.float64
+    assert d.value().shape.as_list() == [3, 2]
+    assert d.variable.shape.as_list() == [None, 2]
+    assert "xy" in repr(d)
+    ints = zcache.Data(np.array([1, 2, 3], dtype=np.int32))
+    assert ints.np_dtype == np.int64
+    ints.set_data(np.array([4, 5], dtype=np.int16))
+    assert ints.numpy().tolist() == [4, 5]
+
+
+def test_set_data_changes_size_and_invalidates(graph_mode):
+    d = zcache.Data(np.arange(4.0), name="x")
+    c = zcache.CachedTensor(lambda: tf.reduce_sum(d.value()))
+
+    @zcache.function
+    def total():
+        return c.value()
+
+    assert float(total()) == 6.0
+    with d.set_data(np.arange(10.0)):
+        assert not c.is_valid
+        assert d.nevents == 10
+        assert float(total()) == 45.0
+    assert float(total()) == 6.0  # restored, and invalidated again
+    assert total.trace_count <= 1
+
+
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (np.zeros((3, 2)), DataShapeError, "got an array of shape \\(3, 2\\)"),
+        (np.zeros(0), EmptyDataError, "no events"),
+        (np.array([1.0, np.nan]), InvalidDataError, "1 value\\(s\\) are NaN or infinite"),
+        (np.array([1.0, np.inf, -np.inf]), InvalidDataError, "2 value\\(s\\)"),
+        (np.array([1 + 1j]), DataDtypeError, "cannot be cast safely"),
+        (np.array(["a"]), DataDtypeError, "cannot be cast safely"),
+    ],
+)
+def test_bad_data_leaves_state_unchanged(bad, error, match):
+    d = zcache.Data(np.arange(3.0), name="x")
+    c = zcache.CachedTensor(lambda: d.value() * 2.0)
+    c.value()
+    with pytest.raises(error, match=match):
+        d.set_data(bad)
+    assert d.numpy().tolist() == [0.0, 1.0, 2.0]
+    assert c.is_valid
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [(3.0, DataShapeError), (np.array([]), EmptyDataError), (np.array(["x"]), DataDtypeError),
+     ([np.nan], InvalidDataError)],
+)
+def test_bad_data_construction(bad, error):
+    with pytest.raises(error):
+        zcache.Data(bad)
+
+
+def test_set_data_inside_trace():
+    d = zcache.Data(np.arange(3.0))
+    c = zcache.CachedTensor(lambda: tf.reduce_sum(d.value()))
+
+    @zcache.function
+    def f(x):
+        d.set_data(x)
+        return c.value()
+
+    assert float(f(tf.constant([1.0, 2.0], tf.float64))) == 3.0
+    assert float(f(tf.constant([1.0, 2.0, 3.0, 4.0], tf.float64))) == 10.0
+    assert d.nevents == 4 and float(c.value()) == 10.0
+    with pytest.raises(InvalidDataError, match="NaN or infinite"):
+        f(tf.constant([np.nan], tf.float64))
+    assert d.nevents == 4 and c.is_valid
+    with pytest.raises(DataShapeError):
+        f(tf.zeros((2, 2), tf.float64))
