@@ -352,3 +352,78 @@ def test_threads_never_see_stale_values():
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_many_traced_dependents_are_invalidated_in_one_batch():
+    p = zcache.Parameter("p", 1.0)
+    caches = [zcache.CachedTensor(lambda k=k: p.value() * k, name=f"c{k}") for k in range(12)]
+    total = zcache.function(lambda: tf.add_n([c.value() for c in caches]))
+    assert float(total()) == 66.0
+    assert all(c.is_valid for c in caches)
+    p.set_value(2.0)
+    assert not any(c.is_valid for c in caches)
+    assert float(total()) == 132.0
+
+
+def test_invalidation_during_compute_is_not_lost():
+    """A value computed from an input that changed meanwhile is returned but never flagged valid."""
+    p = zcache.Parameter("p", 1.0)
+    state = {"first": True}
+
+    def f():
+        out = p.value() * 10.0
+        if state["first"]:  # another thread changes p while we compute
+            state["first"] = False
+            p.set_value(2.0)
+        return out
+
+    c = zcache.CachedTensor(f, name="racy")
+    assert float(c.value()) == 10.0
+    assert not c.is_valid
+    assert float(c.value()) == 20.0 and c.is_valid
+
+
+def test_eager_set_value_after_traced_set_value_sees_true_value():
+    p = zcache.Parameter("p", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() + 1.0)
+
+    @zcache.function
+    def move(v):
+        p.set_value(v)
+        return c.value()
+
+    assert float(move(tf.constant(5.0, tf.float64))) == 6.0
+    p.set_value(1.0)  # a stale Python copy of the value (1.0) would skip this write
+    assert float(p.value()) == 1.0 and float(c.value()) == 2.0
+    assert "value=1" in repr(p)
+
+
+def test_no_tensorflow_retracing_warning_for_many_functions(caplog):
+    """Distinct zcache.functions each traced once are not reported as retracing by TF."""
+    p = zcache.Parameter("p", 1.0)
+
+    def f1():
+        return p.value() * 1.0
+
+    def f2():
+        return p.value() * 2.0
+
+    def f3():
+        return p.value() * 3.0
+
+    def f4():
+        return p.value() * 4.0
+
+    def f5():
+        return p.value() * 5.0
+
+    def f6():
+        return p.value() * 6.0
+
+    def f7():
+        return p.value() * 7.0
+
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        for f in (f1, f2, f3, f4, f5, f6, f7):
+            zcache.function(f)()
+    assert "retracing" not in caplog.text

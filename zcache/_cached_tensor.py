@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,10 @@ class CachedTensor(TensorLike):
         # Python mirror of the flag; exact until a graph may write the flag (_traced).
         self._py_valid = False
         self._traced = False
+        # Bumped by every eager invalidation: an eager miss stores its value only if no
+        # invalidation happened while it computed (so a value computed from an old input is
+        # never flagged valid), without holding a lock while computing.
+        self._epoch = 0
         self._warned = False
         self._lock = threading.RLock()
         self.node_id = GRAPH.add_node(self, CACHE, self.name)
@@ -147,6 +152,9 @@ class CachedTensor(TensorLike):
         """Whether the next eager ``value()`` is a hit (eager only)."""
         if tf.inside_function():
             raise IllegalInGraphModeError("CachedTensor.is_valid is a Python bool; read it eagerly.")
+        return self._is_valid()
+
+    def _is_valid(self) -> bool:
         return bool(self._flag.numpy()) if self._traced else self._py_valid
 
     @property
@@ -175,10 +183,7 @@ class CachedTensor(TensorLike):
         if tf.inside_function():
             self._invalidate_in_graph(None)
             return
-        with self._lock:
-            if self._traced or self._py_valid:
-                self._flag.assign(False)
-            self._py_valid = False
+        invalidate_eagerly([self])
 
     def _invalidate_in_graph(self, unchanged: tf.Tensor | None) -> None:
         self._traced = True
@@ -247,18 +252,28 @@ class CachedTensor(TensorLike):
         if tf.inside_function():
             return self._value_in_graph()
         with self._lock:
-            if self.is_valid:
+            if self._is_valid():
                 self._py_hits += 1
-                return self._with_gradient(self._cache.value())
-            out = self._compute()
-            if self._cache is None:
-                self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
+                hit = self._cache.value()
             else:
-                self._cache.assign(out)
-            self._flag.assign(True)
-            self._py_valid = True
+                hit, epoch = None, self._epoch
+                n_deps, changes = len(self._deps), GRAPH.input_changes
+        if hit is not None:
+            return self._with_gradient(hit)
+        out = self._compute()
+        with self._lock:
             self._py_misses += 1
-            return out
+            # An input that changed while we computed invalidated us (epoch), unless we did
+            # not yet depend on it in the graph (deps discovered by this very computation).
+            fresh = self._epoch == epoch and (len(self._deps) == n_deps or GRAPH.input_changes == changes)
+            if fresh:
+                if self._cache is None:
+                    self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
+                else:
+                    self._cache.assign(out)
+                self._flag.assign(True)
+                self._py_valid = True
+        return out
 
     def _value_in_graph(self) -> tf.Tensor:
         self._traced = True
@@ -311,6 +326,36 @@ class CachedTensor(TensorLike):
             return tf.identity(out), vjp
 
         return cached_value(*[v.value() for v in variables])
+
+
+_BATCH = 8
+
+
+@tf.function(autograph=False)
+def _clear_flags(flags: tuple[tf.Variable, ...]) -> None:
+    for flag in flags:
+        flag.assign(False)
+
+
+def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
+    """Clear the flags of ``caches`` from eager code, in one graph call when there are many.
+
+    Each cache's lock is held only for its epoch bump and flag write (never while computing),
+    so readers never wait on each other and no lock order can deadlock.
+    """
+    caches = sorted(caches, key=lambda c: c.node_id)
+    with ExitStack() as stack:
+        for cache in caches:
+            stack.enter_context(cache._lock)
+        writes = [c._flag for c in caches if c._traced or c._py_valid]
+        for cache in caches:
+            cache._epoch += 1
+            cache._py_valid = False
+        if len(writes) >= _BATCH:
+            _clear_flags(tuple(writes))
+        else:
+            for flag in writes:
+                flag.assign(False)
 
 
 def _is_ancestor(obj: Any, declared: tuple[Any, ...]) -> bool:

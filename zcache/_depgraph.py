@@ -43,6 +43,8 @@ class DependencyGraph:
         self._ids = itertools.count(1)
         # Bumped on every structural change; memoized traversals are keyed by it.
         self.version = 0
+        # Bumped on every eager change of an input value (see CachedTensor.value).
+        self.input_changes = 0
         self._memo: dict[tuple[str, int], tuple[Any, ...]] = {}
 
     # -- structure -------------------------------------------------------------------

@@ -301,7 +301,7 @@ class Function:
         if tf.inside_function() or not _state.policy[self.wraps]:
             return self.python_function(*args, **kwargs)
         if self._tf_function is None:
-            self._tf_function = tf.function(self._trace_body, autograph=False)
+            self._tf_function = tf.function(self._traced_body(), autograph=False)
             self._live_traces = 0
         try:
             out = self._tf_function(*args, **kwargs)
@@ -319,6 +319,14 @@ class Function:
             )
             self._tf_function = None
         return out
+
+    def _traced_body(self) -> Callable[..., Any]:
+        # A fresh wrapper per function, `__wrapped__` pointing at the user's function: TF keys
+        # its signature and its "frequent retracing" statistics by the wrapped function.
+        def body(*args: Any, **kwargs: Any) -> Any:
+            return self._trace_body(*args, **kwargs)
+
+        return functools.update_wrapper(body, self.python_function)
 
     def _trace_body(self, *args: Any, **kwargs: Any) -> Any:
         if tf.inside_function():
@@ -343,8 +351,10 @@ class Function:
                 uids.update(set(GRAPH.dependent_caches(uid)) - handled)
             extra = tuple(GRAPH.objects(sorted(uids)))
             self._extra = (GRAPH.version, extra)
-        for cache in extra:
-            cache.invalidate()
+        if extra:
+            from ._cached_tensor import invalidate_eagerly
+
+            invalidate_eagerly(extra)
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
@@ -402,7 +412,8 @@ def clear_graph_cache() -> None:
         IllegalInGraphModeError: when called inside a trace.
     """
     _forbid_in_trace("clear_graph_cache")
+    from ._cached_tensor import invalidate_eagerly
+
     for func in list(_FUNCTIONS):
         func.reset()
-    for cache in GRAPH.caches():
-        cache.invalidate()
+    invalidate_eagerly(GRAPH.caches())

@@ -36,8 +36,11 @@ GRAPH_ERROR_MARK = "[zcache:{}] "
 
 
 def _invalidate_eagerly(uids: set[int] | tuple[int, ...]) -> None:
-    for cache in GRAPH.objects(sorted(uids)):
-        cache.invalidate()
+    from ._cached_tensor import invalidate_eagerly
+
+    GRAPH.input_changes += 1
+    if uids:
+        invalidate_eagerly(GRAPH.objects(uids))
 
 
 class Parameter(TensorLike):
@@ -84,11 +87,14 @@ class Parameter(TensorLike):
         self.floating = bool(floating)
         initial = self._checked(value)
         self._var = eager_variable(np.float64(initial), name=_tf_name(name))
+        # Python copy of the value, saving a device read per set_value; None once a traced
+        # set_value exists, since a graph may then change the value behind Python's back.
+        self._mirror: float | None = initial
         self.node_id = GRAPH.add_node(self, PARAMETER, name)
 
     def __repr__(self) -> str:
         try:
-            shown = f"{float(self._var.numpy()):.6g}"
+            shown = f"{self._current():.6g}"
         except Exception:  # inside a trace there is no number to show
             shown = "<symbolic>"
         limits = f", lower={self.lower}, upper={self.upper}" if self.has_limits else ""
@@ -150,13 +156,22 @@ class Parameter(TensorLike):
         if tf.inside_function():
             return self._set_value_in_graph(value)
         v = self._checked(value)
-        old = float(self._var.numpy())
+        old = self._current()
         if v != old:
-            self._var.assign(v)
+            self._assign(v)
             _invalidate_eagerly(GRAPH.dependent_caches(self.node_id))
         return ModeSetter(lambda: self.set_value(old))
 
+    def _current(self) -> float:
+        return self._mirror if self._mirror is not None else float(self._var.numpy())
+
+    def _assign(self, v: float) -> None:
+        self._var.assign(v)
+        if self._mirror is not None:
+            self._mirror = v
+
     def _set_value_in_graph(self, value: Any) -> ModeSetter:
+        self._mirror = None
         value = tf.convert_to_tensor(value, dtype=tf.float64)
         if value.shape.rank not in (None, 0):
             raise ParameterValueError(
@@ -351,11 +366,11 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         setters = [p.set_value(v) for p, v in zip(params, values, strict=True)]
         return ModeSetter(lambda: [s.restore() for s in reversed(setters)])
     checked = [p._checked(v) for p, v in zip(params, values, strict=True)]
-    old = [float(p._var.numpy()) for p in params]
+    old = [p._current() for p in params]
     dirty: set[int] = set()
     for p, v, o in zip(params, checked, old, strict=True):
         if v != o:
-            p._var.assign(v)
+            p._assign(v)
             dirty.update(GRAPH.dependent_caches(p.node_id))
     _invalidate_eagerly(dirty)
     return ModeSetter(lambda: set_values(params, old))

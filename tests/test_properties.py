@@ -1,0 +1,975 @@
+"""Property-based tests (hypothesis) of zcache's invariants.
+
+1. Never stale: after any sequence of ``set_value`` / ``set_data`` / ``invalidate`` /
+   reads, every cache equals a fresh computation of its function by an independent
+   reference model (plain numpy on values this file keeps itself), eagerly and traced.
+2. Exact gradients: ``zcache.gradient`` and a ``tf.GradientTape`` on ``p.variable``
+   equal the uncached gradient (TensorFlow on constants) on hits and misses, eagerly
+   and traced; numerical mode equals the same finite differences taken on the
+   reference model; and numdifftools agrees.
+3. No retrace: changing parameter values or data (other sizes) never increases
+   ``trace_count`` of a ``zcache.function`` after its first call.
+4. ``CacheMachine``: a rule-based state machine over the public API mixing all of it.
+5. Bad input (NaN/inf/out-of-limit values, malformed data) raises the documented error
+   and leaves values, data and every cache's validity unchanged.
+
+Profiles: ``ci`` (default, small) and ``stress`` (``ZCACHE_HYPOTHESIS_PROFILE=stress``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+
+import networkx as nx
+import numdifftools as nd
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+import zcache
+from zcache.exceptions import (
+    DataDtypeError,
+    DataError,
+    DataShapeError,
+    EmptyDataError,
+    InvalidDataError,
+    ParameterValueError,
+)
+
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", max_examples=20, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH
+)
+settings.register_profile(
+    "stress", max_examples=400, stateful_step_count=50, deadline=None, suppress_health_check=_HEALTH
+)
+settings.load_profile(os.environ.get("ZCACHE_HYPOTHESIS_PROFILE", "ci"))
+
+
+def _examples(fraction: float) -> settings:
+    """Settings for a heavier test: a fraction of the active profile's max_examples."""
+    return settings(max_examples=max(5, int(settings.default.max_examples * fraction)))
+
+
+# == expression templates, evaluated by zcache (TensorFlow) or by the reference (numpy) ===
+class _Backend:
+    def __init__(self, name, sin, cos, tanh, exp, mean):
+        self.name, self.sin, self.cos, self.tanh, self.exp, self.mean = name, sin, cos, tanh, exp, mean
+
+
+NP = _Backend("np", np.sin, np.cos, np.tanh, np.exp, np.mean)
+TF = _Backend("tf", tf.sin, tf.cos, tf.tanh, tf.exp, tf.reduce_mean)
+
+UNARY = {
+    "id": lambda M, x: x,
+    "sin": lambda M, x: M.sin(x),
+    "cos": lambda M, x: M.cos(x),
+    "tanh": lambda M, x: M.tanh(x),
+    "bump": lambda M, x: 1.0 / (1.0 + x * x),
+    "gauss": lambda M, x: M.exp(-0.5 * x * x),
+    "affine": lambda M, x: 0.5 * x + 0.25,
+    "mean": lambda M, x: M.mean(x),
+}
+BOUNDED = ("sin", "cos", "tanh", "bump", "gauss")  # the last op of a cache: values in [-1, 1]
+BINARY = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
+
+
+def make_plan(unary, binary, reduce, domains):
+    """Fold ``u_0(d_0) op_1 u_1(d_1) ...``; a vector over another dataset is averaged first.
+
+    A *domain* is None for a scalar or the uid of the dataset a vector runs over.
+    Returns the plan (unary, binary, average-first) per dependency and the result's domain.
+    """
+    steps, dom = [], None
+    for i, (u, d) in enumerate(zip(unary, domains)):
+        d = None if u == "mean" else d
+        force_mean = dom is not None and d is not None and d != dom
+        if force_mean:
+            d = None
+        steps.append((u, binary[i - 1] if i else None, force_mean))
+        if dom is None:
+            dom = d
+    return tuple(steps), (None if reduce else dom)
+
+
+def run_plan(plan, final, reduce, leaves, M):
+    acc = None
+    for (u, op, force_mean), leaf in zip(plan, leaves):
+        term = UNARY[u](M, leaf)
+        if force_mean:
+            term = M.mean(term)
+        acc = term if acc is None else BINARY[op](acc, term)
+    out = UNARY[final](M, acc)
+    return M.mean(out) if reduce else out
+
+
+def templates(n):
+    """(unary per dependency, binary ops, final bounded op, reduce to a scalar)."""
+    return st.tuples(
+        st.tuples(*[st.sampled_from(sorted(UNARY))] * n),
+        st.tuples(*[st.sampled_from(sorted(BINARY))] * (n - 1)),
+        st.sampled_from(BOUNDED),
+        st.booleans(),
+    )
+
+
+# == a model class with @zcache.cached methods; formulas shared with the reference ==========
+def _profile(M, x, a):
+    return M.tanh(x * a)
+
+
+def _norm(M, a, b, k):
+    return M.cos(a * k + b)
+
+
+def _weight(M, x, b):
+    return 1.0 / (1.0 + (x * b) * (x * b))
+
+
+def _total(M, profile, norm, weight):
+    return M.mean(profile) * norm + weight
+
+
+class Lineshape(zcache.Cachable):
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    @zcache.cached  # x (Data argument) is a dependency, self.a is discovered
+    def profile(self, x):
+        return _profile(TF, x.value(), self.a.value())
+
+    @zcache.cached(deps=["a", "b"])  # declared by attribute name, keyed by the int k
+    def norm(self, k):
+        return _norm(TF, self.a.value(), self.b.value(), float(k))
+
+    @zcache.cached(deps=lambda self: [self.b])  # declared by a callable, plus the argument x
+    def weight(self, x):
+        return _weight(TF, x.value(), self.b.value())
+
+    @zcache.cached  # a cache of caches
+    def total(self, x, k):
+        return _total(TF, self.profile(x), self.norm(k), self.weight(x))
+
+
+# == the world: zcache objects plus an independent reference model ==========================
+class Node:
+    """A Parameter, Data or cache, with how zcache reads it and how the reference computes it."""
+
+    def __init__(self, uid, kind, label, *, obj=None, read=None, ref=None, domain=None,
+                 leaf_ids=frozenset(), model=None, depth=0):
+        self.uid, self.kind, self.label = uid, kind, label
+        self.depth = depth  # 0 for inputs, 1 + the deepest dependency for caches
+        self.obj = obj  # the zcache object (None for a @cached method)
+        self.read = read  # () -> tensor through zcache
+        self.ref = ref  # (env, backend) -> value, without any cache
+        self.domain = domain
+        self.leaf_ids = leaf_ids  # node_ids of all Parameters and Data it depends on
+        self.model = model
+
+    def __repr__(self):
+        return self.label
+
+    def value_in(self, env, M):
+        if self.uid not in env:
+            env[self.uid] = self.ref(env, M)
+        return env[self.uid]
+
+
+class Traced:
+    """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch."""
+
+    def __init__(self, world, fn):
+        self.world, self.fn, self.expected, self.epoch = world, fn, 0, None
+
+    def __call__(self, *args):
+        if self.fn.traced and self.epoch != self.world.epoch:
+            self.expected += 1
+            self.epoch = self.world.epoch
+        out = self.fn(*args)
+        assert self.fn.trace_count == self.expected, (
+            f"{self.fn!r} retraced: trace_count {self.fn.trace_count}, expected {self.expected}"
+        )
+        return out
+
+
+_EPS = float(np.finfo(np.float64).eps)
+_REL_STEP = _EPS ** (1.0 / 3.0)
+
+
+def _to_np(t):
+    return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
+
+
+def _grads(grads, variables):
+    return tf.stack([tf.zeros((), tf.float64) if g is None else tf.cast(g, tf.float64)
+                     for g, v in zip(grads, variables)]) if variables else tf.zeros([0], tf.float64)
+
+
+def _sum_all(values):
+    return tf.add_n([tf.reduce_sum(v) for v in values]) if values else tf.constant(0.0, tf.float64)
+
+
+class World:
+    def __init__(self):
+        self.uids = itertools.count()
+        self.nodes, self.params, self.data, self.caches, self.models = [], [], [], [], []
+        self.values = {}  # uid -> the value this file set (the reference state)
+        self.epoch = 0
+        self._checkers = {}
+        self._setters = {}
+
+    # -- building ------------------------------------------------------------------------
+    @classmethod
+    def build(cls, recipe):
+        w = cls()
+        for step in recipe:
+            if step[0] == "param":
+                w.add_param(*step[1:])
+            elif step[0] == "data":
+                w.add_data(step[1])
+            elif step[0] == "model":
+                _, a, b, x, k = step
+                w.add_model(w.nodes[a], w.nodes[b], w.nodes[x], k)
+            else:
+                _, deps, tpl, declared = step
+                w.add_cache([w.nodes[i] for i in deps], tpl, declared)
+        note(f"world: {w.nodes}")
+        return w
+
+    def _add(self, node):
+        self.nodes.append(node)
+        {"param": self.params, "data": self.data, "cache": self.caches}[node.kind].append(node)
+        return node
+
+    def add_param(self, value, lower=None, upper=None):
+        uid = next(self.uids)
+        p = zcache.Parameter(f"p{uid}", value, lower=lower, upper=upper)
+        self.values[uid] = float(value)
+        return self._add(Node(uid, "param", f"p{uid}", obj=p, read=p.value,
+                              leaf_ids=frozenset({p.node_id})))
+
+    def add_data(self, array):
+        uid = next(self.uids)
+        x = zcache.Data(array, name=f"x{uid}")
+        self.values[uid] = np.array(array, dtype=np.float64)
+        return self._add(Node(uid, "data", f"x{uid}[{len(array)}]", obj=x, read=x.value, domain=uid,
+                              leaf_ids=frozenset({x.node_id})))
+
+    def add_cache(self, deps, tpl, declared):
+        unary, binary, final, reduce = tpl
+        plan, domain = make_plan(unary, binary, reduce, [d.domain for d in deps])
+        declared = declared and all(d.obj is not None for d in deps)
+        reads = [d.read for d in deps]
+
+        def func():
+            return run_plan(plan, final, reduce, [r() for r in reads], TF)
+
+        uid = next(self.uids)
+        cache = zcache.CachedTensor(func, deps=[d.obj for d in deps] if declared else None, name=f"c{uid}")
+        terms = [f"{u}({d.label.split('=')[0]})" + (".mean" if fm else "")
+                 for (u, _, fm), d in zip(plan, deps)]
+        expr = terms[0]
+        for (_, op, _), t in zip(plan[1:], terms[1:]):
+            expr = f"{op}({expr}, {t})"
+        label = f"c{uid}={final}({expr}){'.mean' if reduce else ''}{' [declared]' if declared else ''}"
+        return self._add(Node(
+            uid, "cache", label, obj=cache, read=cache.value, domain=domain,
+            ref=lambda env, M: run_plan(plan, final, reduce, [d.value_in(env, M) for d in deps], M),
+            leaf_ids=frozenset().union(*[d.leaf_ids for d in deps]), depth=1 + max(d.depth for d in deps),
+        ))
+
+    def add_model(self, a, b, x, k):
+        m = Lineshape(a.obj, b.obj)
+        self.models.append(m)
+        i = len(self.models) - 1
+        leaves_ab = a.leaf_ids | b.leaf_ids
+        specs = [
+            ("profile", lambda: m.profile(x.obj), x.uid, a.leaf_ids | x.leaf_ids,
+             lambda env, M: _profile(M, x.value_in(env, M), a.value_in(env, M))),
+            ("norm", lambda: m.norm(k), None, leaves_ab,
+             lambda env, M: _norm(M, a.value_in(env, M), b.value_in(env, M), float(k))),
+            ("weight", lambda: m.weight(x.obj), x.uid, b.leaf_ids | x.leaf_ids,
+             lambda env, M: _weight(M, x.value_in(env, M), b.value_in(env, M))),
+        ]
+        nodes = []
+        for name, read, domain, leaves, ref in specs:
+            nodes.append(self._add(Node(next(self.uids), "cache", f"m{i}.{name}", read=read, ref=ref,
+                                        domain=domain, leaf_ids=leaves, model=m, depth=1)))
+        prof, norm, weight = nodes
+        nodes.append(self._add(Node(
+            next(self.uids), "cache", f"m{i}.total", read=lambda: m.total(x.obj, k), domain=x.uid,
+            leaf_ids=leaves_ab | x.leaf_ids, model=m, depth=2,
+            ref=lambda env, M: _total(M, prof.value_in(env, M), norm.value_in(env, M),
+                                      weight.value_in(env, M)),
+        )))
+        return nodes
+
+    # -- mutations (the only places that change self.values) -----------------------------
+    def setter(self, p):
+        """A traced function that sets ``p`` inside the graph from a tensor argument."""
+        if p.uid not in self._setters:
+            def body(v):
+                p.obj.set_value(v)
+                return p.obj.value()
+
+            self._setters[p.uid] = Traced(self, zcache.function(body, wraps="tensor"))
+        return self._setters[p.uid]
+
+    def set_value(self, p, v, how="eager"):
+        if how == "eager":
+            p.obj.set_value(v)
+        elif how == "graph":
+            out = self.setter(p)(tf.constant(v, tf.float64))
+            assert float(out) == float(v)
+        elif how == "set_values":
+            zcache.set_values([p.obj], [v])
+        else:  # pragma: no cover
+            raise AssertionError(how)
+        self.values[p.uid] = float(v)
+
+    def set_data(self, x, array):
+        x.obj.set_data(array)
+        self.values[x.uid] = np.array(array, dtype=np.float64)
+        x.label = f"x{x.uid}[{len(array)}]"
+
+    def invalidate(self, c):
+        if c.model is not None:
+            c.model.invalidate_caches()
+        else:
+            c.obj.invalidate()
+
+    def invalidate_all(self):
+        for c in self.caches:
+            self.invalidate(c)
+
+    def clear_graph_cache(self):
+        zcache.clear_graph_cache()
+        self.epoch += 1
+
+    # -- observations ------------------------------------------------------------------
+    def my_caches(self):
+        """Every CachedTensor downstream of this world's inputs (including @cached ones)."""
+        graph = zcache.dependency_graph()
+        for _ in range(5):  # the graph may shrink under us when the GC drops old objects
+            try:
+                ids = set()
+                for n in self.params + self.data:
+                    ids |= nx.descendants(graph, n.obj.node_id)
+                out = {}
+                for uid in ids:
+                    attrs = graph.nodes[uid]
+                    obj = attrs["ref"]() if attrs["kind"] == "cache" else None
+                    if obj is not None:
+                        out[uid] = obj
+                return out
+            except (RuntimeError, KeyError):
+                continue
+        raise AssertionError("could not read the dependency graph")
+
+    def validity(self):
+        return {uid: c.is_valid for uid, c in self.my_caches().items()}
+
+    def assert_inputs_unchanged(self):
+        for p in self.params:
+            assert float(p.obj.numpy()) == self.values[p.uid], f"{p} changed"
+        for x in self.data:
+            np.testing.assert_array_equal(x.obj.numpy(), self.values[x.uid], err_msg=f"{x} changed")
+
+    def check_graph(self):
+        graph = zcache.dependency_graph()
+        assert nx.is_directed_acyclic_graph(graph)
+        for c in self.caches:
+            if c.obj is not None:
+                missing = c.leaf_ids - nx.ancestors(graph, c.obj.node_id)
+                assert not missing, f"{c}: inputs {missing} are not ancestors in the dependency graph"
+
+    # -- the reference -----------------------------------------------------------------
+    def _env(self, overrides=None):
+        env = dict(self.values)
+        env.update(overrides or {})
+        return env
+
+    def reference_values(self):
+        env = self._env()
+        return [np.asarray(c.value_in(env, NP), dtype=np.float64) for c in self.caches]
+
+    def reference_gradient(self):
+        consts = {uid: tf.constant(v, tf.float64) for uid, v in self.values.items()}
+        watched = [consts[p.uid] for p in self.params]
+        with tf.GradientTape() as tape:
+            tape.watch(watched)
+            total = _sum_all([c.value_in(consts, TF) for c in self.caches])
+        return _grads(tape.gradient(total, watched), watched).numpy()
+
+    def reference_numerical(self):
+        """zcache's documented finite differences, taken on the reference model.
+
+        Returns the gradient and, per parameter, the absolute rounding tolerance.
+        """
+        def total(over):
+            env = self._env(over)
+            vals = [np.asarray(c.value_in(env, NP)) for c in self.caches]
+            return float(sum(np.sum(v) for v in vals)), float(sum(np.sum(np.abs(v)) for v in vals))
+
+        grads, tols = [], []
+        for p in self.params:
+            x0 = self.values[p.uid]
+            h = _REL_STEP * max(abs(x0), 1.0)
+            up = x0 + h if p.obj.upper is None else min(x0 + h, p.obj.upper)
+            down = x0 - h if p.obj.lower is None else max(x0 - h, p.obj.lower)
+            (f_up, a_up), (f_down, a_down) = total({p.uid: up}), total({p.uid: down})
+            grads.append((f_up - f_down) / (up - down))
+            tols.append(1e-11 * (1.0 + a_up + a_down) / (up - down))
+        return np.array(grads), np.array(tols)
+
+    # -- reading through zcache and comparing ------------------------------------------
+    def _checker(self, gradients):
+        """One traced function reading every cache (rebuilt when caches or parameters are added)."""
+        caches, params = list(self.caches), list(self.params)
+        key = (gradients, tuple(c.uid for c in caches), tuple(p.uid for p in params))
+        if key not in self._checkers:
+            variables = [p.obj.variable for p in params]
+            objs = [p.obj for p in params]
+            mode = {}
+
+            def body():
+                if not gradients:
+                    return [c.read() for c in caches], None, None
+                # zcache.gradient first (a miss where the caches are stale), then the tape (hits)
+                g_z = zcache.gradient(lambda: _sum_all([c.read() for c in caches]), objs)
+                mode["autograd"] = zcache.get_autograd_mode()  # what this trace bakes in
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(variables)
+                    values = [c.read() for c in caches]
+                    total = _sum_all(values)
+                return values, _grads(tape.gradient(total, variables), variables), g_z
+
+            fn = Traced(self, zcache.function(body, wraps="gradient"))
+            self._checkers[key] = (fn, mode)
+        return self._checkers[key]
+
+    def read_traced(self, gradients=True):
+        fn, mode = self._checker(gradients)
+        values, g_tape, g_z = fn()
+        return values, g_tape, g_z, mode.get("autograd")
+
+    def read_eager(self, gradients=True, zgrad_first=False):
+        params = self.params
+        variables = [p.obj.variable for p in params]
+        g_z = None
+        if gradients and zgrad_first:
+            g_z = zcache.gradient(lambda: _sum_all([c.read() for c in self.caches]), [p.obj for p in params])
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            values = [c.read() for c in self.caches]
+            total = _sum_all(values)
+        g_tape = _grads(tape.gradient(total, variables), variables) if gradients else None
+        if gradients and not zgrad_first:
+            g_z = zcache.gradient(lambda: _sum_all([c.read() for c in self.caches]), [p.obj for p in params])
+        return values, g_tape, g_z, zcache.get_autograd_mode()
+
+    def check(self, traced, gradients=True, zgrad_first=False):
+        """Read every cache through zcache and compare with the reference."""
+        if not self.caches:
+            return
+        if traced:
+            values, g_tape, g_z, autograd = self.read_traced(gradients)
+        else:
+            values, g_tape, g_z, autograd = self.read_eager(gradients, zgrad_first)
+        self.assert_values(values, "traced" if traced else "eager")
+        if gradients:
+            exact = self.reference_gradient()
+            self.assert_gradient(g_tape, exact, "tf.GradientTape on p.variable", traced)
+            if autograd:
+                self.assert_gradient(g_z, exact, "zcache.gradient", traced)
+            else:
+                numerical, tol = self.reference_numerical()
+                np.testing.assert_allclose(
+                    _to_np(g_z), numerical, rtol=1e-9, atol=float(np.max(tol)),
+                    err_msg=f"numerical zcache.gradient ({'traced' if traced else 'eager'}) differs from "
+                            f"the same finite differences on the reference; params {self.params}",
+                )
+        self.check_graph()
+
+    def assert_values(self, values, how):
+        expected = self.reference_values()
+        assert len(values) == len(expected)
+        for c, v, e in zip(self.caches, values, expected):
+            v = _to_np(v)
+            assert v.shape == e.shape, f"{c} ({how}): shape {v.shape}, expected {e.shape}"
+            np.testing.assert_allclose(v, e, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{c} ({how}) is stale: it differs from its function")
+
+    def assert_gradient(self, actual, expected, what, traced):
+        scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+        np.testing.assert_allclose(
+            _to_np(actual), expected, rtol=1e-10, atol=1e-10 * scale,
+            err_msg=f"{what} ({'traced' if traced else 'eager'}) differs from the uncached gradient; "
+                    f"params {self.params}",
+        )
+
+
+# == strategies ============================================================================
+FLOATS = dict(allow_nan=False, allow_infinity=False, allow_subnormal=False)
+VALUES = st.floats(-2.0, 2.0, **FLOATS)
+LIMITS = st.tuples(st.none() | st.floats(-3.0, -2.0, **FLOATS), st.none() | st.floats(2.0, 3.0, **FLOATS))
+ARRAYS = hnp.arrays(np.float64, st.integers(1, 50), elements=st.floats(-2.0, 2.0, **FLOATS))
+INDEX = st.integers(0, 1000)
+MAX_DEPTH = 3
+
+
+def valid_values(p):
+    lo = -3.0 if p.obj.lower is None else p.obj.lower
+    hi = 3.0 if p.obj.upper is None else p.obj.upper
+    return st.floats(lo, hi, **FLOATS)
+
+
+@st.composite
+def recipes(draw, max_caches=4, max_depth=MAX_DEPTH, limits=True, models=True):
+    """Instructions for World.build: parameters, data, maybe a model, then caches over them.
+
+    Caches nest at most ``max_depth`` deep: tracing a cache traces its dependencies again
+    inside its tf.cond branch (and its gradient again in the backward pass), so trace
+    time grows quickly with the nesting depth.
+    """
+    n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    steps = [("param", draw(VALUES), *(draw(LIMITS) if limits else (None, None))) for _ in range(n_p)]
+    steps += [("data", draw(ARRAYS)) for _ in range(n_d)]
+    depths = [0] * (n_p + n_d)
+    if models and max_depth >= 2 and draw(st.booleans()):
+        steps.append(("model", draw(st.integers(0, n_p - 1)), draw(st.integers(0, n_p - 1)),
+                      draw(st.integers(n_p, n_p + n_d - 1)), draw(st.integers(1, 3))))
+        depths += [1, 1, 1, 2]
+    for _ in range(draw(st.integers(1, max_caches))):
+        allowed = [i for i, d in enumerate(depths) if d < max_depth]
+        deps = draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=3, unique=True))
+        steps.append(("cache", tuple(deps), draw(templates(len(deps))), draw(st.booleans())))
+        depths.append(1 + max(depths[i] for i in deps))
+    return steps
+
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set_value"), INDEX, VALUES, st.sampled_from(["eager", "graph", "set_values"])),
+        st.tuples(st.just("same_value"), INDEX),
+        st.tuples(st.just("set_data"), INDEX, ARRAYS),
+        st.tuples(st.just("invalidate"), INDEX),
+        st.tuples(st.just("read"), st.sampled_from(["eager", "traced"])),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def apply_operation(w, op):
+    """Apply one operation of OPERATIONS; True if it was a read."""
+    kind = op[0]
+    if kind == "set_value":
+        w.set_value(w.params[op[1] % len(w.params)], op[2], op[3])
+    elif kind == "same_value":
+        p = w.params[op[1] % len(w.params)]
+        before = w.validity()
+        w.set_value(p, w.values[p.uid])
+        assert w.validity() == before, "setting a parameter to its current value invalidated caches"
+    elif kind == "set_data":
+        w.set_data(w.data[op[1] % len(w.data)], op[2])
+    elif kind == "invalidate":
+        w.invalidate(w.caches[op[1] % len(w.caches)])
+    else:
+        return True
+    return False
+
+
+# == 1. never stale ========================================================================
+@given(recipe=recipes(), ops=OPERATIONS)
+def test_never_stale(recipe, ops):
+    w = World.build(recipe)
+    for op in ops:
+        note(f"op {op[:2]}")
+        if apply_operation(w, op):
+            w.check(traced=op[1] == "traced", gradients=False)
+    w.check(traced=False, gradients=False)
+    w.check(traced=True, gradients=False)
+
+
+# == 2. exact gradients ====================================================================
+@_examples(0.6)
+@given(recipe=recipes(max_depth=2, limits=False), zgrad_first=st.booleans())
+def test_gradients_exact_on_hit_and_miss(recipe, zgrad_first):
+    w = World.build(recipe)
+    w.invalidate_all()
+    w.check(traced=False, zgrad_first=zgrad_first)  # eager: misses
+    w.check(traced=False, zgrad_first=not zgrad_first)  # eager: hits
+    w.invalidate_all()
+    w.check(traced=True)  # traced: zcache.gradient on misses, then the tape on hits
+    w.check(traced=True)  # traced: all hits
+    with zcache.set_autograd_mode(False):  # zcache's own central differences
+        w.invalidate_all()
+        w.check(traced=False)
+        w.check(traced=False)
+
+    # numdifftools on a numpy wrapper that sets the values and evaluates (traced, no retrace)
+    params = [p.obj for p in w.params]
+    x0 = np.array([w.values[p.uid] for p in w.params])
+    fn, _ = w._checker(False)
+
+    def loss(xs):
+        for p, v in zip(params, np.atleast_1d(xs)):
+            p.set_value(float(v))
+        return float(sum(np.sum(_to_np(v)) for v in fn()[0]))
+
+    try:
+        numeric = np.atleast_1d(nd.Gradient(loss)(x0))
+    finally:
+        for p, v in zip(params, x0):
+            p.set_value(float(v))
+    exact = w.reference_gradient()
+    scale = max(1.0, float(np.max(np.abs(exact))))
+    np.testing.assert_allclose(numeric, exact, rtol=1e-6, atol=1e-6 * scale,
+                               err_msg="numdifftools disagrees with the exact gradient")
+    w.check(traced=True)
+
+
+# == 3. no retrace =========================================================================
+CHANGES = st.lists(
+    st.one_of(
+        st.tuples(st.just("set_value"), INDEX, VALUES, st.sampled_from(["eager", "graph", "set_values"])),
+        st.tuples(st.just("same_value"), INDEX),
+        st.tuples(st.just("set_data"), INDEX, ARRAYS),
+        st.tuples(st.just("with_value"), INDEX, VALUES),
+        st.tuples(st.just("with_data"), INDEX, ARRAYS),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@_examples(0.6)
+@given(recipe=recipes(max_caches=3, max_depth=2), changes=CHANGES)
+def test_changing_values_and_data_never_retraces(recipe, changes):
+    w = World.build(recipe)
+    w.check(traced=True)  # traces once (Traced asserts trace_count after every call)
+    for change in changes:
+        note(f"change {change[:2]}")
+        if change[0] == "with_value":
+            p = w.params[change[1] % len(w.params)]
+            old = w.values[p.uid]
+            with p.obj.set_value(change[2]):
+                w.values[p.uid] = change[2]
+                w.check(traced=True)
+            w.values[p.uid] = old
+        elif change[0] == "with_data":
+            x = w.data[change[1] % len(w.data)]
+            old = w.values[x.uid]
+            with x.obj.set_data(change[2]):
+                w.values[x.uid] = change[2]
+                w.check(traced=True)
+            w.values[x.uid] = old
+        else:
+            apply_operation(w, change)
+        w.check(traced=True)
+    for fn, _ in w._checkers.values():
+        assert fn.fn.trace_count == 1
+    for setter in w._setters.values():
+        assert setter.fn.trace_count == 1
+
+
+# == 5. bad input leaves the state unchanged ===============================================
+BAD_VALUES = st.sampled_from(["nan", "inf", "-inf", "below", "just_below", "above", "just_above", "vector"])
+
+
+def bad_value(p, kind):
+    lower, upper = p.obj.lower, p.obj.upper
+    if kind in ("below", "just_below") and lower is not None:
+        return lower - 1.0 if kind == "below" else float(np.nextafter(lower, -np.inf))
+    if kind in ("above", "just_above") and upper is not None:
+        return upper + 1.0 if kind == "above" else float(np.nextafter(upper, np.inf))
+    if kind == "vector":
+        return [0.0, 1.0]
+    return {"inf": np.inf, "-inf": -np.inf}.get(kind, np.nan)
+
+
+def prepare_validity(w, invalidate):
+    """Fill every cache, then invalidate some: a random pattern of valid and stale caches."""
+    w.check(traced=False, gradients=False)
+    for i in invalidate:
+        w.invalidate(w.caches[i % len(w.caches)])
+
+
+@_examples(0.6)
+@given(recipe=recipes(max_caches=3), pick=INDEX, kind=BAD_VALUES, invalidate=st.lists(INDEX, max_size=3),
+       how=st.sampled_from(["eager", "graph", "set_values", "set_values_pair"]))
+def test_bad_parameter_value_leaves_state_unchanged(recipe, pick, kind, invalidate, how):
+    w = World.build(recipe)
+    p = w.params[pick % len(w.params)]
+    bad = bad_value(p, kind)
+    if how == "graph" and kind == "vector":
+        how = "eager"  # a vector argument would be a different trace signature, not a value
+    prepare_validity(w, invalidate)
+    valid = w.validity()
+    with pytest.raises(ParameterValueError):
+        if how == "eager":
+            p.obj.set_value(bad)
+        elif how == "graph":
+            w.setter(p)(tf.constant(bad, tf.float64))
+        elif how == "set_values":
+            zcache.set_values([p.obj], [bad])
+        else:  # one good and one bad value: neither is written
+            others = [q for q in w.params if q is not p]
+            if others:
+                zcache.set_values([others[0].obj, p.obj], [0.5 * w.values[others[0].uid] + 0.1, bad])
+            else:
+                zcache.set_values([p.obj], [bad])
+    w.assert_inputs_unchanged()
+    assert w.validity() == valid, "a refused value changed the validity of caches"
+    w.check(traced=False, gradients=False)
+    w.check(traced=True, gradients=False)
+
+
+BAD_DATA = {
+    "rank2": (lambda n: np.zeros((n, 2)), DataShapeError),
+    "scalar": (lambda n: np.float64(1.0), DataShapeError),
+    "empty": (lambda n: np.zeros(0), EmptyDataError),
+    "nan": (lambda n: np.where(np.arange(n) == n // 2, np.nan, 1.0), InvalidDataError),
+    "inf": (lambda n: np.where(np.arange(n) == 0, -np.inf, 1.0), InvalidDataError),
+    "complex": (lambda n: np.ones(n) * (1 + 1j), DataDtypeError),
+    "string": (lambda n: np.array(["a"] * n), DataDtypeError),
+}
+
+
+@_examples(0.6)
+@given(recipe=recipes(max_caches=3), pick=INDEX, kind=st.sampled_from(sorted(BAD_DATA)),
+       size=st.integers(1, 50), invalidate=st.lists(INDEX, max_size=3))
+def test_bad_data_leaves_state_unchanged(recipe, pick, kind, size, invalidate):
+    w = World.build(recipe)
+    x = w.data[pick % len(w.data)]
+    make, error = BAD_DATA[kind]
+    prepare_validity(w, invalidate)
+    valid = w.validity()
+    with pytest.raises(error):
+        x.obj.set_data(make(size))
+    w.assert_inputs_unchanged()
+    assert w.validity() == valid, "refused data changed the validity of caches"
+    w.check(traced=False, gradients=False)
+
+
+BAD_TENSORS = {  # set_data inside a traced function, from a tensor argument
+    "nan": (lambda: tf.constant([1.0, np.nan, 2.0], tf.float64), InvalidDataError),
+    "inf": (lambda: tf.constant([np.inf], tf.float64), InvalidDataError),
+    "empty": (lambda: tf.zeros([0], tf.float64), DataError),
+    "rank2": (lambda: tf.zeros([3, 2], tf.float64), DataShapeError),
+    "complex": (lambda: tf.constant([1 + 1j], tf.complex128), DataDtypeError),
+}
+
+
+@_examples(0.4)
+@given(recipe=recipes(max_caches=3), pick=INDEX, kind=st.sampled_from(sorted(BAD_TENSORS)),
+       invalidate=st.lists(INDEX, max_size=3))
+def test_bad_data_in_graph_leaves_state_unchanged(recipe, pick, kind, invalidate):
+    w = World.build(recipe)
+    x = w.data[pick % len(w.data)]
+    make, error = BAD_TENSORS[kind]
+
+    @zcache.function
+    def set_in_graph(t):
+        x.obj.set_data(t)
+        return x.obj.nevents
+
+    prepare_validity(w, invalidate)
+    valid = w.validity()
+    with pytest.raises(error):
+        set_in_graph(make())
+    w.assert_inputs_unchanged()
+    assert w.validity() == valid, "refused data changed the validity of caches"
+    w.check(traced=False, gradients=False)
+
+
+# == 4. the state machine ==================================================================
+GRAPH_MODES = st.sampled_from([True, False, "auto", {"gradient": False}, {"tensor": False}])
+MAX_CACHES = 6
+MACHINE_DEPTH = 2  # see recipes(): traced gradients of deeper nests are slow to trace
+
+
+class CacheMachine(RuleBasedStateMachine):
+    """Random programs over the public API, checked against the reference after every step."""
+
+    params = Bundle("params")
+    data = Bundle("data")
+    caches = Bundle("caches")
+
+    def __init__(self):
+        super().__init__()
+        self.world = World()
+        self.check_traced = False
+        self.steps = 0
+        self._modes = (zcache.get_graph_mode(), zcache.get_autograd_mode(), tf.config.functions_run_eagerly())
+
+    def teardown(self):
+        graph, autograd, backend = self._modes
+        zcache.set_graph_mode(graph, set_backend=False)
+        zcache.set_autograd_mode(autograd)
+        tf.config.run_functions_eagerly(backend)
+
+    # -- inputs --------------------------------------------------------------------------
+    @initialize(target=params, value=VALUES, limits=LIMITS)
+    def first_param(self, value, limits):
+        return self.world.add_param(value, *limits)
+
+    @initialize(target=data, array=ARRAYS)
+    def first_data(self, array):
+        return self.world.add_data(array)
+
+    @precondition(lambda self: len(self.world.params) < 4)
+    @rule(target=params, value=VALUES, limits=LIMITS)
+    def add_param(self, value, limits):
+        return self.world.add_param(value, *limits)
+
+    @precondition(lambda self: len(self.world.data) < 3)
+    @rule(target=data, array=ARRAYS)
+    def add_data(self, array):
+        return self.world.add_data(array)
+
+    # -- caches --------------------------------------------------------------------------
+    @precondition(lambda self: len(self.world.caches) < MAX_CACHES)
+    @rule(target=caches, data=st.data(), declared=st.booleans())
+    def add_cache(self, data, declared):
+        nodes = [n for n in self.world.nodes if n.depth < MACHINE_DEPTH]
+        deps = data.draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=3, unique_by=lambda n: n.uid),
+                         label="deps")
+        tpl = data.draw(templates(len(deps)), label="template")
+        return self.world.add_cache(deps, tpl, declared)
+
+    @precondition(lambda self: len(self.world.models) < 1 and len(self.world.caches) < MAX_CACHES)
+    @rule(target=caches, a=params, b=params, x=data, k=st.integers(1, 3))
+    def add_model(self, a, b, x, k):
+        return multiple(*self.world.add_model(a, b, x, k))
+
+    # -- mutations -----------------------------------------------------------------------
+    @rule(p=params, data=st.data(), same=st.booleans(),
+          how=st.sampled_from(["eager", "graph", "set_values", "with"]))
+    def set_value(self, p, data, same, how):
+        w = self.world
+        old = w.values[p.uid]
+        v = old if same else data.draw(valid_values(p), label="value")
+        before = w.validity() if same else None
+        if how == "with":
+            with p.obj.set_value(v):
+                w.values[p.uid] = v
+                if same:
+                    assert w.validity() == before
+                w.check(traced=self.check_traced, gradients=False)
+            w.values[p.uid] = old
+        else:
+            w.set_value(p, v, how)
+        if same:
+            assert w.validity() == before, "setting a parameter to its current value invalidated caches"
+
+    @rule(x=data, array=ARRAYS, how=st.sampled_from(["eager", "with"]))
+    def set_data(self, x, array, how):
+        w = self.world
+        if how == "with":
+            old = w.values[x.uid]
+            with x.obj.set_data(array):
+                w.values[x.uid] = np.array(array)
+                w.check(traced=self.check_traced, gradients=False)
+            w.values[x.uid] = old
+        else:
+            w.set_data(x, array)
+
+    @rule(c=caches)
+    def invalidate(self, c):
+        self.world.invalidate(c)
+
+    @rule()
+    def clear_graph_cache(self):
+        self.world.clear_graph_cache()
+
+    # -- bad input ---------------------------------------------------------------------
+    @rule(p=params, kind=BAD_VALUES, how=st.sampled_from(["eager", "graph", "set_values"]))
+    def bad_value(self, p, kind, how):
+        w = self.world
+        bad = bad_value(p, kind)
+        if how == "graph" and kind == "vector":
+            how = "eager"
+        valid = w.validity()
+        with pytest.raises(ParameterValueError):
+            if how == "eager":
+                p.obj.set_value(bad)
+            elif how == "graph":
+                w.setter(p)(tf.constant(bad, tf.float64))
+            else:
+                zcache.set_values([p.obj], [bad])
+        w.assert_inputs_unchanged()
+        assert w.validity() == valid
+
+    @rule(x=data, kind=st.sampled_from(sorted(BAD_DATA)), size=st.integers(1, 50))
+    def bad_data(self, x, kind, size):
+        make, error = BAD_DATA[kind]
+        valid = self.world.validity()
+        with pytest.raises(error):
+            x.obj.set_data(make(size))
+        self.world.assert_inputs_unchanged()
+        assert self.world.validity() == valid
+
+    # -- modes ---------------------------------------------------------------------------
+    @rule(mode=GRAPH_MODES)
+    def set_graph_mode(self, mode):
+        zcache.set_graph_mode(mode)
+        assert zcache.get_graph_mode() == mode
+        assert tf.config.functions_run_eagerly() is (mode is False)
+
+    @rule(mode=GRAPH_MODES, traced=st.booleans())
+    def graph_mode_block(self, mode, traced):
+        before, backend = zcache.get_graph_mode(), tf.config.functions_run_eagerly()
+        with zcache.set_graph_mode(mode):
+            self.world.check(traced=traced)
+        assert zcache.get_graph_mode() == before
+        assert tf.config.functions_run_eagerly() is backend
+
+    @rule(mode=st.booleans())
+    def set_autograd_mode(self, mode):
+        zcache.set_autograd_mode(mode)
+        assert zcache.get_autograd_mode() is mode
+
+    @rule(mode=st.booleans(), traced=st.booleans())
+    def autograd_block(self, mode, traced):
+        before = zcache.get_autograd_mode()
+        with zcache.set_autograd_mode(mode):
+            self.world.check(traced=traced)
+        assert zcache.get_autograd_mode() is before
+
+    @rule(traced=st.booleans())
+    def read_traced_or_eager(self, traced):
+        """Choose how the invariant reads the caches: eagerly or inside a zcache.function."""
+        self.check_traced = traced
+
+    # -- invariants ----------------------------------------------------------------------
+    @invariant()
+    def caches_equal_reference(self):
+        self.steps += 1
+        w = self.world
+        w.assert_inputs_unchanged()
+        if self.check_traced:  # values in a trace; traced gradients are checked by the *_block rules
+            w.check(traced=True, gradients=False)
+        w.check(traced=False, zgrad_first=self.steps % 2 == 0)
+
+    @invariant()
+    def dependency_graph_is_acyclic(self):
+        assert nx.is_directed_acyclic_graph(zcache.dependency_graph())
+
+
+TestCacheMachine = CacheMachine.TestCase
