@@ -288,3 +288,20 @@ def test_zcache_objects_as_arguments_are_keyed_by_identity():
     x.set_data(np.ones(2))
     assert float(scaled(a, x)) == 10.0 and float(scaled(b, x)) == 6.0
     assert scaled.trace_count == 2
+
+
+def test_traced_set_of_same_value_keeps_caches_created_after_the_trace():
+    p = zcache.Parameter("p", 1.0)
+
+    @zcache.function
+    def setter(v):
+        p.set_value(v)
+        return p.value()
+
+    setter(tf.constant(1.0, tf.float64))
+    late = zcache.CachedTensor(lambda: tf.sin(p.value()))
+    late.value()
+    setter(tf.constant(1.0, tf.float64))  # the current value again: nothing to invalidate
+    assert late.is_valid
+    setter(tf.constant(2.0, tf.float64))
+    assert not late.is_valid

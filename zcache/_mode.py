@@ -247,6 +247,14 @@ class _TraceRecord:
         self.mutations: dict[int, set[int]] = {}
 
 
+def _input_value(uid: int) -> float | None:
+    """A parameter's current value (None for data, whose changes are not compared)."""
+    obj = GRAPH.obj(uid)
+    if obj is None or GRAPH.nx.nodes[uid]["kind"] != "parameter":
+        return None
+    return float(obj.variable.numpy())
+
+
 def note_mutation(uid: int, handled: tuple[int, ...]) -> None:
     """Called by ``set_value``/``set_data`` inside a trace (see :class:`Function`)."""
     stack = getattr(_local, "traces", None)
@@ -281,7 +289,7 @@ class Function:
         self._tf_function: Any = None
         self._live_traces = 0
         self._record = _TraceRecord()
-        self._extra: tuple[int, tuple[Any, ...]] = (-1, ())
+        self._extra: tuple[int, dict[int, tuple[Any, ...]]] = (-1, {})
         _FUNCTIONS.add(self)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -303,12 +311,14 @@ class Function:
         if self._tf_function is None:
             self._tf_function = tf.function(self._traced_body(), autograph=False)
             self._live_traces = 0
+        untraced = self._untraced_dependents() if self._record.mutations else {}
+        before = {uid: _input_value(uid) for uid in untraced}
         try:
             out = self._tf_function(*args, **kwargs)
         except tf.errors.InvalidArgumentError as err:
             raise _zcache_error_from(err) from None
-        if self._record.mutations:
-            self._invalidate_untraced_dependents()
+        if untraced:
+            self._invalidate_untraced(untraced, before)
         if self._live_traces > self.max_traces:
             warnings.warn(
                 f"{self!r} has traced {self._live_traces} graphs (bound {self.max_traces}); they "
@@ -341,27 +351,39 @@ class Function:
         finally:
             stack.pop()
 
-    def _invalidate_untraced_dependents(self) -> None:
+    def _untraced_dependents(self) -> dict[int, tuple[Any, ...]]:
+        """Mutated input -> its dependent caches that no trace of this function knows of."""
         # A trace invalidates in-graph the caches that existed when it was traced; caches
-        # created later that depend on what the trace mutates are invalidated here.
+        # created later that depend on what the trace mutates are invalidated after the call.
         version, extra = self._extra
         if version != GRAPH.version:
-            uids: set[int] = set()
+            extra = {}
             for uid, handled in self._record.mutations.items():
-                uids.update(set(GRAPH.dependent_caches(uid)) - handled)
-            extra = tuple(GRAPH.objects(sorted(uids)))
+                caches = GRAPH.objects(sorted(set(GRAPH.dependent_caches(uid)) - handled))
+                if caches:
+                    extra[uid] = tuple(caches)
             self._extra = (GRAPH.version, extra)
-        if extra:
-            from ._cached_tensor import invalidate_eagerly
+        return extra
 
-            invalidate_eagerly(extra)
+    @staticmethod
+    def _invalidate_untraced(untraced: dict[int, tuple[Any, ...]], before: dict[int, Any]) -> None:
+        from ._cached_tensor import invalidate_eagerly
+
+        stale: list[Any] = []
+        for uid, caches in untraced.items():
+            old = before[uid]
+            # A parameter set to the value it had invalidates nothing (data always invalidates).
+            if old is None or old != _input_value(uid):
+                stale.extend(caches)
+        if stale:
+            invalidate_eagerly(set(stale))
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
         self._tf_function = None
         self._live_traces = 0
         self._record = _TraceRecord()
-        self._extra = (-1, ())
+        self._extra = (-1, {})
 
 
 _MARK = re.compile(r"\[zcache:(\w+)\] ([^\n]*)")
