@@ -9,11 +9,16 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 
 .PHONY: test demo bench lint clean
 
+# $(call make-venv,DIR): create the virtualenv DIR if missing and install zcache[dev] into it.
+define make-venv
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet -e .[dev]
+	touch $(1)/.installed
+endef
+
 $(STAMP): setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .[dev]
-	touch $(STAMP)
+	$(call make-venv,$(VENV))
 
 test: $(STAMP)
 	$(PY) -m pytest
@@ -24,13 +29,10 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
 
-# The bench environment also holds the peers (zfit is installed with --no-deps next to
-# tensorflow-cpu, because its own requirement pulls the full `tensorflow` wheel).
+# A separate environment for benchmarks, so that peers (zfit, tensorwaves: later issues) can be
+# installed there without touching the test environment.
 $(BENCH_STAMP): setup.cfg pyproject.toml
-	test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_PY) -m pip install --quiet --upgrade pip
-	$(BENCH_PY) -m pip install --quiet -e .[dev]
-	touch $(BENCH_STAMP)
+	$(call make-venv,$(BENCH_VENV))
 
 bench: $(BENCH_STAMP)
 	$(BENCH_PY) benchmarks/run_all.py
