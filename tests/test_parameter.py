@@ -241,5 +241,8 @@ def test_set_data_inside_trace():
     with pytest.raises(InvalidDataError, match="NaN or infinite"):
         f(tf.constant([np.nan], tf.float64))
     assert d.nevents == 4 and c.is_valid
+    with pytest.raises(EmptyDataError, match="no events"):
+        f(tf.zeros((0,), tf.float64))
+    assert d.nevents == 4
     with pytest.raises(DataShapeError):
         f(tf.zeros((2, 2), tf.float64))

@@ -323,12 +323,14 @@ class Data(TensorLike):
                 f"Data '{self.name}' has dtype {self.np_dtype}, got a tensor of dtype {tensor.dtype}."
             )
         tensor = tf.cast(tensor, self.np_dtype)
-        mark = GRAPH_ERROR_MARK.format("InvalidDataError") + f"Data '{self.name}': "
+        where = f"Data '{self.name}': "
         checks = [tf.debugging.assert_greater(
-            tf.shape(tensor)[0], 0, message=mark + "no events; data unchanged.")]
+            tf.shape(tensor)[0], 0,
+            message=GRAPH_ERROR_MARK.format("EmptyDataError") + where + "no events; data unchanged.")]
         if self.np_dtype.kind in "fc":
             checks.append(tf.debugging.assert_all_finite(
-                tensor, mark + "NaN or infinite values; data unchanged."))
+                tensor, GRAPH_ERROR_MARK.format("InvalidDataError") + where
+                + "NaN or infinite values; data unchanged."))
         old = self._var.read_value()
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
