@@ -1,19 +1,30 @@
 """Property-based tests (hypothesis) of zcache's invariants.
 
-1. Never stale: after any sequence of ``set_value`` / ``set_data`` / ``invalidate`` /
-   reads, every cache equals a fresh computation of its function by an independent
-   reference model (plain numpy on values this file keeps itself), eagerly and traced.
-2. Exact gradients: ``zcache.gradient`` and a ``tf.GradientTape`` on ``p.variable``
-   equal the uncached gradient (TensorFlow on constants) on hits and misses, eagerly
-   and traced; numerical mode equals the same finite differences taken on the
-   reference model; and numdifftools agrees.
-3. No retrace: changing parameter values or data (other sizes) never increases
-   ``trace_count`` of a ``zcache.function`` after its first call.
-4. ``CacheMachine``: a rule-based state machine over the public API mixing all of it.
-5. Bad input (NaN/inf/out-of-limit values, malformed data) raises the documented error
-   and leaves values, data and every cache's validity unchanged.
+Every test builds a *world*: Parameters (with limits), Data (1-D, 1..50 events), caches
+built from random expression templates over 1-3 dependencies (declared or discovered,
+caches of caches) and ``@zcache.cached`` methods of a small model class, together with
+an independent reference model: the values this file set itself, and each cache's
+formula evaluated without any cache (numpy for values, TensorFlow on constants for
+gradients).
 
-Profiles: ``ci`` (default, small) and ``stress`` (``ZCACHE_HYPOTHESIS_PROFILE=stress``).
+1. Never stale: after random sequences of set_value / set_data / invalidate (eager, inside
+   a traced function, set_values, ``with`` blocks), every cache equals its reference
+   (rtol 1e-12), read eagerly and inside a traced ``zcache.function``.
+2. Exact gradients: ``zcache.gradient`` and a ``tf.GradientTape`` on ``p.variable`` equal
+   the uncached gradient (rtol 1e-10) on misses and hits, eagerly and traced; numerical mode
+   equals the same central differences on the reference; numdifftools agrees (1e-6).
+3. No retrace: set_value / set_data (other sizes) never increase ``trace_count`` after the
+   first call (``Traced`` checks this after every call of every traced function here).
+4. ``CacheMachine``: a RuleBasedStateMachine over the public API (including graph and
+   autograd modes, as plain setters and as ``with`` blocks, and clear_graph_cache), checked
+   against the reference after every step; the dependency graph stays acyclic.
+5. Bad input (NaN/inf/out-of-limit values, malformed data; eager and traced) raises the
+   documented error and leaves values, data and every cache's validity unchanged.
+
+Profiles: ``ci`` (default, about 40 s) and ``stress`` (``ZCACHE_HYPOTHESIS_PROFILE=stress``,
+many minutes). Trace time grows quickly with how deeply caches nest (each read traces
+its dependencies again inside its tf.cond, each gradient traces them again in the
+backward pass), so the worlds keep nesting shallow.
 """
 
 from __future__ import annotations
