@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import tensorflow as tf
 
@@ -209,12 +210,9 @@ class CachedTensor(TensorLike):
             stack.pop()
         out = self._checked(out)
         reads.discard(self)
-        if self._declared is not None:
-            missing = [r for r in reads if not any(r is d for d in self._declared)
-                       and not (r.node_id in GRAPH.nx and self.node_id in GRAPH.nx
-                                and GRAPH.nx.has_edge(r.node_id, self.node_id))
-                       and not _is_ancestor(r, self._declared)]
-            if missing and not self._warned:
+        if self._declared is not None and not self._warned:
+            missing = [r for r in reads if not _is_ancestor(r, self._deps)]
+            if missing:
                 self._warned = True
                 warnings.warn(
                     f"CachedTensor '{self.name}' read {[m.name for m in missing]}, which are not "
@@ -358,10 +356,6 @@ def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
                 flag.assign(False)
 
 
-def _is_ancestor(obj: Any, declared: tuple[Any, ...]) -> bool:
-    import networkx as nx
-
-    return any(
-        obj.node_id in GRAPH.nx and d.node_id in GRAPH.nx and nx.has_path(GRAPH.nx, obj.node_id, d.node_id)
-        for d in declared
-    )
+def _is_ancestor(obj: Any, deps: list[Any]) -> bool:
+    """Whether ``obj`` is one of ``deps`` or something they depend on."""
+    return any(obj is d or nx.has_path(GRAPH.nx, obj.node_id, d.node_id) for d in deps)
