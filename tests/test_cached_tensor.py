@@ -427,3 +427,22 @@ def test_no_tensorflow_retracing_warning_for_many_functions(caplog):
         for f in (f1, f2, f3, f4, f5, f6, f7):
             zcache.function(f)()
     assert "retracing" not in caplog.text
+
+
+def test_batched_invalidation_traces_once_per_power_of_two(caplog):
+    from zcache._cached_tensor import _clear_flags
+
+    p = zcache.Parameter("p", 1.0)
+    caches = []
+    before = _clear_flags.experimental_get_tracing_count()
+    with caplog.at_level("WARNING", logger="tensorflow"):
+        for k in range(9, 17):  # batch sizes 9..16 all pad to 16
+            caches.append(zcache.CachedTensor(lambda k=k: p.value() * k))
+            while len(caches) < k:
+                caches.append(zcache.CachedTensor(lambda: p.value() + 1.0))
+            for c in caches:
+                c.value()
+            p.set_value(float(p.value()) + 1.0)
+            assert not any(c.is_valid for c in caches)
+    assert _clear_flags.experimental_get_tracing_count() - before <= 1
+    assert "retracing" not in caplog.text

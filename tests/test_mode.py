@@ -305,3 +305,34 @@ def test_traced_set_of_same_value_keeps_caches_created_after_the_trace():
     assert late.is_valid
     setter(tf.constant(2.0, tf.float64))
     assert not late.is_valid
+
+
+def test_autograd_mode_applies_to_already_traced_functions():
+    p = zcache.Parameter("p", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() ** 3)
+    seen = []
+
+    @zcache.function(wraps="gradient")
+    def grad():
+        seen.append(zcache.get_autograd_mode())
+        return zcache.gradient(lambda: c.value(), [p])
+
+    assert float(grad()[0]) == 3.0
+    with zcache.set_autograd_mode(False):
+        g = float(grad()[0])
+    assert seen == [True, False]  # traced once per mode
+    assert g != 3.0 and abs(g - 3.0) < 1e-6  # a finite difference, not the exact derivative
+    assert float(grad()[0]) == 3.0 and grad.trace_count == 2
+
+
+def test_in_graph_error_message_is_clean():
+    d = zcache.Data(np.arange(3.0), name="x")
+
+    @zcache.function
+    def f(t):
+        d.set_data(t)
+        return d.value()
+
+    with pytest.raises(zcache.exceptions.EmptyDataError) as err:
+        f(tf.zeros([0], tf.float64))
+    assert str(err.value) == "Data 'x': no events; data unchanged."

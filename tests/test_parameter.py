@@ -246,3 +246,11 @@ def test_set_data_inside_trace():
     assert d.nevents == 4
     with pytest.raises(DataShapeError):
         f(tf.zeros((2, 2), tf.float64))
+
+
+@pytest.mark.parametrize("values", [[0.5, [0.0, 1.0]], [[3.0, 4.0]], ["a", 1.0]])
+def test_set_values_rejects_malformed_values(values):
+    a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 2.0)
+    with pytest.raises(ParameterValueError, match="set_values takes"):
+        zcache.set_values([a, b], values)
+    assert float(a.value()) == 1.0 and float(b.value()) == 2.0

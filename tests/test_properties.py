@@ -201,15 +201,17 @@ class Node:
 
 
 class Traced:
-    """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch."""
+    """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch
+    and autograd mode (a zcache.function keeps one graph per autograd mode)."""
 
     def __init__(self, world, fn):
-        self.world, self.fn, self.expected, self.epoch = world, fn, 0, None
+        self.world, self.fn, self.expected, self.seen = world, fn, 0, set()
 
     def __call__(self, *args):
-        if self.fn.traced and self.epoch != self.world.epoch:
+        key = (self.world.epoch, zcache.get_autograd_mode())
+        if self.fn.traced and key not in self.seen:
             self.expected += 1
-            self.epoch = self.world.epoch
+            self.seen.add(key)
         out = self.fn(*args)
         assert self.fn.trace_count == self.expected, (
             f"{self.fn!r} retraced: trace_count {self.fn.trace_count}, expected {self.expected}"

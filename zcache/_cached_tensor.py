@@ -327,6 +327,15 @@ class CachedTensor(TensorLike):
 
 
 _BATCH = 8
+_SPARE_FLAGS: list[tf.Variable] = []
+
+
+def _padded(flags: list[tf.Variable]) -> tuple[tf.Variable, ...]:
+    """Pad to a power of two with spare flags, so ``_clear_flags`` traces O(log K) times."""
+    size = 1 << (len(flags) - 1).bit_length()
+    while len(_SPARE_FLAGS) < size - len(flags):
+        _SPARE_FLAGS.append(eager_variable(False, trainable=False, name="spare_flag"))
+    return (*flags, *_SPARE_FLAGS[: size - len(flags)])
 
 
 @tf.function(autograph=False)
@@ -350,7 +359,7 @@ def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
             cache._epoch += 1
             cache._py_valid = False
         if len(writes) >= _BATCH:
-            _clear_flags(tuple(writes))
+            _clear_flags(_padded(writes))
         else:
             for flag in writes:
                 flag.assign(False)

@@ -286,7 +286,9 @@ class Function:
         self.wraps = wraps
         self.max_traces = max_traces
         self.trace_count = 0
-        self._tf_function: Any = None
+        # One tf.function per autograd mode: the mode is read while tracing (zcache.gradient),
+        # so a graph traced under one mode must not serve the other.
+        self._tf_functions: dict[bool, Any] = {}
         self._live_traces = 0
         self._record = _TraceRecord()
         self._extra: tuple[int, dict[int, tuple[Any, ...]]] = (-1, {})
@@ -308,13 +310,13 @@ class Function:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tf.inside_function() or not _state.policy[self.wraps]:
             return self.python_function(*args, **kwargs)
-        if self._tf_function is None:
-            self._tf_function = tf.function(self._traced_body(), autograph=False)
-            self._live_traces = 0
+        tf_function = self._tf_functions.get(_state.autograd)
+        if tf_function is None:
+            tf_function = self._tf_functions[_state.autograd] = tf.function(self._traced_body(), autograph=False)
         untraced = self._untraced_dependents() if self._record.mutations else {}
         before = {uid: _input_value(uid) for uid in untraced}
         try:
-            out = self._tf_function(*args, **kwargs)
+            out = tf_function(*args, **kwargs)
         except tf.errors.InvalidArgumentError as err:
             raise _zcache_error_from(err) from None
         if untraced:
@@ -327,7 +329,8 @@ class Function:
                 RetracingWarning,
                 stacklevel=2,
             )
-            self._tf_function = None
+            self._tf_functions = {}
+            self._live_traces = 0
         return out
 
     def _traced_body(self) -> Callable[..., Any]:
@@ -380,13 +383,13 @@ class Function:
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
-        self._tf_function = None
+        self._tf_functions = {}
         self._live_traces = 0
         self._record = _TraceRecord()
         self._extra = (-1, {})
 
 
-_MARK = re.compile(r"\[zcache:(\w+)\] ([^\n]*)")
+_MARK = re.compile(r"\[zcache:(\w+)\] ([^\]\n]*)")
 
 
 def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
@@ -397,7 +400,7 @@ def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
     if match is None:
         return err
     cls = getattr(exceptions, match.group(1), exceptions.ZCacheError)
-    return cls(match.group(2).strip())
+    return cls(match.group(2).replace("\\'", "'").strip())
 
 
 def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT) -> Any:

@@ -361,7 +361,18 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         (3.0, 4.0)
     """
     params = list(params)
-    values = list(np.asarray(values, dtype=float).reshape(-1)) if not tf.inside_function() else list(values)
+    if not tf.inside_function():
+        try:
+            array = np.asarray(values, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise ParameterValueError(f"set_values takes one real number per parameter, got {values!r}.") from err
+        if array.ndim != 1:
+            raise ParameterValueError(
+                f"set_values takes a flat sequence of numbers, got an array of shape {array.shape}."
+            )
+        values = list(array)
+    else:
+        values = list(values)
     if len(values) != len(params):
         raise ParameterValueError(f"set_values got {len(params)} parameters but {len(values)} values.")
     if tf.inside_function():
