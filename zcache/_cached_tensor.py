@@ -65,9 +65,7 @@ def _computing() -> list[Any]:
 
 
 def _check_dep(obj: Any) -> Any:
-    from ._parameter import Data, Parameter
-
-    if isinstance(obj, (Parameter, Data, CachedTensor)):
+    if isinstance(obj, TensorLike):  # Parameter, Data or CachedTensor
         return obj
     raise InvalidDependencyError(
         f"deps must contain zcache.Parameter, zcache.Data or zcache.CachedTensor objects, got "

@@ -37,6 +37,8 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
+from . import exceptions
+from ._cached_tensor import invalidate_eagerly
 from ._depgraph import GRAPH
 from .exceptions import (
     GraphModeError,
@@ -370,8 +372,6 @@ class Function:
 
     @staticmethod
     def _invalidate_untraced(untraced: dict[int, tuple[Any, ...]], before: dict[int, Any]) -> None:
-        from ._cached_tensor import invalidate_eagerly
-
         stale: list[Any] = []
         for uid, caches in untraced.items():
             old = before[uid]
@@ -394,8 +394,6 @@ _MARK = re.compile(r"\[zcache:(\w+)\] ([^\]\n]*)")
 
 def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
     """Turn a failed in-graph zcache check back into its zcache exception."""
-    from . import exceptions
-
     match = _MARK.search(err.message)
     if match is None:
         return err
@@ -437,8 +435,6 @@ def clear_graph_cache() -> None:
         IllegalInGraphModeError: when called inside a trace.
     """
     _forbid_in_trace("clear_graph_cache")
-    from ._cached_tensor import invalidate_eagerly
-
     for func in list(_FUNCTIONS):
         func.reset()
     invalidate_eagerly(GRAPH.caches())

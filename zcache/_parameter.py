@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import _mode
+from ._cached_tensor import invalidate_eagerly
 from ._depgraph import DATA, GRAPH, PARAMETER, record_read
 from ._mode import ModeSetter
 from ._tensorlike import TensorLike, eager_variable
@@ -35,9 +36,8 @@ __all__ = ["Parameter", "Data", "set_values"]
 GRAPH_ERROR_MARK = "[zcache:{}] "
 
 
-def _invalidate_eagerly(uids: set[int] | tuple[int, ...]) -> None:
-    from ._cached_tensor import invalidate_eagerly
-
+def _input_changed(uids: set[int] | tuple[int, ...]) -> None:
+    """Record an eager input change and invalidate the caches ``uids``."""
     GRAPH.input_changes += 1
     if uids:
         invalidate_eagerly(GRAPH.objects(uids))
@@ -159,7 +159,7 @@ class Parameter(TensorLike):
         old = self._current()
         if v != old:
             self._assign(v)
-            _invalidate_eagerly(GRAPH.dependent_caches(self.node_id))
+            _input_changed(GRAPH.dependent_caches(self.node_id))
         return ModeSetter(lambda: self.set_value(old))
 
     def _current(self) -> float:
@@ -305,7 +305,7 @@ class Data(TensorLike):
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
             _mode.note_mutation(self.node_id, handled)
         else:
-            _invalidate_eagerly(GRAPH.dependent_caches(self.node_id))
+            _input_changed(GRAPH.dependent_caches(self.node_id))
         return ModeSetter(lambda: self.set_data(old))
 
     def _set_data_in_graph(self, tensor: Any) -> ModeSetter:
@@ -385,7 +385,7 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         if v != o:
             p._assign(v)
             dirty.update(GRAPH.dependent_caches(p.node_id))
-    _invalidate_eagerly(dirty)
+    _input_changed(dirty)
     return ModeSetter(lambda: set_values(params, old))
 
 
