@@ -47,6 +47,12 @@ from ._mode import set_graph_mode as set_graph_mode  # noqa: E402
 from ._parameter import Data as Data  # noqa: E402
 from ._parameter import Parameter as Parameter  # noqa: E402
 from ._parameter import set_values as set_values  # noqa: E402
+from ._precompute import PrecomputeReport as PrecomputeReport  # noqa: E402
+from ._precompute import precompute as precompute  # noqa: E402
+from . import models as models  # noqa: E402
+from . import loss as loss  # noqa: E402
+from . import minimize as minimize  # noqa: E402
+from . import toys as toys  # noqa: E402
 from .exceptions import DependencyCycleError as DependencyCycleError  # noqa: E402
 from .exceptions import IllegalInGraphModeError as IllegalInGraphModeError  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
@@ -63,6 +69,7 @@ __all__ = [
     "IllegalInGraphModeError",
     "ModeSetter",
     "Parameter",
+    "PrecomputeReport",
     "ZCacheError",
     "cached",
     "clear_graph_cache",
@@ -73,10 +80,15 @@ __all__ = [
     "get_graph_mode",
     "gradient",
     "hessian",
+    "loss",
+    "minimize",
+    "models",
+    "precompute",
     "run",
     "set_autograd_mode",
     "set_graph_mode",
     "set_values",
     "to_dot",
+    "toys",
     "value_and_gradient",
 ]

@@ -20,7 +20,7 @@ import tensorflow as tf
 from ._cached_tensor import CachedTensor
 from ._parameter import Data, Parameter
 from ._tensorlike import TensorLike
-from .exceptions import UncacheableArgumentError
+from .exceptions import InvalidDependencyError, UncacheableArgumentError
 
 __all__ = ["cached", "Cachable"]
 
@@ -93,6 +93,13 @@ def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any
         return lambda m: cached(m, deps=deps)
     if not callable(method):
         raise TypeError(f"zcache.cached decorates methods, got {method!r}.")
+    if not (deps is None or callable(deps) or (
+        isinstance(deps, (list, tuple)) and all(isinstance(name, str) for name in deps)
+    )):
+        raise InvalidDependencyError(
+            f"@zcache.cached(deps=...) takes None, a list of attribute names (e.g. deps=['mu']) or a "
+            f"callable deps(self) -> list of zcache objects; got {deps!r}."
+        )
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> tf.Tensor:
@@ -118,8 +125,19 @@ def _make_cache(self: Any, method: Callable[..., Any], args: tuple, kwargs: dict
     if deps is None:
         declared = None
     elif callable(deps):
-        declared = list(deps(self))
+        declared = deps(self)
+        if not isinstance(declared, Iterable):
+            raise InvalidDependencyError(
+                f"{where}: deps(self) must return a list of zcache objects, got {declared!r}."
+            )
+        declared = list(declared)
     else:
+        missing = [name for name in deps if not hasattr(self, name)]
+        if missing:
+            raise InvalidDependencyError(
+                f"{where}: deps names {missing}, which {type(self).__name__} does not have; list the "
+                "names of attributes that hold zcache objects, or pass deps=None to discover them."
+            )
         declared = [getattr(self, name) for name in deps]
     cache = CachedTensor(compute, deps=declared, name=where)
     cache._add_deps(_zcache_objects((args, kwargs)))

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import tensorflow as tf
 
@@ -43,6 +43,7 @@ from .exceptions import (
     InvalidDependencyError,
     SecondOrderGradientError,
     UndeclaredDependencyWarning,
+    ZCacheError,
 )
 
 __all__ = ["CachedTensor"]
@@ -108,6 +109,9 @@ class CachedTensor(TensorLike):
         self._deps: list[Any] = []
         self._dtype: tf.DType | None = None
         self._rank: int | None = None
+        # Every static shape a trace gave func, merged: a traced graph's hit reads the stored
+        # value with that static shape, so later values must be compatible with it.
+        self._shape = tf.TensorShape(None)
         self._cache: tf.Variable | None = None
         self._flag = eager_variable(False, trainable=False, name="valid")
         self._hits = eager_variable(np.int64(0), trainable=False, name="hits")
@@ -122,6 +126,9 @@ class CachedTensor(TensorLike):
         # never flagged valid), without holding a lock while computing.
         self._epoch = 0
         self._warned = False
+        # Bypassed: value() computes func() directly, with no tf.cond, flag or store (see
+        # set_always_dirty); set by zcache.precompute for nodes that change on every call.
+        self._always_dirty = False
         self._lock = threading.RLock()
         self.node_id = GRAPH.add_node(self, CACHE, self.name)
         if self._declared:
@@ -191,6 +198,37 @@ class CachedTensor(TensorLike):
         else:  # keep the flag only if the new parameter value equals the old one
             self._flag.assign(tf.logical_and(self._flag.value(), unchanged))
 
+    @property
+    def always_dirty(self) -> bool:
+        """Whether the cache is bypassed (see :meth:`set_always_dirty`)."""
+        return self._always_dirty
+
+    def set_always_dirty(self, always_dirty: bool = True) -> None:
+        """Bypass the cache (RooFit's "always dirty") or switch it back on.
+
+        A bypassed cache computes ``func()`` on every ``value()``: no ``tf.cond``, no
+        flag writes, no stored value, TensorFlow's own gradient. This is the right
+        setting for a node whose inputs change on every call (a fit's floating
+        parameters), where a cache could only add cost. Invalidation skips bypassed
+        caches but still reaches the caches that depend on them.
+
+        Graphs traced before the switch keep the old behaviour; :func:`zcache.precompute`
+        drops them. Switching a cache back on invalidates it.
+        """
+        if tf.inside_function():
+            raise IllegalInGraphModeError(
+                f"CachedTensor '{self.name}'.set_always_dirty changes what is traced; call it eagerly."
+            )
+        always_dirty = bool(always_dirty)
+        if always_dirty == self._always_dirty:
+            return
+        with self._lock:
+            invalidate_eagerly([self])
+            self._always_dirty = always_dirty
+            if always_dirty and self._cache is not None:  # release the stored value's memory
+                self._cache.assign(np.zeros([0] * (self._rank or 0), dtype=self._dtype.as_numpy_dtype))
+        GRAPH.set_always_dirty(self.node_id, always_dirty)
+
     # -- computing ---------------------------------------------------------------------
     def _compute(self) -> tf.Tensor:
         stack = _computing()
@@ -240,11 +278,24 @@ class CachedTensor(TensorLike):
                 f"{out.shape.rank}, but the cache holds dtype {self._dtype.name} and rank "
                 f"{self._rank}; a cached function must keep its dtype and rank. The cache is unchanged."
             )
+        if not out.shape.is_compatible_with(self._shape):
+            raise CachedValueError(
+                f"CachedTensor '{self.name}': func returned shape {out.shape}, but a traced graph "
+                f"relies on the static shape {self._shape}; a cached value may change its shape only "
+                "where its traced shape leaves it open (None, e.g. the events axis of Data). Let the "
+                "shape depend on Data and Parameters only, not on Python state. The cache is unchanged."
+            )
+        if tf.inside_function():
+            self._shape = self._shape.merge_with(out.shape)
         return out
 
     def value(self) -> tf.Tensor:
         """The cached value if valid, else ``func()`` computed, stored and returned."""
         record_read(self)
+        if getattr(_local, "recomputing", 0):  # in a backward pass: no tf.cond, TF's own gradient
+            return tf.convert_to_tensor(self._func())
+        if self._always_dirty:
+            return self._compute()
         if tf.inside_function():
             return self._value_in_graph()
         with self._lock:
@@ -307,21 +358,73 @@ class CachedTensor(TensorLike):
         if not params:
             return out
         variables = [p.variable for p in params]
+        # Weakly: inside a trace, tf.custom_gradient registers vjp in TensorFlow's global
+        # gradient registry for good, which would keep this cache, and all it reads, alive.
+        ref, name = weakref.ref(self), self.name
 
         @tf.custom_gradient
         def cached_value(*param_values: tf.Tensor) -> Any:
             def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
+                cache = ref()
+                if cache is None:
+                    raise ZCacheError(
+                        f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
+                        "being differentiated; keep the cache alive as long as its graphs are used."
+                    )
                 with tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(variables)
-                    with recording():  # reads here are not new dependencies
-                        y = tf.convert_to_tensor(self._func())
+                    # Reads here are not new dependencies, and caches read here compute directly:
+                    # a tf.cond in a backward pass cannot be differentiated (a tape outside a
+                    # traced function differentiates its backward pass too).
+                    _local.recomputing = getattr(_local, "recomputing", 0) + 1
+                    try:
+                        with recording():
+                            y = tf.convert_to_tensor(cache._func())
+                    finally:
+                        _local.recomputing -= 1
                 grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
                 return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
                         for g, v in zip(grads, param_values, strict=True)]
 
             return tf.identity(out), vjp
 
-        return cached_value(*[v.value() for v in variables])
+        result = cached_value(*[v.value() for v in variables])
+        if tf.inside_function():
+            _tie_gradient_to_graph(result)
+        return result
+
+
+def _tie_gradient_to_graph(result: tf.Tensor) -> None:
+    """Make the gradient that ``tf.custom_gradient`` registered for ``result`` die with its graph.
+
+    Inside a trace, ``tf.custom_gradient`` registers its backward function in TensorFlow's
+    global gradient registry and never removes it; the function holds tensors of the graph,
+    so every graph that reads a cache would stay alive for good (about 0.5 MB per traced
+    function: a toy loop that builds a new loss per toy grows without bound). The graph
+    keeps the function instead, the registry only a weak reference, and the entry is
+    removed when the graph is collected. Left alone if TensorFlow's internals differ.
+    """
+    try:
+        from tensorflow.python.framework import ops
+
+        registry = ops._gradient_registry._registry
+        name = result.op.get_attr("_gradient_op_type").decode()
+        entry = registry[name]
+        fn = entry["type"]
+        graph = result.graph
+        kept = getattr(graph, "_zcache_gradients", None)
+        if kept is None:
+            kept = graph._zcache_gradients = []
+        kept.append(fn)
+    except (AttributeError, ImportError, KeyError, TypeError, ValueError):
+        return
+    fn_ref = weakref.ref(fn)
+
+    def weak_gradient(op: Any, *grads: Any) -> Any:
+        return fn_ref()(op, *grads)
+
+    entry["type"] = weak_gradient
+    weakref.finalize(graph, registry.pop, name, None)
 
 
 _BATCH = 8
@@ -365,4 +468,4 @@ def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
 
 def _is_ancestor(obj: Any, deps: list[Any]) -> bool:
     """Whether ``obj`` is one of ``deps`` or something they depend on."""
-    return any(obj is d or nx.has_path(GRAPH.nx, obj.node_id, d.node_id) for d in deps)
+    return any(obj is d or GRAPH.has_path(obj.node_id, d.node_id) for d in deps)

@@ -34,12 +34,39 @@ DATA = "data"
 CACHE = "cache"
 
 
+class _GraphLock:
+    """The graph's re-entrant lock; a thread holding it is inside the graph.
+
+    The garbage collector may run a finalizer (a node removal) at any allocation, also in
+    the middle of a traversal of this very graph ("dictionary changed size during
+    iteration"); while the finalizing thread is inside the graph, the removal waits in
+    ``pending`` and happens when the thread leaves.
+    """
+
+    def __init__(self, purge: Any) -> None:
+        self._rlock = threading.RLock()
+        self._purge = purge
+
+    def __enter__(self) -> None:
+        self._rlock.acquire()
+        _local.graph_depth = getattr(_local, "graph_depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            _local.graph_depth -= 1
+            if not _local.graph_depth:
+                self._purge()
+        finally:
+            self._rlock.release()
+
+
 class DependencyGraph:
     """A ``networkx.DiGraph`` of weakly-held zcache objects (edges: dependency -> dependent)."""
 
     def __init__(self) -> None:
         self.nx = nx.DiGraph()
-        self._lock = threading.RLock()
+        self._pending: list[int] = []  # nodes of collected objects, removed on leaving the lock
+        self._lock = _GraphLock(self._purge)
         self._ids = itertools.count(1)
         # Bumped on every structural change; memoized traversals are keyed by it.
         self.version = 0
@@ -51,16 +78,28 @@ class DependencyGraph:
     def add_node(self, obj: Any, kind: str, name: str) -> int:
         with self._lock:
             uid = next(self._ids)
-            self.nx.add_node(uid, ref=weakref.ref(obj), kind=kind, name=name)
+            self.nx.add_node(uid, ref=weakref.ref(obj), kind=kind, name=name, always_dirty=False)
             self._changed()
         weakref.finalize(obj, self._remove_node, uid)
         return uid
 
     def _remove_node(self, uid: int) -> None:
-        with self._lock:
-            if uid in self.nx:
-                self.nx.remove_node(uid)
-                self._changed()
+        """Finalizer of a node's object: remove the node now, or when this thread leaves the graph."""
+        self._pending.append(uid)
+        if not getattr(_local, "graph_depth", 0):
+            with self._lock:
+                pass  # leaving the lock removes the pending nodes
+
+    def _purge(self) -> None:
+        _local.graph_depth = getattr(_local, "graph_depth", 0) + 1  # finalizers run here defer too
+        try:
+            while self._pending:
+                uid = self._pending.pop()
+                if uid in self.nx:
+                    self.nx.remove_node(uid)
+                    self._changed()
+        finally:
+            _local.graph_depth -= 1
 
     def add_edges(self, deps: Iterable[int], dependent: int) -> None:
         """Add ``dep -> dependent`` for every dep, all or nothing.
@@ -84,16 +123,30 @@ class DependencyGraph:
             self.nx.add_edges_from((d, dependent) for d in deps)
             self._changed()
 
+    def set_always_dirty(self, uid: int, always_dirty: bool) -> None:
+        """Mark a cache as bypassed: traversals go through it, invalidation skips it."""
+        with self._lock:
+            if uid in self.nx and self.nx.nodes[uid]["always_dirty"] != always_dirty:
+                self.nx.nodes[uid]["always_dirty"] = always_dirty
+                self._changed()
+
     def _changed(self) -> None:
         self.version += 1
         self._memo.clear()
 
     # -- queries ---------------------------------------------------------------------
     def name(self, uid: int) -> str:
-        return self.nx.nodes[uid]["name"] if uid in self.nx else f"<node {uid}>"
+        attrs = self.nx.nodes.get(uid)  # one lookup: a finalizer may remove the node at any time
+        return f"<node {uid}>" if attrs is None else attrs["name"]
 
     def obj(self, uid: int) -> Any:
-        return self.nx.nodes[uid]["ref"]() if uid in self.nx else None
+        attrs = self.nx.nodes.get(uid)
+        return None if attrs is None else attrs["ref"]()
+
+    def has_path(self, source: int, target: int) -> bool:
+        """Whether ``target`` depends on ``source`` (directly or transitively)."""
+        with self._lock:
+            return nx.has_path(self.nx, source, target)
 
     def _memoized(self, key: str, uid: int, compute) -> tuple[Any, ...]:
         memo_key = (key, uid)
@@ -104,13 +157,18 @@ class DependencyGraph:
             return hit
 
     def dependent_caches(self, uid: int) -> tuple[int, ...]:
-        """Ids of all caches that depend on ``uid``, directly or transitively."""
+        """Ids of all caches that depend on ``uid``, directly or transitively.
+
+        Always-dirty caches (bypassed, see :meth:`CachedTensor.set_always_dirty`) are
+        traversed but not returned: they hold no value that could go stale.
+        """
 
         def compute() -> Iterator[int]:
             if uid not in self.nx:
                 return iter(())
             nodes = self.nx.nodes
-            return (n for n in nx.descendants(self.nx, uid) if nodes[n]["kind"] == CACHE)
+            return (n for n in nx.descendants(self.nx, uid)
+                    if nodes[n]["kind"] == CACHE and not nodes[n]["always_dirty"])
 
         return self._memoized("dependents", uid, compute)
 
@@ -213,16 +271,19 @@ def to_dot(graph: nx.DiGraph | None = None) -> str:
     g = GRAPH.nx if graph is None else graph
     shapes = {PARAMETER: "ellipse", DATA: "cylinder", CACHE: "box"}
     lines = ["digraph zcache {", "  rankdir=LR;", '  node [fontname="Helvetica"];']
-    for uid, attrs in list(g.nodes(data=True)):
+    with GRAPH._lock:  # finalizers wait while the graph is listed
+        nodes, edges = list(g.nodes(data=True)), list(g.edges())
+    for uid, attrs in nodes:
         kind = attrs.get("kind", "")
         label = str(attrs.get("name", uid)).replace('"', r"\"")
         obj = attrs["ref"]() if "ref" in attrs else None
+        dirty = bool(attrs.get("always_dirty"))
         if kind == CACHE and obj is not None:
             stats = obj.stats
-            label += f"\\nhits {stats['hits']}, misses {stats['misses']}"
-        style = ', style="rounded"' if kind == CACHE else ""
+            label += "\\nalways dirty" if dirty else f"\\nhits {stats['hits']}, misses {stats['misses']}"
+        style = (', style="rounded,dashed"' if dirty else ', style="rounded"') if kind == CACHE else ""
         lines.append(f'  {_dot_id(uid)} [label="{label}", shape={shapes.get(kind, "box")}{style}];')
-    for a, b in list(g.edges()):
+    for a, b in edges:
         lines.append(f"  {_dot_id(a)} -> {_dot_id(b)};")
     lines.append("}")
     return "\n".join(lines) + "\n"

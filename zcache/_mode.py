@@ -35,11 +35,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import networkx as nx
 import tensorflow as tf
 
 from . import exceptions
 from ._cached_tensor import invalidate_eagerly
-from ._depgraph import GRAPH
+from ._depgraph import GRAPH, record_read, recording
 from .exceptions import (
     GraphModeError,
     IllegalInGraphModeError,
@@ -294,6 +295,7 @@ class Function:
         self._live_traces = 0
         self._record = _TraceRecord()
         self._extra: tuple[int, dict[int, tuple[Any, ...]]] = (-1, {})
+        self._reads: set[int] = set()  # node ids read at the top level of its traces
         _FUNCTIONS.add(self)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -352,9 +354,16 @@ class Function:
             stack = _local.traces = []
         stack.append(self._record)
         try:
-            return self.python_function(*args, **kwargs)
+            with recording() as reads:
+                out = self.python_function(*args, **kwargs)
         finally:
             stack.pop()
+        # What the graph reads (with the graph's ancestors: what it depends on) decides
+        # whether a precompute change must drop it; outer recordings see the reads too.
+        self._reads.update(obj.node_id for obj in reads)
+        for obj in reads:
+            record_read(obj)
+        return out
 
     def _untraced_dependents(self) -> dict[int, tuple[Any, ...]]:
         """Mutated input -> its dependent caches that no trace of this function knows of."""
@@ -387,6 +396,12 @@ class Function:
         self._live_traces = 0
         self._record = _TraceRecord()
         self._extra = (-1, {})
+        self._reads = set()
+
+    def _depends_on(self, uids: set[int]) -> bool:
+        """Whether a traced graph of this function read (through caches) any of ``uids``."""
+        g = GRAPH.nx
+        return any(uid in uids or (uid in g and not uids.isdisjoint(nx.ancestors(g, uid))) for uid in self._reads)
 
 
 _MARK = re.compile(r"\[zcache:(\w+)\] ([^\]\n]*)")
@@ -425,6 +440,20 @@ def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = 
     if func is None:
         return lambda f: Function(f, wraps=wraps, max_traces=max_traces)
     return Function(func, wraps=wraps, max_traces=max_traces)
+
+
+def drop_traces(caches: Any = None) -> None:
+    """Drop traced graphs (caches keep their values); the next calls trace anew.
+
+    Args:
+        caches: drop only the graphs that read one of these CachedTensors (directly or
+            through other caches); ``None`` drops every graph.
+    """
+    _forbid_in_trace("drop_traces")
+    uids = None if caches is None else {c.node_id for c in caches}
+    for func in list(_FUNCTIONS):
+        if uids is None or func._depends_on(uids):
+            func.reset()
 
 
 def clear_graph_cache() -> None:

@@ -12,6 +12,7 @@ previous value on exit.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,11 @@ __all__ = ["Parameter", "Data", "set_values"]
 
 #: Prefix of in-graph assertion messages; zcache.function turns them back into zcache errors.
 GRAPH_ERROR_MARK = "[zcache:{}] "
+
+#: Held by eager parameter writes, so that a Variable and its Python mirror change together
+#: (two threads setting one parameter could otherwise leave a stale mirror: a later
+#: set_value of the mirrored value would then be skipped).
+_WRITES = threading.Lock()
 
 
 def _input_changed(uids: set[int] | tuple[int, ...]) -> None:
@@ -156,9 +162,12 @@ class Parameter(TensorLike):
         if tf.inside_function():
             return self._set_value_in_graph(value)
         v = self._checked(value)
-        old = self._current()
-        if v != old:
-            self._assign(v)
+        with _WRITES:
+            old = self._current()
+            changed = v != old
+            if changed:
+                self._assign(v)
+        if changed:
             _input_changed(GRAPH.dependent_caches(self.node_id))
         return ModeSetter(lambda: self.set_value(old))
 
@@ -171,7 +180,8 @@ class Parameter(TensorLike):
             self._mirror = v
 
     def _set_value_in_graph(self, value: Any) -> ModeSetter:
-        self._mirror = None
+        with _WRITES:
+            self._mirror = None
         value = tf.convert_to_tensor(value, dtype=tf.float64)
         if value.shape.rank not in (None, 0):
             raise ParameterValueError(
@@ -206,6 +216,9 @@ class Data(TensorLike):
     Args:
         array: array-like of rank >= 1, at least one event, all values finite.
         name: a label for reports and the dependency graph.
+        obs: names of the observables, one per column (a single name for rank-1
+            data); models pick their columns by name. ``None``: columns in the
+            order of the model's observables.
 
     Example:
         >>> import numpy as np, zcache
@@ -219,7 +232,7 @@ class Data(TensorLike):
 
     _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
 
-    def __init__(self, array: Any, name: str | None = None) -> None:
+    def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None) -> None:
         arr = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
         if arr.dtype.kind not in self._KINDS:
             raise DataDtypeError(
@@ -233,6 +246,7 @@ class Data(TensorLike):
                 "wrap single values in a list."
             )
         self.event_shape = tuple(arr.shape[1:])
+        self.obs = None if obs is None else _obs_names(obs, self.event_shape, self.name)
         arr = self._checked(arr)
         self._var = eager_variable(
             arr, shape=tf.TensorShape([None, *self.event_shape]), trainable=False, name=_tf_name(self.name)
@@ -379,14 +393,27 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         setters = [p.set_value(v) for p, v in zip(params, values, strict=True)]
         return ModeSetter(lambda: [s.restore() for s in reversed(setters)])
     checked = [p._checked(v) for p, v in zip(params, values, strict=True)]
-    old = [p._current() for p in params]
     dirty: set[int] = set()
-    for p, v, o in zip(params, checked, old, strict=True):
-        if v != o:
-            p._assign(v)
-            dirty.update(GRAPH.dependent_caches(p.node_id))
+    with _WRITES:
+        old = [p._current() for p in params]
+        for p, v, o in zip(params, checked, old, strict=True):
+            if v != o:
+                p._assign(v)
+                dirty.update(GRAPH.dependent_caches(p.node_id))
     _input_changed(dirty)
     return ModeSetter(lambda: set_values(params, old))
+
+
+def _obs_names(obs: Any, event_shape: tuple[int, ...], name: str) -> tuple[str, ...]:
+    names = (obs,) if isinstance(obs, str) else tuple(obs)
+    ncols = 1 if not event_shape else event_shape[0]
+    if len(event_shape) > 1 or len(names) != ncols or not all(isinstance(o, str) for o in names) \
+            or len(set(names)) != len(names):
+        raise DataShapeError(
+            f"Data '{name}': obs={obs!r} must name each column once; the array has {ncols} "
+            f"column(s) (event shape {event_shape}). Pass one distinct name per column."
+        )
+    return names
 
 
 def _tf_name(name: str) -> str:

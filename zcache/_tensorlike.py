@@ -121,6 +121,22 @@ def _convert(value: TensorLike, dtype: Any = None, name: Any = None, as_ref: boo
 tf.register_tensor_conversion_function(TensorLike, _convert)
 
 
+def _skip_autograph() -> None:
+    """Let a plain ``tf.function`` (autograph on by default) call zcache's code as Python.
+
+    zcache branches on Python state while tracing, as ``zcache.function`` (autograph off)
+    does; converting it gains nothing and breaks (e.g. on networkx's dispatch wrappers).
+    """
+    try:
+        from tensorflow.python.autograph.core import config
+    except ImportError:  # pragma: no cover - another TensorFlow layout: autograph converts us
+        return
+    config.CONVERSION_RULES = (config.DoNotConvert(__name__.split(".")[0]), *config.CONVERSION_RULES)
+
+
+_skip_autograph()
+
+
 def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
     """Create a ``tf.Variable`` in the eager context, even while a function is traced.
 

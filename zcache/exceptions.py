@@ -19,6 +19,7 @@ __all__ = [
     "DataDtypeError",
     "InvalidDataError",
     "EmptyDataError",
+    "DataRangeError",
     "DependencyCycleError",
     "InvalidDependencyError",
     "IllegalInGraphModeError",
@@ -27,6 +28,8 @@ __all__ = [
     "CachedValueError",
     "UncacheableArgumentError",
     "SecondOrderGradientError",
+    "ModelError",
+    "FitError",
     "ZCacheWarning",
     "RetracingWarning",
     "UndeclaredDependencyWarning",
@@ -61,6 +64,10 @@ class EmptyDataError(DataError):
     """Data has no events."""
 
 
+class DataRangeError(DataError):
+    """Events lie outside the observable range of the model they are fitted with."""
+
+
 class DependencyCycleError(ZCacheError):
     """Adding a dependency would make the dependency graph cyclic."""
 
@@ -91,6 +98,14 @@ class UncacheableArgumentError(ZCacheError, TypeError):
 
 class SecondOrderGradientError(ZCacheError, NotImplementedError):
     """Nested ``tf.GradientTape`` through a cache inside a traced function."""
+
+
+class ModelError(ZCacheError, ValueError):
+    """A model or loss is built from inconsistent pieces (observables, fractions, extension)."""
+
+
+class FitError(ZCacheError, RuntimeError):
+    """A minimization could not be run (e.g. the loss is not finite at the starting point)."""
 
 
 class ZCacheWarning(UserWarning):

@@ -1,0 +1,224 @@
+"""zcache.precompute: constant parts cached, floating parts bypassed, values never change."""
+
+from __future__ import annotations
+
+import numdifftools as nd
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import erf
+
+import zcache
+from zcache._depgraph import GRAPH
+from zcache.loss import UnbinnedNLL
+from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+LO, HI = 0.0, 10.0
+
+
+def _reference_nll(x: np.ndarray, mu: float, sigma: float, lam: float, frac: float) -> float:
+    """Independent numpy NLL of frac * Gauss + (1 - frac) * Exp truncated to [LO, HI]."""
+    gnorm = sigma * np.sqrt(np.pi / 2) * (erf((HI - mu) / (np.sqrt(2) * sigma)) - erf((LO - mu) / (np.sqrt(2) * sigma)))
+    gauss = np.exp(-0.5 * ((x - mu) / sigma) ** 2) / gnorm
+    expo = np.exp(lam * x) * lam / (np.exp(lam * HI) - np.exp(lam * LO))
+    return float(-np.sum(np.log(frac * gauss + (1 - frac) * expo)))
+
+
+@pytest.fixture
+def world():
+    """mu, sigma floating; lam and the fraction fixed."""
+    space = Space("x", LO, HI)
+    mu = zcache.Parameter("mu_pc", 5.0, lower=1.0, upper=9.0)
+    sigma = zcache.Parameter("sigma_pc", 1.0, lower=0.1, upper=5.0)
+    lam = zcache.Parameter("lam_pc", -0.3, lower=-2.0, upper=-0.01, floating=False)
+    frac = zcache.Parameter("frac_pc", 0.4, lower=0.0, upper=1.0, floating=False)
+    gauss, expo = Gaussian(space, mu, sigma), Exponential(space, lam)
+    model = SumPdf([gauss, expo], fracs=[frac])
+    x = np.random.default_rng(3).uniform(LO, HI, 400)
+    loss = UnbinnedNLL(model, zcache.Data(x, obs="x"))
+    return dict(mu=mu, sigma=sigma, lam=lam, frac=frac, gauss=gauss, expo=expo, model=model, loss=loss, x=x)
+
+
+def _caches(model) -> dict[str, zcache.CachedTensor]:
+    out = {}
+    for owner in (model, *model.pdfs):
+        for cache in owner.__dict__.get("_zcache_caches", {}).values():
+            out[cache.name] = cache
+    return out
+
+
+def _ref(w) -> float:
+    return _reference_nll(w["x"], *(float(w[k].value()) for k in ("mu", "sigma", "lam", "frac")))
+
+
+def test_report_classifies_constant_and_floating_nodes(world):
+    """Data-and-fixed-parameter nodes are cached (highest), floating-dependent ones always dirty."""
+    report = zcache.precompute(world["loss"])
+    status = {n.name: n.status for n in report.nodes}
+    assert status["Exponential._cached_pdf"] == "cached"
+    assert status["Exponential.normalization"] == "cached (inner)"
+    assert status["data in range"] == "cached"
+    for name in ("Gaussian._cached_pdf", "Gaussian.normalization", "SumPdf._cached_pdf"):
+        assert status[name] == "always dirty"
+    assert set(report.floating) == {"mu_pc", "sigma_pc"}
+    caches = _caches(world["model"])
+    assert caches["Exponential._cached_pdf"].nbytes == 400 * 8
+    assert caches["Gaussian._cached_pdf"].nbytes == 0  # the bypassed value is released
+    assert report.total_bytes == sum(c.nbytes for c in report.cached)
+    text = str(report)
+    assert "always dirty" in text and "Exponential._cached_pdf" in text and "mu_pc" in text
+
+
+def test_precompute_never_changes_the_loss(world, graph_mode):
+    """Loss values equal an independent numpy NLL before/after precompute, over parameter moves."""
+    loss = world["loss"]
+    before = float(loss.value())
+    assert before == pytest.approx(_ref(world), rel=1e-12)
+    zcache.precompute(loss)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        zcache.set_values([world["mu"], world["sigma"]], [rng.uniform(2, 8), rng.uniform(0.5, 3)])
+        assert float(loss.value()) == pytest.approx(_ref(world), rel=1e-12)
+        x = [float(world["mu"].value()) + 0.1, float(world["sigma"].value())]
+        assert float(loss.value_at(x, [world["mu"], world["sigma"]])) == pytest.approx(_ref(world), rel=1e-12)
+
+
+def test_fixed_parameter_changed_later_invalidates_the_cached_part(world, graph_mode):
+    """Unlike a rebuilt function, a cached constant part follows a later change of its fixed parameter."""
+    loss, expo_pdf = world["loss"], None
+    zcache.precompute(loss)
+    expo_pdf = _caches(world["model"])["Exponential._cached_pdf"]
+    float(loss.value())
+    traces = [f.trace_count for f in loss.functions()]
+    world["lam"].set_value(-0.7)
+    assert not expo_pdf.is_valid
+    assert float(loss.value()) == pytest.approx(_ref(world), rel=1e-12)
+    assert expo_pdf.is_valid
+    world["frac"].set_value(0.7)
+    assert float(loss.value()) == pytest.approx(_ref(world), rel=1e-12)
+    assert [f.trace_count for f in loss.functions()] == traces  # no retrace for either change
+
+
+def test_always_dirty_nodes_get_no_flag_writes_and_no_counts(world):
+    """A floating parameter's change invalidates no bypassed cache; bypassed caches are never read as caches."""
+    loss = world["loss"]
+    zcache.precompute(loss)
+    caches = _caches(world["model"])
+    dirty = [caches[n] for n in ("Gaussian._cached_pdf", "Gaussian.normalization", "SumPdf._cached_pdf")]
+    assert all(c.always_dirty for c in dirty)
+    assert GRAPH.dependent_caches(world["mu"].node_id) == ()
+    before = [c.stats for c in dirty]
+    for v in (4.0, 4.5, 5.0):
+        loss.value_at([v, 1.0], [world["mu"], world["sigma"]])
+        loss.value_gradient_at([v, 1.2], [world["mu"], world["sigma"]])
+    assert [c.stats for c in dirty] == before
+    assert caches["Exponential._cached_pdf"].stats["misses"] == 1  # computed once by precompute
+
+
+def test_gradient_and_hessian_after_precompute_match_numdifftools(world, graph_mode):
+    """Bypassed nodes use TensorFlow's own gradient (and exact Hessians); both match finite differences."""
+    loss = world["loss"]
+    params = [world["mu"], world["sigma"]]
+    zcache.precompute(loss)
+    x0 = np.array([4.6, 1.3])
+
+    def f(p):
+        return _reference_nll(world["x"], p[0], p[1], -0.3, 0.4)
+
+    _, grad = loss.value_gradient_at(x0, params)
+    np.testing.assert_allclose(grad.numpy(), nd.Gradient(f)(x0), rtol=1e-7)
+    hess = loss.hessian_at(x0, params).numpy()
+    np.testing.assert_allclose(hess, nd.Hessian(f)(x0), rtol=1e-6)
+
+
+def test_hessian_without_precompute_uses_gradient_differences(world):
+    """With floating caches switched on, the Hessian comes from differences of exact gradients."""
+    loss = world["loss"]
+    params = [world["mu"], world["sigma"]]
+    zcache.precompute(loss, keep_floating=True)
+    assert not loss._exact_hessian_ok(tuple(params))
+    x0 = np.array([4.6, 1.3])
+    hess = loss.hessian_at(x0, params).numpy()
+    expected = nd.Hessian(lambda p: _reference_nll(world["x"], p[0], p[1], -0.3, 0.4))(x0)
+    np.testing.assert_allclose(hess, expected, rtol=1e-5)
+
+
+def test_undo_restores_every_cache(world):
+    """undo() switches the bypassed caches back on; values stay exact."""
+    loss = world["loss"]
+    report = zcache.precompute(loss)
+    caches = _caches(world["model"])
+    assert caches["Gaussian._cached_pdf"].always_dirty
+    report.undo()
+    assert not any(c.always_dirty for c in caches.values())
+    world["mu"].set_value(6.0)
+    assert float(loss.value()) == pytest.approx(_ref(world), rel=1e-12)
+    assert caches["Gaussian._cached_pdf"].is_valid
+
+
+@pytest.mark.parametrize("autograd, kept", [(True, False), (False, True)])
+def test_keep_floating_follows_the_autograd_mode(world, autograd, kept):
+    """Numerical gradients move one parameter per call, so floating caches are kept then."""
+    with zcache.set_autograd_mode(autograd):
+        report = zcache.precompute(world["loss"])
+    status = {n.name: n.status for n in report.nodes}
+    assert (status["Gaussian._cached_pdf"] == "cached (floating)") is kept
+    assert (status["Gaussian._cached_pdf"] == "always dirty") is not kept
+
+
+def test_keep_inner_false_frees_inner_constant_nodes(world):
+    report = zcache.precompute(world["loss"], keep_inner=False)
+    status = {n.name: n.status for n in report.nodes}
+    assert status["Exponential.normalization"] == "always dirty"
+    assert status["Exponential._cached_pdf"] == "cached"
+    world["lam"].set_value(-0.5)  # the highest node is still invalidated through the bypassed one
+    assert float(world["loss"].value()) == pytest.approx(_ref(world), rel=1e-12)
+
+
+def test_explicit_floating_list(world):
+    """floating=[...] overrides the parameters' own flags."""
+    report = zcache.precompute(world["loss"], floating=[world["lam"]])
+    status = {n.name: n.status for n in report.nodes}
+    assert status["Exponential._cached_pdf"] == "always dirty"
+    assert status["Gaussian._cached_pdf"] == "cached"  # the highest node without lam
+
+
+def test_precompute_of_a_model_and_of_a_callable(world):
+    model = world["model"]
+    float(world["loss"].value())
+    report = zcache.precompute(model)
+    assert any(n.name == "Exponential._cached_pdf" and n.status == "cached" for n in report.nodes)
+    c = zcache.CachedTensor(lambda: world["lam"].value() * 2.0, name="twice")
+    report = zcache.precompute(lambda: c.value() + 1.0)
+    assert [n.name for n in report.nodes] == ["twice"] and report.nodes[0].status == "cached"
+
+
+def test_precompute_drops_only_the_graphs_that_read_changed_caches(world):
+    """An unrelated traced function keeps its graph across a precompute."""
+    other = zcache.Parameter("other_pc", 1.0)
+    unrelated = zcache.function(lambda: other.value() * 2.0, wraps="tensor")
+    unrelated()
+    float(world["loss"].value())
+    zcache.precompute(world["loss"])
+    unrelated()
+    assert unrelated.trace_count == 1
+    float(world["loss"].value())
+    assert world["loss"].functions()[0].trace_count == 2  # re-traced with the bypassed nodes
+
+
+def test_precompute_errors(world):
+    with pytest.raises(TypeError, match="precompute takes"):
+        zcache.precompute(42)
+
+    @zcache.function(wraps="tensor")
+    def inside():
+        zcache.precompute(world["loss"])
+        return tf.constant(1.0)
+
+    with zcache.set_graph_mode(True), pytest.raises(zcache.IllegalInGraphModeError):
+        inside()
+    float(world["loss"].value())
+    c = _caches(world["model"])["Gaussian.normalization"]
+    with pytest.raises(zcache.IllegalInGraphModeError):
+        zcache.function(lambda: c.set_always_dirty(True) or tf.constant(0.0), wraps="tensor")()
+    assert not c.always_dirty

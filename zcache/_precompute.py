@@ -1,0 +1,240 @@
+r"""Precompute: cache what a fit cannot change, bypass what it changes on every call.
+
+RooFit's constant-term optimization, done on zcache's dependency graph. Given the
+floating parameters :math:`F`, every cache :math:`c` in the target's graph is
+
+- **cached** when no floating parameter is among its ancestors,
+  :math:`\mathrm{anc}(c) \cap F = \emptyset`: its value survives the whole fit.
+  The *highest* such nodes (no cached dependent) are what the fit reads; the
+  inner ones are kept too, so that a later change of one fixed parameter
+  recomputes only its branch (``keep_inner=False`` frees them);
+- **always dirty** otherwise: bypassed, no ``tf.cond``, no flag writes, no stored
+  value, TensorFlow's own gradient. A fit moves these inputs on every call, so a
+  cache could only cost time (the CMS ``combine`` lesson).
+
+With numerical gradients (one parameter moved per step) caching floating nodes
+pays again: a sum of K components then recomputes only the component that owns
+the moved parameter. ``keep_floating=None`` picks this automatically from
+:func:`zcache.get_autograd_mode`.
+
+Cached nodes stay under invalidation: a fixed parameter changed later by the
+user invalidates exactly the cached parts that depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from ._cached_tensor import CachedTensor
+from ._depgraph import CACHE, GRAPH, recording
+from ._mode import _forbid_in_trace, drop_traces, get_autograd_mode, set_graph_mode
+from ._parameter import Parameter
+
+__all__ = ["precompute", "PrecomputeReport", "NodeReport"]
+
+CACHED, INNER, FLOATING, DIRTY = "cached", "cached (inner)", "cached (floating)", "always dirty"
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One cache in a :class:`PrecomputeReport`."""
+
+    name: str
+    status: str  # 'cached' (highest constant), 'cached (inner)', 'cached (floating)' or 'always dirty'
+    nbytes: int
+    depends_on: tuple[str, ...]  # parameters and data it depends on (transitively)
+    floating: tuple[str, ...]  # the floating parameters among them
+
+
+@dataclass
+class PrecomputeReport:
+    """What :func:`precompute` did; ``undo()`` restores the previous setting.
+
+    Attributes
+    ----------
+        nodes: one :class:`NodeReport` per cache, highest first.
+        floating: names of the parameters treated as floating.
+    """
+
+    nodes: list[NodeReport]
+    floating: tuple[str, ...]
+    _previous: dict[int, tuple[CachedTensor, bool]] = field(repr=False, default_factory=dict)
+    _caches: list[CachedTensor] = field(repr=False, default_factory=list)
+
+    @property
+    def cached(self) -> list[CachedTensor]:
+        """The caches kept (highest and inner)."""
+        return [c for c in self._caches if not c.always_dirty]
+
+    @property
+    def always_dirty(self) -> list[CachedTensor]:
+        """The caches bypassed."""
+        return [c for c in self._caches if c.always_dirty]
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes held by the kept caches."""
+        return sum(c.nbytes for c in self.cached)
+
+    def undo(self) -> None:
+        """Switch every cache back to what it was before :func:`precompute` (drops traced graphs)."""
+        _forbid_in_trace("PrecomputeReport.undo")
+        changed = []
+        for cache, was_dirty in self._previous.values():
+            if cache.always_dirty != was_dirty:
+                cache.set_always_dirty(was_dirty)
+                changed.append(cache)
+        self._previous = {}
+        if changed:
+            drop_traces(changed)
+
+    def __str__(self) -> str:
+        rows = [("cache", "status", "bytes", "floating deps", "depends on")]
+        rows += [(n.name, n.status, f"{n.nbytes:,}", ", ".join(n.floating) or "-", ", ".join(n.depends_on) or "-")
+                 for n in self.nodes]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [f"precompute: {len(self.cached)} cached ({self.total_bytes:,} bytes), "
+                 f"{len(self.always_dirty)} always dirty; floating: {', '.join(self.floating) or '-'}"]
+        for r in rows:
+            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
+        return "\n".join(lines)
+
+
+def _evaluate(target: Any) -> set[Any]:
+    """Run ``target`` eagerly once, returning the zcache objects it read at the top level."""
+    from .loss import BaseLoss
+    from .models import Model
+
+    with set_graph_mode(False), recording() as reads:
+        if isinstance(target, BaseLoss):
+            target._total()
+        elif isinstance(target, Model):
+            target.normalization()
+            reads.update(getattr(target, "_zcache_caches", {}).values())
+            for sub in target._submodels():
+                reads.update(_evaluate(sub))
+        elif isinstance(target, CachedTensor):
+            target.value()
+        elif callable(target):
+            target()
+        else:
+            raise TypeError(
+                f"precompute takes a loss, a model, a CachedTensor or a zero-argument callable, got {target!r}."
+            )
+    return reads
+
+
+def _key(target: Any, floating: Sequence[Parameter], keep_floating: bool, keep_inner: bool) -> tuple:
+    return (tuple(id(p) for p in floating), keep_floating, keep_inner, GRAPH.version)
+
+
+def precompute(
+    target: Any,
+    floating: Sequence[Parameter] | None = None,
+    *,
+    keep_floating: bool | None = None,
+    keep_inner: bool = True,
+) -> PrecomputeReport:
+    """Cache the sub-expressions of ``target`` that no floating parameter touches.
+
+    Args:
+        target: a loss, a model, a CachedTensor or a zero-argument callable.
+        floating: the parameters a fit will move; default: those with ``floating=True``.
+        keep_floating: keep caches that depend on floating parameters (pays with
+            numerical gradients); ``None``: keep them iff the autograd mode is off.
+        keep_inner: keep constant caches below the highest ones.
+
+    Returns
+    -------
+        A :class:`PrecomputeReport` (print it; ``.undo()`` reverts).
+
+    Example:
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian, Exponential, SumPdf
+        >>> from zcache.loss import UnbinnedNLL
+        >>> s = Space("x", 0.0, 10.0)
+        >>> mu = zcache.Parameter("mu_p", 5.0)
+        >>> model = SumPdf([Gaussian(s, mu, 1.0), Exponential(s, -0.2)], fracs=[0.5])
+        >>> loss = UnbinnedNLL(model, zcache.Data(np.linspace(0.5, 9.5, 100)))
+        >>> report = zcache.precompute(loss)
+        >>> sorted((n.status, n.name) for n in report.nodes)[0]      # the exponential: data and fixed lam only
+        ('always dirty', 'Gaussian._cached_pdf')
+        >>> [n.name for n in report.nodes if n.status == "cached"]
+        ['Exponential._cached_pdf', 'data in range']
+        >>> report.undo()
+    """
+    _forbid_in_trace("zcache.precompute")
+    if keep_floating is None:
+        keep_floating = not get_autograd_mode()
+    reads = _evaluate(target)
+    roots = [r for r in reads if isinstance(r, CachedTensor)]
+    g = GRAPH.nx
+    uids: set[int] = set()
+    for root in roots:
+        uids.add(root.node_id)
+        uids.update(n for n in nx.ancestors(g, root.node_id) if g.nodes[n]["kind"] == CACHE)
+    caches = GRAPH.objects(sorted(uids))
+    if floating is None:
+        params = {n for uid in uids for n in GRAPH.ancestor_parameters(uid)}
+        floating = [p for p in GRAPH.objects(sorted(params)) if p.floating]
+    floating = list(floating)
+    floating_ids = {p.node_id for p in floating}
+
+    floating_of = {c.node_id: [GRAPH.name(n) for n in GRAPH.ancestor_parameters(c.node_id) if n in floating_ids]
+                   for c in caches}
+    constant = {uid for uid, names in floating_of.items() if not names}
+    highest = {uid for uid in constant
+               if not any(d in constant for d in g.successors(uid))}
+    status: dict[int, str] = {}
+    for c in caches:
+        uid = c.node_id
+        if uid in highest:
+            status[uid] = CACHED
+        elif uid in constant:
+            status[uid] = INNER if keep_inner else DIRTY
+        else:
+            status[uid] = FLOATING if keep_floating else DIRTY
+
+    previous = {c.node_id: (c, c.always_dirty) for c in caches}
+    changed = []
+    for c in caches:
+        dirty = status[c.node_id] == DIRTY
+        if c.always_dirty != dirty:
+            c.set_always_dirty(dirty)
+            changed.append(c)
+    if changed:
+        drop_traces(changed)  # graphs traced before hold the old choice of tf.cond or direct computation
+        _evaluate(target)  # fill the newly kept caches now, not inside the first timed call
+
+    order = {uid: i for i, uid in enumerate(_topological(g, uids))}
+    nodes = []
+    for c in sorted(caches, key=lambda c: -order[c.node_id]):
+        inputs = [n for n in nx.ancestors(g, c.node_id) if g.nodes[n]["kind"] != CACHE]
+        nodes.append(NodeReport(
+            name=c.name,
+            status=status[c.node_id],
+            nbytes=c.nbytes,
+            depends_on=tuple(sorted(GRAPH.name(n) for n in inputs)),
+            floating=tuple(sorted(floating_of[c.node_id])),
+        ))
+    report = PrecomputeReport(nodes, tuple(p.name for p in floating), previous, caches)
+    if hasattr(target, "_precomputed"):
+        target._precomputed = (_key(target, floating, keep_floating, keep_inner), report)
+    return report
+
+
+def ensure_precomputed(target: Any, floating: Sequence[Parameter], keep_floating: bool) -> PrecomputeReport:
+    """:func:`precompute` unless ``target`` already has this exact setting (no eager pass, no retrace)."""
+    previous = getattr(target, "_precomputed", None)
+    if previous is not None and previous[0] == _key(target, floating, keep_floating, True):
+        return previous[1]
+    return precompute(target, floating, keep_floating=keep_floating)
+
+
+def _topological(g: nx.DiGraph, uids: set[int]) -> list[int]:
+    return list(nx.topological_sort(g.subgraph(uids)))
+

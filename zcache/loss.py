@@ -1,0 +1,337 @@
+r"""Losses: unbinned negative log-likelihoods, extended and simultaneous.
+
+.. math::
+
+    \mathrm{NLL}(\theta) = -\sum_i \log p(x_i;\theta)
+        \;[+\; \nu(\theta) - N \log \nu(\theta)]_{\text{extended}}
+        \;+\; \sum_c \tfrac12 \big((\theta_c - \mu_c)/\sigma_c\big)^2_{\text{constraints}}
+
+Sums run in float64. ``value()``, ``gradient()`` and ``value_gradient()`` are
+traced under the 'loss' identifier, once per loss: new parameter values or new
+data (``set_data``) never retrace. Gradients follow :func:`zcache.set_autograd_mode`:
+automatic through caches, or central differences.
+
+A minimizer calls :meth:`BaseLoss.value_at` / :meth:`BaseLoss.value_gradient_at`,
+which set the floating parameters and evaluate in one traced call, and subtract
+:attr:`BaseLoss.offset` (the value at the starting point), so Minuit works on
+numbers of order one near the minimum.
+
+Example:
+    >>> import numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.loss import UnbinnedNLL
+    >>> mu = zcache.Parameter("mu_l", 0.0)
+    >>> model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
+    >>> loss = UnbinnedNLL(model, zcache.Data(np.array([-0.5, 0.5, 1.0])))
+    >>> v, g = loss.value_gradient()
+    >>> round(float(g[0]), 10)      # -(sum of x - n mu) / sigma^2
+    -1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._cached_tensor import CachedTensor
+from ._depgraph import GRAPH
+from ._gradient import hessian, value_and_gradient
+from ._mode import Function, function
+from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values
+from ._tensorlike import eager_variable
+from .exceptions import DataRangeError, FitError, ModelError
+from .models import Model
+
+__all__ = ["BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint"]
+
+
+def _require(ok: tf.Tensor, error: type[Exception], message: str) -> list[Any]:
+    """Raise ``error`` eagerly if ``ok`` is False; inside a trace, return the check op."""
+    if tf.inside_function():
+        mark = GRAPH_ERROR_MARK.format(error.__name__)
+        return [tf.debugging.assert_equal(ok, tf.constant(True), message=mark + message)]
+    if not bool(ok):
+        raise error(message)
+    return []
+
+
+class GaussianConstraint:
+    r"""A Gaussian penalty :math:`\tfrac12\sum_j ((\theta_j - \mu_j)/\sigma_j)^2` on parameters.
+
+    Example:
+        >>> import zcache
+        >>> from zcache.loss import GaussianConstraint
+        >>> p = zcache.Parameter("p_c", 1.5)
+        >>> float(GaussianConstraint([p], [1.0], [0.5]).value())
+        0.5
+    """
+
+    def __init__(self, params: Sequence[Parameter], observed: Sequence[float], sigma: Sequence[float]):
+        self.params = list(params)
+        self.observed = np.asarray(observed, dtype=float)
+        self.sigma = np.asarray(sigma, dtype=float)
+        if not all(isinstance(p, Parameter) for p in self.params):
+            raise ModelError("GaussianConstraint constrains zcache.Parameter objects.")
+        if self.observed.shape != (len(self.params),) or self.sigma.shape != (len(self.params),):
+            raise ModelError("GaussianConstraint needs one observed value and one sigma per parameter.")
+        if not (self.sigma > 0).all():
+            raise ModelError(f"GaussianConstraint: every sigma must be positive, got {self.sigma}.")
+
+    def value(self) -> tf.Tensor:
+        values = tf.stack([p.value() for p in self.params])
+        return 0.5 * tf.reduce_sum(tf.square((values - self.observed) / self.sigma))
+
+
+class BaseLoss:
+    """What every loss offers: values, gradients and the minimizer's entry points.
+
+    Subclasses implement ``_value()`` (the loss as a tensor, inside or outside a trace)
+    and set ``self.params`` (the parameters a fit floats by default).
+    """
+
+    errordef = 0.5  # a negative log-likelihood: one sigma is a change of 1/2
+
+    def __init__(self, params: Sequence[Parameter], constraints: Sequence[GaussianConstraint] | None = None):
+        self.constraints = list(constraints or [])
+        found: dict[int, Parameter] = {}
+        for p in [*params, *(q for c in self.constraints for q in c.params if q.floating)]:
+            found.setdefault(id(p), p)
+        self.params: list[Parameter] = list(found.values())
+        self._offset = eager_variable(np.float64(0.0), trainable=False, name="loss_offset")
+        self._value_fn = function(self._checked_value, wraps="loss")
+        self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
+        self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function]] = {}
+        self._precomputed: Any = None  # (key, report) of the last zcache.precompute
+
+    # -- to implement --------------------------------------------------------------------
+    def _value(self) -> tf.Tensor:
+        raise NotImplementedError
+
+    def _total(self) -> tf.Tensor:
+        value = self._value()
+        if self.constraints:
+            value = value + tf.add_n([c.value() for c in self.constraints])
+        return value
+
+    # -- public --------------------------------------------------------------------------
+    @property
+    def offset(self) -> float:
+        """Subtracted by :meth:`value_at` / :meth:`value_gradient_at` (set by the minimizer)."""
+        return float(self._offset.numpy())
+
+    @offset.setter
+    def offset(self, value: float) -> None:
+        self._offset.assign(float(value))
+
+    def _checked_value(self) -> tf.Tensor:
+        value = self._total()
+        checks = _require(
+            tf.math.is_finite(value), FitError,
+            f"the loss of '{type(self).__name__}' is NaN or infinite at the current parameter values: a "
+            "width may be <= 0 or the model zero at an event. Check the parameters and their limits.",
+        )
+        if checks:
+            with tf.control_dependencies(checks):
+                return tf.identity(value)
+        return value
+
+    def value(self) -> tf.Tensor:
+        """The loss at the current parameter values (float64 scalar).
+
+        Raises
+        ------
+            FitError: the value is NaN or infinite.
+        """
+        return self._value_fn()
+
+    def _param_list(self, params: Sequence[Parameter] | None) -> tuple[Parameter, ...]:
+        params = tuple(self.params if params is None else params)
+        if not all(isinstance(p, Parameter) for p in params):
+            raise TypeError("params must be zcache.Parameter objects.")
+        return params
+
+    def value_gradient(self, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """The loss and its gradient w.r.t. ``params`` (default: :attr:`params`)."""
+        params = self._param_list(params)
+        fn = self._gradient_fns.get(params)
+        if fn is None:
+            fn = self._gradient_fns[params] = function(
+                lambda: value_and_gradient(self._total, params), wraps="loss"
+            )
+        return fn()
+
+    def gradient(self, params: Sequence[Parameter] | None = None) -> tf.Tensor:
+        """The gradient w.r.t. ``params`` (default: :attr:`params`)."""
+        return self.value_gradient(params)[1]
+
+    def _at(self, params: tuple[Parameter, ...]) -> tuple[Function, Function, Function]:
+        fns = self._at_fns.get(params)
+        if fns is None:
+            def value_at(x: tf.Tensor) -> tf.Tensor:
+                set_values(params, tf.unstack(x, num=len(params)))
+                return self._total() - self._offset
+
+            def value_gradient_at(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                set_values(params, tf.unstack(x, num=len(params)))
+                value, grad = value_and_gradient(self._total, params)
+                return value - self._offset, grad
+
+            def hessian_at(x: tf.Tensor) -> tf.Tensor:
+                set_values(params, tf.unstack(x, num=len(params)))
+                return self._hessian(params)
+
+            fns = self._at_fns[params] = (
+                function(value_at, wraps="loss"),
+                function(value_gradient_at, wraps="loss"),
+                function(hessian_at, wraps="loss"),
+            )
+        return fns
+
+    def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
+        # Exact second derivatives need every cache on the path bypassed (precompute
+        # with floating parameters always dirty); otherwise differences of exact gradients.
+        if not self._exact_hessian_ok(params):
+            return hessian(self._total, params)
+        variables = [p.variable for p in params]
+        with tf.GradientTape(watch_accessed_variables=False) as outer:
+            outer.watch(variables)
+            _, grad = value_and_gradient(self._total, params, numerical=False)
+        rows = outer.jacobian(grad, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        hess = tf.stack([tf.cast(r, tf.float64) for r in rows], axis=1)
+        return 0.5 * (hess + tf.transpose(hess))
+
+    def _exact_hessian_ok(self, params: tuple[Parameter, ...]) -> bool:
+        ids = {p.node_id for p in params}
+        for cache in GRAPH.caches():
+            if not cache.always_dirty and ids.intersection(GRAPH.ancestor_parameters(cache.node_id)):
+                return False
+        return True
+
+    def value_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
+        """Set ``params`` to ``x`` and return the loss minus :attr:`offset`, in one traced call.
+
+        This is a minimizer's function call: parameters are updated in place (with
+        their checks), and nothing retraces from one ``x`` to the next.
+        """
+        params = self._param_list(params)
+        return self._at(params)[0](tf.constant(x, tf.float64))
+
+    def value_gradient_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Like :meth:`value_at`, with the gradient."""
+        params = self._param_list(params)
+        return self._at(params)[1](tf.constant(x, tf.float64))
+
+    def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
+        """Set ``params`` to ``x`` and return the Hessian of the loss (exact when possible)."""
+        params = self._param_list(params)
+        return self._at(params)[2](tf.constant(x, tf.float64))
+
+    def functions(self) -> list[Function]:
+        """The traced functions this loss has created (for trace-count checks)."""
+        return [self._value_fn, *self._gradient_fns.values(), *(f for pair in self._at_fns.values() for f in pair)]
+
+    def __add__(self, other: BaseLoss) -> SimultaneousLoss:
+        if not isinstance(other, BaseLoss):
+            return NotImplemented
+        return SimultaneousLoss([self, other])
+
+
+class UnbinnedNLL(BaseLoss):
+    r"""Unbinned negative log-likelihood :math:`-\sum_i \log p(x_i)` of ``model`` on ``data``.
+
+    Args:
+        model: a :class:`zcache.models.Model`.
+        data: a :class:`zcache.Data`; every event must lie inside the model's space.
+        constraints: optional :class:`GaussianConstraint` objects.
+
+    Raises
+    ------
+        DataRangeError: events outside the model's range (now, or after a ``set_data``
+            when the loss is evaluated).
+    """
+
+    extended = False
+
+    def __init__(self, model: Model, data: Data, constraints: Sequence[GaussianConstraint] | None = None):
+        if not isinstance(model, Model):
+            raise ModelError(f"{type(self).__name__} needs a zcache.models.Model, got {model!r}.")
+        if not isinstance(data, Data):
+            raise ModelError(
+                f"{type(self).__name__} needs a zcache.Data (wrap arrays: zcache.Data(array, obs=...)), got "
+                f"{type(data).__name__}."
+            )
+        if self.extended and not model.is_extended:
+            raise ModelError(
+                f"{model!r} is not extended: give it a yield (extended=...) or build a SumPdf with yields, "
+                "or use UnbinnedNLL."
+            )
+        self.model = model
+        self.data = data
+        super().__init__(model.get_params(floating=True), constraints)
+        model.space.select(data)  # columns must match now, not at the first fit
+        self._range_message = (
+            f"events of '{data.name}' lie outside {model.space!r} of '{model.name}'; cut them "
+            "(e.g. data[model.space.inside(data)]) or widen the space."
+        )
+        self._inside = _InRange(model, data)
+        _require(self._inside.value(), DataRangeError, self._range_message)
+
+    def _value(self) -> tf.Tensor:
+        checks = _require(self._inside.value(), DataRangeError, self._range_message)
+        with tf.control_dependencies(checks):
+            nll = -tf.reduce_sum(tf.math.log(self.model.pdf(self.data)))
+        if self.extended:
+            nu = self.model.get_yield()
+            n = tf.cast(self.data.nevents, tf.float64)
+            nll = nll + nu - n * tf.math.log(nu)
+        return nll
+
+
+class ExtendedUnbinnedNLL(UnbinnedNLL):
+    r"""Extended unbinned NLL: adds the Poisson term :math:`\nu - N\log\nu` for the yield :math:`\nu`."""
+
+    extended = True
+
+
+class SimultaneousLoss(BaseLoss):
+    """The sum of several losses (shared parameters appear once).
+
+    Example:
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> mu = zcache.Parameter("mu_s", 0.0)
+        >>> s = Space("x", -5.0, 5.0)
+        >>> a = UnbinnedNLL(Gaussian(s, mu, 1.0), zcache.Data(np.array([0.5])))
+        >>> b = UnbinnedNLL(Gaussian(s, mu, 2.0), zcache.Data(np.array([1.0])))
+        >>> total = a + b
+        >>> [p.name for p in total.params], bool(abs(float(total.value()) - float(a.value()) - float(b.value())) < 1e-12)
+        (['mu_s'], True)
+    """
+
+    def __init__(self, losses: Sequence[BaseLoss]):
+        self.losses: list[BaseLoss] = []
+        for loss in losses:
+            if not isinstance(loss, BaseLoss):
+                raise ModelError(f"SimultaneousLoss sums zcache losses, got {loss!r}.")
+            self.losses.extend(loss.losses if isinstance(loss, SimultaneousLoss) else [loss])
+        super().__init__([p for loss in self.losses for p in loss.params])
+
+    def _value(self) -> tf.Tensor:
+        return tf.add_n([loss._total() for loss in self.losses])
+
+
+class _InRange:
+    """Whether all events of ``data`` lie in ``model.space``: a cache, so a fit pays nothing."""
+
+    def __init__(self, model: Model, data: Data) -> None:
+        space = model.space
+        self.cache = CachedTensor(
+            lambda: tf.reduce_all(space.inside(space.select(data))), deps=[data], name=f"{data.name} in range"
+        )
+
+    def value(self) -> tf.Tensor:
+        return self.cache.value()
