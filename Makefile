@@ -29,10 +29,21 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
 
-# A separate environment for benchmarks, so that peers (zfit, tensorwaves: later issues) can be
-# installed there without touching the test environment.
-$(BENCH_STAMP): setup.cfg pyproject.toml
+# A separate environment for benchmarks, so that peers (zfit; tensorwaves: later issues) can be
+# installed there without touching the test environment. zfit and tf-keras require the
+# `tensorflow` distribution, which would install a second TensorFlow over tensorflow-cpu: they
+# come with --no-deps (requirements-peers-nodeps.txt), their other dependencies from
+# requirements-peers.txt. A peer that fails to install is a warning, not an error: bench_fit.py
+# then says "not installed" in its rows.
+PEER_REQS := benchmarks/requirements-peers.txt benchmarks/requirements-peers-nodeps.txt
+$(BENCH_STAMP): setup.cfg pyproject.toml $(PEER_REQS)
 	$(call make-venv,$(BENCH_VENV))
+	$(BENCH_PY) -m pip install --quiet -r benchmarks/requirements-peers.txt \
+	  && $(BENCH_PY) -m pip install --quiet --no-deps -r benchmarks/requirements-peers-nodeps.txt \
+	  || echo "WARNING: benchmark peers not installed in $(BENCH_VENV); bench_fit.py will say so"
+	@if $(BENCH_PY) -m pip show --quiet tensorflow 2>/dev/null; then \
+	  echo "ERROR: the 'tensorflow' distribution was installed into $(BENCH_VENV) beside tensorflow-cpu"; \
+	  rm -f $@; exit 1; fi
 
 bench: $(BENCH_STAMP)
 	$(BENCH_PY) benchmarks/run_all.py

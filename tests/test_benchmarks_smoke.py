@@ -18,3 +18,37 @@ def test_benchmarks_quick(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
     assert "run_all.py" in text and "Cache hit" in text and "What the numbers say" in text
+
+
+def test_bench_fit_single_fit_quick_without_peers(monkeypatch):
+    """bench_fit's cheapest table (quick single fit): numpy + iminuit fits, a missing zfit says so.
+
+    The test environment has no zfit, so its rows must read "not installed" instead of
+    failing; where zfit is installed it is left out here (importing it takes seconds).
+    """
+    import importlib.util
+    import time
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _harness
+    import bench_fit
+
+    zfit_missing = importlib.util.find_spec("zfit") is None
+    include = ("numpy", "zfit") if zfit_missing else ("numpy",)
+    t0 = time.perf_counter()
+    rows = bench_fit.bench_single_fit(bench_fit.QUICK, include=include)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 5.0, f"quick single-fit table took {elapsed:.1f} s"
+
+    by_name = {row["implementation"]: row for row in rows}
+    numpy_rows = [row for name, row in by_name.items() if name.startswith("numpy")]
+    assert len(numpy_rows) == 2
+    for row in numpy_rows:
+        assert row["status"] == "ok" and row["valid"], row
+        assert abs(row["mu"] - bench_fit.QUICK.fit_setup.truth["mu"]) < 0.1
+    assert numpy_rows[0]["warm / numpy+iminuit"] == 1.0
+    if zfit_missing:
+        zfit_rows = [row for name, row in by_name.items() if name.startswith("zfit")]
+        assert zfit_rows and all(row["status"] == "not installed" for row in zfit_rows)
+    table = _harness.markdown_table(rows, bench_fit._present(rows, bench_fit._FIT_COLUMNS))
+    assert "numpy + iminuit" in table and ("not installed" in table or not zfit_missing)

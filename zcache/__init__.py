@@ -26,7 +26,11 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from . import exceptions as exceptions  # noqa: E402
+from . import loss as loss  # noqa: E402
+from . import minimize as minimize  # noqa: E402
+from . import models as models  # noqa: E402
 from . import run as run  # noqa: E402
+from . import toys as toys  # noqa: E402
 from ._cachable import Cachable as Cachable  # noqa: E402
 from ._cachable import cached as cached  # noqa: E402
 from ._cached_tensor import CachedTensor as CachedTensor  # noqa: E402
@@ -49,10 +53,6 @@ from ._parameter import Parameter as Parameter  # noqa: E402
 from ._parameter import set_values as set_values  # noqa: E402
 from ._precompute import PrecomputeReport as PrecomputeReport  # noqa: E402
 from ._precompute import precompute as precompute  # noqa: E402
-from . import models as models  # noqa: E402
-from . import loss as loss  # noqa: E402
-from . import minimize as minimize  # noqa: E402
-from . import toys as toys  # noqa: E402
 from .exceptions import DependencyCycleError as DependencyCycleError  # noqa: E402
 from .exceptions import IllegalInGraphModeError as IllegalInGraphModeError  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402

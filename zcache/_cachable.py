@@ -42,7 +42,10 @@ def _key(arg: Any, where: str) -> Any:
     if isinstance(arg, dict):
         return ("dict", tuple(sorted((k, _key(v, where)) for k, v in arg.items())))
     if not isinstance(arg, Hashable):
-        raise UncacheableArgumentError(f"{where}: argument {arg!r} is not hashable, so it cannot key a cache.")
+        raise UncacheableArgumentError(
+            f"{where}: argument {arg!r} is not hashable, so it cannot key a cache; pass a tuple, a number, "
+            "a string or a zcache object instead."
+        )
     return arg
 
 

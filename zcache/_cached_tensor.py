@@ -28,7 +28,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,17 @@ from .exceptions import (
 
 __all__ = ["CachedTensor"]
 
-_local = threading.local()
+class _Local(threading.local):
+    recomputing = 0  # > 0 while a backward pass recomputes a cache's function (_with_gradient)
+
+
+_local = _Local()
+
+#: Held by every eager write of a Parameter's or Data's Variable (see _parameter.py), and by the
+#: last attempt of an eager miss whose earlier attempts overlapped input changes: that attempt
+#: reads every input with no write in between, so a returned value never mixes old and new inputs.
+INPUT_WRITES = threading.RLock()
+_ATTEMPTS = 3
 
 _SECOND_ORDER_MSG = (
     "Nested tf.GradientTape (second derivatives) through the CachedTensor '{name}' inside a "
@@ -179,8 +189,8 @@ class CachedTensor(TensorLike):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the cached value (0 before the first computation)."""
-        if self._cache is None:
+        """Bytes held by the cached value (0 before the first computation and when always dirty)."""
+        if self._cache is None or self._always_dirty:
             return 0
         return int(tf.size(self._cache)) * self._cache.dtype.size
 
@@ -292,7 +302,7 @@ class CachedTensor(TensorLike):
     def value(self) -> tf.Tensor:
         """The cached value if valid, else ``func()`` computed, stored and returned."""
         record_read(self)
-        if getattr(_local, "recomputing", 0):  # in a backward pass: no tf.cond, TF's own gradient
+        if _local.recomputing:  # in a backward pass: no tf.cond, TF's own gradient
             return tf.convert_to_tensor(self._func())
         if self._always_dirty:
             return self._compute()
@@ -307,23 +317,33 @@ class CachedTensor(TensorLike):
                 n_deps, changes = len(self._deps), GRAPH.input_changes
         if hit is not None:
             return self._with_gradient(hit)
-        out = self._compute()
-        with self._lock:
-            self._py_misses += 1
-            # An input that changed while we computed invalidated us (epoch), unless we did
-            # not yet depend on it in the graph (deps discovered by this very computation).
-            fresh = self._epoch == epoch and (len(self._deps) == n_deps or GRAPH.input_changes == changes)
-            if fresh:
-                if self._cache is None:
-                    self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
-                else:
-                    self._cache.assign(out)
-                self._flag.assign(True)
-                self._py_valid = True
-        return out
+        attempt = 1
+        while True:
+            with INPUT_WRITES if attempt == _ATTEMPTS else nullcontext():
+                out = self._compute()
+            with self._lock:
+                # An input that changed while we computed invalidated us (epoch), unless we did
+                # not yet depend on it in the graph (deps discovered by this very computation).
+                fresh = self._epoch == epoch and (len(self._deps) == n_deps or GRAPH.input_changes == changes)
+                if fresh or attempt == _ATTEMPTS:
+                    self._py_misses += 1
+                    if fresh:
+                        if self._cache is None:
+                            self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
+                        else:
+                            self._cache.assign(out)
+                        self._flag.assign(True)
+                        self._py_valid = True
+                    return out
+                # out may mix old and new input values (another thread wrote meanwhile): again.
+                attempt += 1
+                epoch, n_deps, changes = self._epoch, len(self._deps), GRAPH.input_changes
 
     def _value_in_graph(self) -> tf.Tensor:
         self._traced = True
+        from . import _mode  # _mode imports this module
+
+        _mode.invalidate_if_mutated_in_trace(self)
         static_shape: list[tf.TensorShape] = []
 
         def compute_and_store() -> tf.Tensor:
@@ -376,7 +396,7 @@ class CachedTensor(TensorLike):
                     # Reads here are not new dependencies, and caches read here compute directly:
                     # a tf.cond in a backward pass cannot be differentiated (a tape outside a
                     # traced function differentiates its backward pass too).
-                    _local.recomputing = getattr(_local, "recomputing", 0) + 1
+                    _local.recomputing += 1
                     try:
                         with recording():
                             y = tf.convert_to_tensor(cache._func())

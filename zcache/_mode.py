@@ -239,6 +239,7 @@ def get_autograd_mode() -> bool:
 
 # -- traced functions ---------------------------------------------------------------------
 _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
+_EAGER_TENSOR = type(tf.constant(0.0))
 _local = threading.local()
 
 
@@ -248,6 +249,8 @@ class _TraceRecord:
     def __init__(self) -> None:
         # input node id -> ids of the caches the trace already invalidates in-graph
         self.mutations: dict[int, set[int]] = {}
+        # input node id -> per mutation in the trace being built, "value unchanged" (None: changed)
+        self.unchanged: dict[int, list[Any]] = {}
 
 
 def _input_value(uid: int) -> float | None:
@@ -258,11 +261,39 @@ def _input_value(uid: int) -> float | None:
     return float(obj.variable.numpy())
 
 
-def note_mutation(uid: int, handled: tuple[int, ...]) -> None:
+def note_mutation(uid: int, handled: tuple[int, ...], unchanged: Any = None) -> None:
     """Called by ``set_value``/``set_data`` inside a trace (see :class:`Function`)."""
     stack = getattr(_local, "traces", None)
     if stack:
         stack[-1].mutations.setdefault(uid, set()).update(handled)
+        stack[-1].unchanged.setdefault(uid, []).append(unchanged)
+
+
+def invalidate_if_mutated_in_trace(cache: Any) -> None:
+    """Before a traced read of ``cache``: clear its flag for inputs this trace already changed.
+
+    ``set_value`` inside a trace invalidates the dependents it knows of; a cache created
+    later in the same trace, or whose dependencies are not yet discovered, would otherwise
+    serve a value computed from the old input. Unknown dependencies count as affected.
+    """
+    stack = getattr(_local, "traces", None)
+    record = stack[-1] if stack else None
+    if record is None or not record.mutations:
+        return
+    known = cache._dtype is not None  # computed before: its dependencies are in the graph
+    ancestors = nx.ancestors(GRAPH.nx, cache.node_id) if known and cache.node_id in GRAPH.nx else set()
+    conditions: list[Any] = []
+    for uid, handled in record.mutations.items():
+        if cache.node_id in handled or (known and uid not in ancestors):
+            continue
+        conditions.extend(record.unchanged.get(uid, [None]))
+        handled.add(cache.node_id)
+    if not conditions:
+        return
+    if any(c is None for c in conditions):
+        cache._invalidate_in_graph(None)
+    else:
+        cache._invalidate_in_graph(tf.reduce_all(tf.stack(conditions)))
 
 
 class Function:
@@ -276,7 +307,7 @@ class Function:
     """
 
     def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
-        if wraps not in IDENTIFIERS:
+        if not isinstance(wraps, str) or wraps not in IDENTIFIERS:
             raise UnknownIdentifierError(
                 f"Unknown identifier wraps={wraps!r}; use one of {sorted(IDENTIFIERS)}."
             )
@@ -296,6 +327,7 @@ class Function:
         self._record = _TraceRecord()
         self._extra: tuple[int, dict[int, tuple[Any, ...]]] = (-1, {})
         self._reads: set[int] = set()  # node ids read at the top level of its traces
+        self._concrete: dict[Any, Any] = {}
         _FUNCTIONS.add(self)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
@@ -320,7 +352,16 @@ class Function:
         untraced = self._untraced_dependents() if self._record.mutations else {}
         before = {uid: _input_value(uid) for uid in untraced}
         try:
-            out = tf_function(*args, **kwargs)
+            if not kwargs and all(type(a) is _EAGER_TENSOR for a in args):
+                # A minimizer's hot path: call the concrete graph for these dtypes and shapes
+                # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
+                key = (_state.autograd, tuple((a.dtype, tuple(a.shape)) for a in args))
+                concrete = self._concrete.get(key)
+                if concrete is None:
+                    concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+                out = concrete(*args)
+            else:
+                out = tf_function(*args, **kwargs)
         except tf.errors.InvalidArgumentError as err:
             raise _zcache_error_from(err) from None
         if untraced:
@@ -334,6 +375,7 @@ class Function:
                 stacklevel=2,
             )
             self._tf_functions = {}
+            self._concrete = {}
             self._live_traces = 0
         return out
 
@@ -393,6 +435,7 @@ class Function:
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
         self._tf_functions = {}
+        self._concrete = {}
         self._live_traces = 0
         self._record = _TraceRecord()
         self._extra = (-1, {})
@@ -404,7 +447,8 @@ class Function:
         return any(uid in uids or (uid in g and not uids.isdisjoint(nx.ancestors(g, uid))) for uid in self._reads)
 
 
-_MARK = re.compile(r"\[zcache:(\w+)\] ([^\]\n]*)")
+_MARK = re.compile(r"\[zcache:(\w+)\] (.*?)(?:\] \[|\]?$)", re.MULTILINE)
+_TF_SUFFIX = re.compile(r"\s*: Tensor had .*$")
 
 
 def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
@@ -413,7 +457,9 @@ def _zcache_error_from(err: tf.errors.InvalidArgumentError) -> Exception:
     if match is None:
         return err
     cls = getattr(exceptions, match.group(1), exceptions.ZCacheError)
-    return cls(match.group(2).replace("\\'", "'").strip())
+    # TensorFlow wraps the message: "[msg] [Condition ...]" (asserts), "msg : Tensor had NaN values".
+    text = _TF_SUFFIX.sub("", match.group(2).replace("\\'", "'")).strip()
+    return cls(text)
 
 
 def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT) -> Any:

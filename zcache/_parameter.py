@@ -12,14 +12,13 @@ previous value on exit.
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from . import _mode
-from ._cached_tensor import invalidate_eagerly
+from ._cached_tensor import INPUT_WRITES, invalidate_eagerly
 from ._depgraph import DATA, GRAPH, PARAMETER, record_read
 from ._mode import ModeSetter
 from ._tensorlike import TensorLike, eager_variable
@@ -36,10 +35,11 @@ __all__ = ["Parameter", "Data", "set_values"]
 #: Prefix of in-graph assertion messages; zcache.function turns them back into zcache errors.
 GRAPH_ERROR_MARK = "[zcache:{}] "
 
-#: Held by eager parameter writes, so that a Variable and its Python mirror change together
-#: (two threads setting one parameter could otherwise leave a stale mirror: a later
-#: set_value of the mirrored value would then be skipped).
-_WRITES = threading.Lock()
+#: Held by eager writes, so that a Parameter's Variable and its Python mirror change together
+#: (two threads setting one parameter could otherwise leave a stale mirror: a later set_value
+#: of the mirrored value would then be skipped), and so that a cache's last attempt at an eager
+#: miss reads consistent inputs (see CachedTensor.value).
+_WRITES = INPUT_WRITES
 
 
 def _input_changed(uids: set[int] | tuple[int, ...]) -> None:
@@ -187,23 +187,32 @@ class Parameter(TensorLike):
             raise ParameterValueError(
                 f"Parameter '{self.name}' takes a scalar, got a tensor of shape {value.shape}."
             )
+        static = tf.get_static_value(value)
+        if static is not None:  # a constant: refuse it now, with the eager message
+            self._checked(static)
         mark = GRAPH_ERROR_MARK.format("ParameterValueError") + f"Parameter '{self.name}': "
-        checks = [tf.debugging.assert_all_finite(value, mark + "value is not finite; unchanged.")]
+        fix = " Pass a finite value within the limits, or widen them."
+        checks = [tf.debugging.assert_all_finite(value, mark + "value is not finite; unchanged." + fix)]
         if self.lower is not None:
             checks.append(tf.debugging.assert_greater_equal(
                 value, tf.constant(self.lower, tf.float64),
-                message=mark + f"value is below the lower limit {self.lower}; unchanged."))
+                message=mark + f"value is below the lower limit {self.lower}; unchanged." + fix))
         if self.upper is not None:
             checks.append(tf.debugging.assert_less_equal(
                 value, tf.constant(self.upper, tf.float64),
-                message=mark + f"value is above the upper limit {self.upper}; unchanged."))
+                message=mark + f"value is above the upper limit {self.upper}; unchanged." + fix))
+        return self._write_in_graph(value, checks)
+
+    def _write_in_graph(self, value: tf.Tensor, checks: list[Any]) -> ModeSetter:
+        with _WRITES:
+            self._mirror = None
         old = self._var.read_value()
         # Every write waits for the checks: a failed check leaves value and flags untouched.
         with tf.control_dependencies(checks):
             self._var.assign(value)
             unchanged = tf.equal(old, value)
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, unchanged))
-        _mode.note_mutation(self.node_id, handled)
+        _mode.note_mutation(self.node_id, handled, unchanged)
         return ModeSetter(lambda: self.set_value(old))
 
 
@@ -233,7 +242,7 @@ class Data(TensorLike):
     _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
 
     def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None) -> None:
-        arr = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+        arr = _as_array(array, name or "data")
         if arr.dtype.kind not in self._KINDS:
             raise DataDtypeError(
                 f"Data must be numeric (float, int, bool or complex), got dtype {arr.dtype}."
@@ -311,10 +320,11 @@ class Data(TensorLike):
         """
         if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
             return self._set_data_in_graph(array)
-        arr = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+        arr = _as_array(array, self.name)
         arr = self._checked(arr)
-        old = self._var.read_value()  # keeps the old buffer alive, no copy
-        self._var.assign(arr)
+        with _WRITES:
+            old = self._var.read_value()  # keeps the old buffer alive, no copy
+            self._var.assign(arr)
         if tf.inside_function():
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
             _mode.note_mutation(self.node_id, handled)
@@ -330,21 +340,23 @@ class Data(TensorLike):
         ):
             raise DataShapeError(
                 f"Data '{self.name}' holds events of shape {self.event_shape}, got a tensor of "
-                f"shape {tensor.shape}."
+                f"shape {tensor.shape}; data unchanged. Create a new zcache.Data for another layout."
             )
         if not np.can_cast(tensor.dtype.as_numpy_dtype, self.np_dtype, "same_kind"):
             raise DataDtypeError(
-                f"Data '{self.name}' has dtype {self.np_dtype}, got a tensor of dtype {tensor.dtype}."
+                f"Data '{self.name}' has dtype {self.np_dtype}, got a tensor of dtype {tensor.dtype.name}; "
+                f"data unchanged. Pass values that cast safely to {self.np_dtype}."
             )
         tensor = tf.cast(tensor, self.np_dtype)
         where = f"Data '{self.name}': "
         checks = [tf.debugging.assert_greater(
             tf.shape(tensor)[0], 0,
-            message=GRAPH_ERROR_MARK.format("EmptyDataError") + where + "no events; data unchanged.")]
+            message=GRAPH_ERROR_MARK.format("EmptyDataError") + where + "no events; data unchanged. "
+            "A likelihood over no events is undefined: skip the empty sample instead.")]
         if self.np_dtype.kind in "fc":
             checks.append(tf.debugging.assert_all_finite(
                 tensor, GRAPH_ERROR_MARK.format("InvalidDataError") + where
-                + "NaN or infinite values; data unchanged."))
+                + "NaN or infinite values; data unchanged. Remove or fix those events first."))
         old = self._var.read_value()
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
@@ -414,6 +426,33 @@ def _obs_names(obs: Any, event_shape: tuple[int, ...], name: str) -> tuple[str, 
             f"column(s) (event shape {event_shape}). Pass one distinct name per column."
         )
     return names
+
+
+def set_vector_in_graph(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
+    """Set ``params`` to the entries of the vector ``x`` inside a trace, with one check for all.
+
+    What a minimizer's traced function call does: a single finiteness-and-limits check
+    of the whole vector guards every write (instead of three assertions per parameter).
+    """
+    lower = tf.constant([-np.inf if p.lower is None else p.lower for p in params], tf.float64)
+    upper = tf.constant([np.inf if p.upper is None else p.upper for p in params], tf.float64)
+    ok = tf.reduce_all(tf.math.is_finite(x) & (x >= lower) & (x <= upper))
+    names = ", ".join(p.name for p in params)
+    check = tf.debugging.assert_equal(ok, tf.constant(True), message=GRAPH_ERROR_MARK.format("ParameterValueError")
+                                      + f"a value for one of ({names}) is NaN or outside its limits; all unchanged.")
+    for i, p in enumerate(params):
+        p._write_in_graph(x[i], [check])
+
+
+def _as_array(array: Any, name: str) -> np.ndarray:
+    """``array`` as numpy; a ragged nesting is a :class:`DataShapeError`, not numpy's ValueError."""
+    try:
+        return np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+    except ValueError as err:
+        raise DataShapeError(
+            f"Data '{name}': the array is not rectangular ({err}); data unchanged. Give every event "
+            "the same shape."
+        ) from err
 
 
 def _tf_name(name: str) -> str:

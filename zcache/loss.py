@@ -40,7 +40,7 @@ from ._cached_tensor import CachedTensor
 from ._depgraph import GRAPH
 from ._gradient import hessian, value_and_gradient
 from ._mode import Function, function
-from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values
+from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values, set_vector_in_graph
 from ._tensorlike import eager_variable
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model
@@ -56,6 +56,13 @@ def _require(ok: tf.Tensor, error: type[Exception], message: str) -> list[Any]:
     if not bool(ok):
         raise error(message)
     return []
+
+
+def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
+    if tf.inside_function():
+        set_vector_in_graph(params, x)
+    else:
+        set_values(params, x.numpy())
 
 
 class GaussianConstraint:
@@ -81,6 +88,7 @@ class GaussianConstraint:
             raise ModelError(f"GaussianConstraint: every sigma must be positive, got {self.sigma}.")
 
     def value(self) -> tf.Tensor:
+        """The penalty at the current parameter values."""
         values = tf.stack([p.value() for p in self.params])
         return 0.5 * tf.reduce_sum(tf.square((values - self.observed) / self.sigma))
 
@@ -171,16 +179,16 @@ class BaseLoss:
         fns = self._at_fns.get(params)
         if fns is None:
             def value_at(x: tf.Tensor) -> tf.Tensor:
-                set_values(params, tf.unstack(x, num=len(params)))
+                _set(params, x)
                 return self._total() - self._offset
 
             def value_gradient_at(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                set_values(params, tf.unstack(x, num=len(params)))
+                _set(params, x)
                 value, grad = value_and_gradient(self._total, params)
                 return value - self._offset, grad
 
             def hessian_at(x: tf.Tensor) -> tf.Tensor:
-                set_values(params, tf.unstack(x, num=len(params)))
+                _set(params, x)
                 return self._hessian(params)
 
             fns = self._at_fns[params] = (
@@ -270,7 +278,10 @@ class UnbinnedNLL(BaseLoss):
             )
         self.model = model
         self.data = data
-        super().__init__(model.get_params(floating=True), constraints)
+        params = model.get_params(floating=True)
+        if not self.extended and isinstance(model._yield, Parameter):  # the yield does not enter
+            params = [p for p in params if p is not model._yield]
+        super().__init__(params, constraints)
         model.space.select(data)  # columns must match now, not at the first fit
         self._range_message = (
             f"events of '{data.name}' lie outside {model.space!r} of '{model.name}'; cut them "

@@ -97,8 +97,11 @@ class Minuit:
         tol: Minuit's EDM tolerance (iminuit's ``tol``).
         strategy: Minuit strategy 0, 1 or 2.
         use_gradient: pass zcache's gradient to Minuit (``False``: Minuit's own).
-        hesse: run HESSE after a valid MIGRAD for errors and covariance.
-        precompute: apply :func:`zcache.precompute` for the floating parameters.
+        hesse: errors and covariance from HESSE after a valid MIGRAD (skipped when MIGRAD
+            already ended with an accurate covariance, which with strategy >= 1 is HESSE's).
+        precompute: apply :func:`zcache.precompute` for the fitted parameters and the kind of
+            gradient (once per loss and setting; a manual ``precompute`` with other options
+            is replaced: pass ``precompute=False`` to keep yours).
         maxfcn: call budget (iminuit's ``ncall``), ``None`` for Minuit's default.
     """
 
@@ -158,7 +161,7 @@ class Minuit:
         f0 = float(loss.value_at(x0, params))
         if not np.isfinite(f0):
             raise FitError(
-                f"The loss is {f0} at the starting values {dict(zip(names, x0))}; start where the model is "
+                f"The loss is {f0} at the starting values {dict(zip(names, x0, strict=True))}; start where the model is "
                 "positive at every event (check widths and limits)."
             )
         loss.offset = f0
@@ -177,11 +180,13 @@ class Minuit:
         analytic = self.use_gradient
         m = iminuit.Minuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False, name=names)
         m.errordef = loss.errordef
-        m.limits = list(zip(lower, upper))
+        m.limits = list(zip(lower, upper, strict=True))
         m.tol = self.tol
         m.strategy = self.strategy
         m.migrad(ncall=self.maxfcn)
-        if self.hesse and m.valid:
+        # With strategy >= 1 MIGRAD ends with HESSE when its own covariance estimate is not
+        # accurate; running it again would cost a Hessian (or O(n^2) calls) for the same numbers.
+        if self.hesse and m.valid and not m.fmin.has_accurate_covar:
             m.hesse()
         elapsed = time.perf_counter() - start
 
@@ -190,8 +195,8 @@ class Minuit:
         has_errors = self.hesse and m.valid and m.covariance is not None
         errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
         return FitResult(
-            values=dict(zip(names, map(float, best))),
-            errors=dict(zip(names, map(float, errors))),
+            values=dict(zip(names, map(float, best), strict=True)),
+            errors=dict(zip(names, map(float, errors), strict=True)),
             valid=bool(m.valid),
             fmin=float(m.fval) + f0,
             edm=float(m.fmin.edm),

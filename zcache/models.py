@@ -94,7 +94,10 @@ def set_seed(seed: int) -> None:
         >>> bool((a == b).all())
         True
     """
-    rng().reset_from_seed(int(seed))
+    # reset_from_seed puts the seed in Philox's counter with key 0, so seeds s and s + 1 give
+    # the same stream shifted by one block; a SeedSequence spreads seeds over key and counter.
+    state = np.random.SeedSequence(int(seed)).generate_state(3, dtype=np.uint64).view(np.int64)
+    rng().reset(tf.constant(state))
 
 
 class Space:
@@ -115,8 +118,11 @@ class Space:
         self.obs = (obs,) if isinstance(obs, str) else tuple(obs)
         if not self.obs or not all(isinstance(o, str) and o for o in self.obs) or len(set(self.obs)) != len(self.obs):
             raise ModelError(f"Space needs distinct non-empty observable names, got {obs!r}.")
-        lo = np.atleast_1d(np.asarray(lower, dtype=float))
-        hi = np.atleast_1d(np.asarray(upper, dtype=float))
+        try:
+            lo = np.atleast_1d(np.asarray(lower, dtype=float))
+            hi = np.atleast_1d(np.asarray(upper, dtype=float))
+        except (TypeError, ValueError) as err:
+            raise ModelError(f"Space {self.obs}: limits must be numbers, got {lower!r} and {upper!r}.") from err
         if lo.shape != (len(self.obs),) or hi.shape != (len(self.obs),):
             raise ModelError(f"Space {self.obs}: give one lower and one upper limit per observable.")
         if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (lo < hi).all()):
@@ -126,13 +132,17 @@ class Space:
 
     @property
     def n_obs(self) -> int:
+        """Number of observables."""
         return len(self.obs)
 
     @property
     def volume(self) -> float:
+        """Product of the ranges' widths."""
         return float(np.prod(np.subtract(self.upper, self.lower)))
 
     def __mul__(self, other: Space) -> Space:
+        if not isinstance(other, Space):
+            return NotImplemented
         if set(self.obs) & set(other.obs):
             raise ModelError(f"Cannot multiply spaces sharing observables {set(self.obs) & set(other.obs)}.")
         return Space(self.obs + other.obs, self.lower + other.lower, self.upper + other.upper)
@@ -144,7 +154,7 @@ class Space:
         return hash((self.obs, self.lower, self.upper))
 
     def __repr__(self) -> str:
-        ranges = ", ".join(f"{o} in [{lo:g}, {hi:g}]" for o, lo, hi in zip(self.obs, self.lower, self.upper))
+        ranges = ", ".join(f"{o} in [{lo:g}, {hi:g}]" for o, lo, hi in zip(self.obs, self.lower, self.upper, strict=True))
         return f"Space({ranges})"
 
     def inside(self, x: Any) -> tf.Tensor:
@@ -234,6 +244,7 @@ class Model(Cachable):
     # -- parameters and yields ---------------------------------------------------------
     @property
     def is_extended(self) -> bool:
+        """Whether the model has a yield (an expected number of events)."""
         return self._yield is not None
 
     def get_yield(self) -> tf.Tensor:
@@ -315,9 +326,13 @@ class Model(Cachable):
         """Probability of ``[lower, upper]`` (intersected with the space); default: 1."""
         lo = self.space.lower if lower is None else tuple(np.atleast_1d(np.asarray(lower, float)))
         hi = self.space.upper if upper is None else tuple(np.atleast_1d(np.asarray(upper, float)))
+        if len(lo) != self.space.n_obs or len(hi) != self.space.n_obs:
+            raise ModelError(
+                f"integrate on {self.space!r} needs {self.space.n_obs} lower and upper limit(s), got {lower!r}, {upper!r}."
+            )
         lo = tuple(max(a, b) for a, b in zip(lo, self.space.lower, strict=True))
         hi = tuple(min(a, b) for a, b in zip(hi, self.space.upper, strict=True))
-        if any(a >= b for a, b in zip(lo, hi)):
+        if any(a >= b for a, b in zip(lo, hi, strict=True)):
             return tf.constant(0.0, tf.float64)
         return self._raw_integral(lo, hi) / self.normalization()
 
@@ -338,9 +353,11 @@ class Model(Cachable):
                 raise ModelError(f"{self!r} is not extended: give the number of events n.")
             seed = rng().make_seeds(1)[:, 0]
             n = int(tf.random.stateless_poisson([], seed, self.get_yield(), dtype=tf.int64))
+        if not float(n).is_integer() or n < 1:
+            raise ModelError(f"sample(n) needs a whole number of events n >= 1, got {n!r}.")
         n = int(n)
-        if n < 1:
-            raise ModelError(f"sample(n) needs n >= 1, got {n}.")
+        if data is not None and data.obs is not None and data.obs != self.space.obs:
+            raise ModelError(f"sample(data=...): the data's obs {data.obs} differ from the model's {self.space.obs}.")
         if self._sampler is None:
             self._sampler = function(self._sample_tensor, wraps="sample")
         values = self._sampler(tf.constant(n, tf.int64))
@@ -392,6 +409,8 @@ def _gauss_legendre(func: Callable[[tf.Tensor], tf.Tensor], lower: float, upper:
 
 
 def _check_1d(space: Space, what: str) -> None:
+    if not isinstance(space, Space):
+        raise ModelError(f"{what} needs a zcache.models.Space, got {space!r}.")
     if space.n_obs != 1:
         raise ModelError(f"{what} is one-dimensional; got {space!r}. Combine 1-D models with ProductPdf.")
 
@@ -422,19 +441,25 @@ class Gaussian(Model):
 
     def _integral(self, lower: float, upper: float) -> tf.Tensor:
         mu, sigma = self.params["mu"].value(), self.params["sigma"].value()
-        scale = sigma * _SQRT2
-        return 0.5 * math.sqrt(2.0 * math.pi) * sigma * (
-            tf.math.erf((upper - mu) / scale) - tf.math.erf((lower - mu) / scale)
-        )
+        a, b = (lower - mu) / (sigma * _SQRT2), (upper - mu) / (sigma * _SQRT2)
+        # erf(b) - erf(a) cancels in a tail: there use erfc on the side away from the mean.
+        diff = tf.where(a >= 0.0, tf.math.erfc(a) - tf.math.erfc(b),
+                        tf.where(b <= 0.0, tf.math.erfc(-b) - tf.math.erfc(-a), tf.math.erf(b) - tf.math.erf(a)))
+        return 0.5 * math.sqrt(2.0 * math.pi) * sigma * diff
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
-        # Inverse CDF restricted to the range: u uniform in [Phi(a), Phi(b)].
+        # Inverse CDF on [Phi(a), Phi(b)], always from the lower tail, where Phi and its inverse
+        # are accurate: a range above the mean is mirrored below it first.
         mu, sigma = self.params["mu"].value(), self.params["sigma"].value()
         lo, hi = self.space.lower[0], self.space.upper[0]
-        cdf_lo = 0.5 * tf.math.erfc(-(lo - mu) / (sigma * _SQRT2))
-        cdf_hi = 0.5 * tf.math.erfc(-(hi - mu) / (sigma * _SQRT2))
-        u = rng().uniform([n], dtype=tf.float64) * (cdf_hi - cdf_lo) + cdf_lo
-        x = mu + sigma * _SQRT2 * tf.math.erfinv(2.0 * u - 1.0)
+        above = lo > mu
+        a = tf.where(above, 2.0 * mu - hi, lo)
+        b = tf.where(above, 2.0 * mu - lo, hi)
+        cdf_a = 0.5 * tf.math.erfc(-(a - mu) / (sigma * _SQRT2))
+        cdf_b = 0.5 * tf.math.erfc(-(b - mu) / (sigma * _SQRT2))
+        u = rng().uniform([n], dtype=tf.float64) * (cdf_b - cdf_a) + cdf_a
+        y = mu + sigma * tf.math.ndtri(u)
+        x = tf.where(above, 2.0 * mu - y, y)
         return tf.clip_by_value(x, lo, hi)
 
 
@@ -463,21 +488,34 @@ class Exponential(Model):
         return tf.exp(lam * (x - self._shift(lam)))
 
     def _integral(self, lower: float, upper: float) -> tf.Tensor:
+        # Anchored at the end where the integrand is largest, so nothing overflows:
+        # lam <= 0: e^{lam (a - s)} E(lam, w);  lam > 0: e^{lam (b - s)} E(-lam, w);  w = b - a.
         lam = self.params["lam"].value()
-        # expm1(l w)/l -> w as l -> 0; a safe divisor keeps the gradient finite at l = 0.
-        small = tf.abs(lam) < 1e-10
-        safe = tf.where(small, tf.ones_like(lam), lam)
-        ratio = tf.where(small, tf.constant(upper - lower, tf.float64), tf.math.expm1(safe * (upper - lower)) / safe)
-        return tf.exp(lam * (lower - self._shift(lam))) * ratio
+        shift = self._shift(lam)
+        positive = lam > 0.0
+        anchor = tf.where(positive, upper - shift, lower - shift)
+        return tf.exp(lam * anchor) * _expm1_ratio(tf.where(positive, -lam, lam), upper - lower)
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
+        # Inverse CDF from the end where the density is largest: x = end + log1p(u * expm1(-|lam| w)) / (-+|lam|).
         lam = self.params["lam"].value()
         lo, hi = self.space.lower[0], self.space.upper[0]
+        w = hi - lo
         u = rng().uniform([n], dtype=tf.float64)
-        small = tf.abs(lam) < 1e-10
-        safe = tf.where(small, tf.ones_like(lam), lam)
-        x = tf.where(small, lo + u * (hi - lo), lo + tf.math.log1p(u * tf.math.expm1(safe * (hi - lo))) / safe)
+        neg = -tf.abs(lam)  # the rate away from the anchor
+        small = tf.abs(lam * w) < 1e-8
+        safe = tf.where(small, -tf.ones_like(lam), neg)
+        depth = tf.where(small, u * w, tf.math.log1p(u * tf.math.expm1(safe * w)) / safe)  # distance from anchor
+        x = tf.where(lam > 0.0, hi - depth, lo + depth)
         return tf.clip_by_value(x, lo, hi)
+
+
+def _expm1_ratio(lam: tf.Tensor, w: float) -> tf.Tensor:
+    r"""$E(\lambda, w) = (e^{\lambda w} - 1)/\lambda$, with its Taylor series near 0 (exact gradient there too)."""
+    small = tf.abs(lam * w) < 1e-5
+    safe = tf.where(small, tf.ones_like(lam), lam)
+    series = w * (1.0 + lam * w / 2.0 + (lam * w) ** 2 / 6.0)
+    return tf.where(small, series, tf.math.expm1(safe * w) / safe)
 
 
 class FunctionPdf(Model):
@@ -593,6 +631,7 @@ class SumPdf(Model):
         return list(self.pdfs)
 
     def get_yield(self) -> tf.Tensor:
+        """The sum of the yields (SumPdf with yields)."""
         if not self._yields:
             return super().get_yield()
         return tf.add_n([c.value() for c in self._coefs])
@@ -613,7 +652,8 @@ class SumPdf(Model):
         return self._pdf(x)
 
     def normalization(self) -> tf.Tensor:
-        return tf.constant(1.0, tf.float64)  # a mixture of normalized densities
+        """1: a mixture of normalized densities."""
+        return tf.constant(1.0, tf.float64)
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         fr = self.fractions()
@@ -687,7 +727,7 @@ class ProductPdf(Model):
         return out
 
     def _pdf(self, data: Any) -> tf.Tensor:
-        if self._disjoint and isinstance(data, Data):  # each factor caches its own columns
+        if self._disjoint and isinstance(data, Data) and data.obs is not None:  # each factor caches its columns
             return _product([p.pdf(data) for p in self.pdfs])
         if self._disjoint:
             return self._unnormalized_pdf(self.space.select(data))
@@ -710,6 +750,7 @@ class ProductPdf(Model):
 
     @cached
     def normalization(self) -> tf.Tensor:
+        """1 over disjoint observables; else the numerical integral of the product."""
         if self._disjoint:
             return tf.constant(1.0, tf.float64)
         return super()._raw_integral(self.space.lower, self.space.upper)

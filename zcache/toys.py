@@ -54,6 +54,7 @@ class ToyResult:
 
     @property
     def names(self) -> list[str]:
+        """The fitted parameters' names."""
         return list(self.truth)
 
     @property
@@ -142,7 +143,7 @@ def run_toys(
             set_values(params, start_values)
             result = minimizer.minimize(loss, params)
             row = table[i]
-            for n, t in zip(names, truth):
+            for n, t in zip(names, truth, strict=True):
                 row[n] = result.values[n]
                 row[f"{n}_err"] = result.errors[n]
                 row[f"{n}_pull"] = (result.values[n] - t) / result.errors[n]
@@ -151,4 +152,4 @@ def run_toys(
             row["time"] = time.perf_counter() - t0
     finally:
         set_values(params, truth)
-    return ToyResult(table=table, truth=dict(zip(names, map(float, truth))))
+    return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)))

@@ -1,0 +1,436 @@
+"""zcache.loss: NLL values against numpy, gradients and Hessians against numdifftools, errors, traces."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numdifftools as nd
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+
+import zcache
+from zcache.exceptions import DataRangeError, FitError, ModelError, ParameterValueError
+from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
+from zcache.models import Exponential, FunctionPdf, Gaussian, Space, SumPdf
+
+LO, HI = -2.0, 4.0
+START = {"mu": 1.0, "sigma": 0.6, "lam": -0.5, "frac": 0.4}
+
+
+# -- independent references ----------------------------------------------------------------
+def ref_pdf(x, mu, sigma, lam, frac):
+    """frac * truncated normal + (1 - frac) * truncated exponential on [LO, HI], from scipy/numpy."""
+    gauss = scipy.stats.truncnorm.pdf(x, (LO - mu) / sigma, (HI - mu) / sigma, loc=mu, scale=sigma)
+    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
+    return frac * gauss + (1.0 - frac) * expo
+
+
+def ref_nll(x, mu, sigma, lam, frac):
+    return -np.sum(np.log(ref_pdf(x, mu, sigma, lam, frac)))
+
+
+def ref_extended_nll(x, mu, sigma, lam, nsig, nbkg):
+    nu = nsig + nbkg
+    return ref_nll(x, mu, sigma, lam, nsig / nu) + nu - len(x) * np.log(nu)
+
+
+def draw(n, seed):
+    """Events from the START mixture (numpy only), inside [LO, HI]."""
+    rng = np.random.default_rng(seed)
+    nsig = rng.binomial(n, START["frac"])
+    sig = scipy.stats.truncnorm.rvs((LO - 1.0) / 0.6, (HI - 1.0) / 0.6, loc=1.0, scale=0.6, size=nsig,
+                                    random_state=rng)
+    u = rng.uniform(size=n - nsig)
+    bkg = LO + np.log1p(u * np.expm1(-0.5 * (HI - LO))) / -0.5
+    return rng.permutation(np.concatenate([sig, bkg]))
+
+
+def make(extended=False, n=1000, seed=0):
+    """A Gaussian + Exponential model on [LO, HI] with floating parameters, its data and loss."""
+    space = Space("x", LO, HI)
+    p = SimpleNamespace(
+        mu=zcache.Parameter("mu", START["mu"], lower=-1.0, upper=3.0),
+        sigma=zcache.Parameter("sigma", START["sigma"], lower=0.1, upper=3.0),
+        lam=zcache.Parameter("lam", START["lam"], lower=-3.0, upper=3.0),
+    )
+    parts = [Gaussian(space, p.mu, p.sigma), Exponential(space, p.lam)]
+    if extended:
+        p.nsig = zcache.Parameter("nsig", 0.4 * n, lower=0.0)
+        p.nbkg = zcache.Parameter("nbkg", 0.6 * n, lower=0.0)
+        model = SumPdf(parts, yields=[p.nsig, p.nbkg])
+    else:
+        p.frac = zcache.Parameter("frac", START["frac"], lower=0.0, upper=1.0)
+        model = SumPdf(parts, fracs=[p.frac])
+    data = zcache.Data(draw(n, seed), name="x_data")
+    loss = (ExtendedUnbinnedNLL if extended else UnbinnedNLL)(model, data)
+    return SimpleNamespace(p=p, model=model, data=data, loss=loss)
+
+
+def simple(n=300, seed=7, extended=False):
+    """A Gaussian (mu, sigma[, yield n]) on [LO, HI]: cheap to trace."""
+    p = SimpleNamespace(mu=zcache.Parameter("mu", 1.0, lower=-1.0, upper=3.0),
+                        sigma=zcache.Parameter("sigma", 0.6, lower=0.1, upper=3.0))
+    if extended:
+        p.n = zcache.Parameter("n", float(n), lower=0.0)
+    model = Gaussian(Space("x", LO, HI), p.mu, p.sigma, extended=p.n if extended else None)
+    rng = np.random.default_rng(seed)
+    data = zcache.Data(scipy.stats.truncnorm.rvs((LO - 1.0) / 0.6, (HI - 1.0) / 0.6, loc=1.0, scale=0.6, size=n,
+                                                 random_state=rng), name="g_data")
+    loss = (ExtendedUnbinnedNLL if extended else UnbinnedNLL)(model, data)
+    return SimpleNamespace(p=p, model=model, data=data, loss=loss)
+
+
+def simple_ref(x, mu, sigma, n=None):
+    nll = ref_nll(x, mu, sigma, -0.5, 1.0)
+    return nll if n is None else nll + n - len(x) * np.log(n)
+
+
+@pytest.fixture(params=[True, False], ids=["graph", "eager"])
+def mode(request):
+    """Graph or eager, for the tests whose traces are expensive ('auto' traces 'loss' exactly like True)."""
+    with zcache.set_graph_mode(request.param):
+        yield request.param
+
+
+def current(params):
+    return np.array([float(q.value()) for q in params])
+
+
+def expected_traces(mode):
+    return 0 if mode is False else 1
+
+
+# -- values ----------------------------------------------------------------------------------
+def test_unbinned_nll_value(graph_mode):
+    """UnbinnedNLL.value() equals the numpy NLL, after set_value and after set_data with another size."""
+    m = make()
+    x = m.data.numpy()
+    np.testing.assert_allclose(float(m.loss.value()), ref_nll(x, **START), rtol=1e-12)
+    assert [q.name for q in m.loss.params] == ["frac", "mu", "sigma", "lam"]
+    zcache.set_values([m.p.mu, m.p.frac], [1.4, 0.25])
+    np.testing.assert_allclose(float(m.loss.value()), ref_nll(x, 1.4, 0.6, -0.5, 0.25), rtol=1e-12)
+    m.p.lam.set_value(0.3)
+    np.testing.assert_allclose(float(m.loss.value()), ref_nll(x, 1.4, 0.6, 0.3, 0.25), rtol=1e-12)
+    new = draw(700, seed=1)
+    m.data.set_data(new)
+    np.testing.assert_allclose(float(m.loss.value()), ref_nll(new, 1.4, 0.6, 0.3, 0.25), rtol=1e-12)
+    assert m.loss._value_fn.trace_count == expected_traces(graph_mode)
+
+
+def test_extended_nll_value(mode):
+    """ExtendedUnbinnedNLL adds nu - N log nu; N follows set_data without retracing."""
+    m = make(extended=True)
+    x = m.data.numpy()
+    np.testing.assert_allclose(float(m.loss.value()), ref_extended_nll(x, 1.0, 0.6, -0.5, 400.0, 600.0), rtol=1e-12)
+    assert [q.name for q in m.loss.params] == ["nsig", "nbkg", "mu", "sigma", "lam"]
+    zcache.set_values([m.p.nsig, m.p.nbkg, m.p.sigma], [250.0, 900.0, 0.8])
+    np.testing.assert_allclose(float(m.loss.value()), ref_extended_nll(x, 1.0, 0.8, -0.5, 250.0, 900.0), rtol=1e-12)
+    new = draw(1500, seed=2)
+    m.data.set_data(new)
+    np.testing.assert_allclose(float(m.loss.value()), ref_extended_nll(new, 1.0, 0.8, -0.5, 250.0, 900.0),
+                               rtol=1e-12)
+    assert m.loss._value_fn.trace_count == expected_traces(mode)
+
+
+def test_extended_nll_of_extended_model():
+    """An extended Gaussian (extended=yield) gets the Poisson term of its yield."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    n = zcache.Parameter("n", 40.0, lower=0.0)
+    model = Gaussian(Space("x", LO, HI), 1.0, 0.6, extended=n)
+    x = draw(50, seed=3)
+    loss = ExtendedUnbinnedNLL(model, zcache.Data(x))
+    ref = ref_nll(x, 1.0, 0.6, -0.5, 1.0) + 40.0 - 50 * np.log(40.0)
+    np.testing.assert_allclose(float(loss.value()), ref, rtol=1e-12)
+    assert loss.params == [n]
+
+
+# -- gradients and Hessians --------------------------------------------------------------------
+def _ref_fn(m, names):
+    x = m.data.numpy()
+    if hasattr(m.p, "frac"):
+        return lambda v: ref_nll(x, **{**START, **dict(zip(names, v))})
+    shape = {k: v for k, v in START.items() if k != "frac"}
+    return lambda v: ref_extended_nll(x, **{**shape, "nsig": 400.0, "nbkg": 600.0, **dict(zip(names, v))})
+
+
+def test_gradient_matches_numdifftools(mode):
+    """gradient() and value_gradient() of the extended NLL equal numdifftools, on a cache miss and a hit."""
+    m = make(extended=True)
+    names = [q.name for q in m.loss.params]
+    ref = _ref_fn(m, names)
+    x0 = current(m.loss.params)
+    expected = nd.Gradient(ref)(x0)
+    np.testing.assert_allclose(m.loss.gradient().numpy(), expected, rtol=1e-7, atol=1e-7)  # miss
+    value, grad = m.loss.value_gradient()  # every cache is a hit now
+    np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(float(value), ref(x0), rtol=1e-12)
+    m.p.mu.set_value(1.2)
+    x1 = current(m.loss.params)
+    np.testing.assert_allclose(m.loss.gradient().numpy(), nd.Gradient(ref)(x1), rtol=1e-7, atol=1e-7)
+    assert [f.trace_count for f in m.loss.functions()] == [0, expected_traces(mode)]
+
+
+def test_numerical_gradient_mode(mode):
+    """With set_autograd_mode(False) the gradient (central differences) agrees with autodiff and numdifftools."""
+    m = simple()
+    x = m.data.numpy()
+    # traced numerical steps are slow to trace: one parameter in graph mode, both eagerly
+    params, index = ([m.p.sigma], [1]) if mode else (m.loss.params, [0, 1])
+    auto = m.loss.gradient(params).numpy()
+    with zcache.set_autograd_mode(False):
+        value, numerical = m.loss.value_gradient(params)
+        m.p.mu.set_value(1.1)
+        moved = m.loss.gradient(params).numpy()
+    np.testing.assert_allclose(numerical.numpy(), auto, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(float(value), simple_ref(x, 1.0, 0.6), rtol=1e-12)
+    expected = nd.Gradient(lambda v: simple_ref(x, *v))([1.1, 0.6])[index]
+    np.testing.assert_allclose(moved, expected, rtol=1e-6, atol=1e-5)
+    np.testing.assert_array_equal(current(m.loss.params), [1.1, 0.6])  # the steps were undone
+
+
+def test_gradient_of_a_parameter_subset():
+    """gradient(params) follows the given order; a parameter the loss ignores gets 0."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    m = make()
+    other = zcache.Parameter("other", 1.0)
+    full = dict(zip([q.name for q in m.loss.params], m.loss.gradient().numpy()))
+    sub = m.loss.gradient([m.p.sigma, other, m.p.mu]).numpy()
+    np.testing.assert_allclose(sub, [full["sigma"], 0.0, full["mu"]], rtol=1e-12)
+    with pytest.raises(TypeError):
+        m.loss.gradient(["mu"])
+
+
+def test_value_at_family(mode):
+    """value_at / value_gradient_at / hessian_at set parameters in place, subtract the offset, reject bad x."""
+    m = simple()
+    x = m.data.numpy()
+    ref = lambda v: simple_ref(x, *v)  # noqa: E731
+    np.testing.assert_allclose(float(m.loss.value()), ref([1.0, 0.6]), rtol=1e-12)  # as a minimizer starts
+    assert m.loss.offset == 0.0
+    m.loss.offset = 100.0
+    assert m.loss.offset == 100.0
+    for v in ([1.1, 0.7], [0.9, 0.5]):
+        np.testing.assert_allclose(float(m.loss.value_at(v)), ref(v) - 100.0, rtol=1e-12)
+        np.testing.assert_array_equal(current(m.loss.params), v)
+    for v in ([1.2, 0.55], [1.0, 0.65]):
+        value, grad = m.loss.value_gradient_at(v)
+        np.testing.assert_array_equal(current(m.loss.params), v)
+        np.testing.assert_allclose(float(value), ref(v) - 100.0, rtol=1e-12)
+        np.testing.assert_allclose(grad.numpy(), nd.Gradient(ref)(v), rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(float(m.loss.value()), ref([1.0, 0.65]), rtol=1e-12)  # value() has no offset
+    for v in ([1.2, 0.55], [0.95, 0.62]):
+        hess = m.loss.hessian_at(v).numpy()
+        np.testing.assert_array_equal(current(m.loss.params), v)
+        np.testing.assert_allclose(hess, nd.Hessian(ref)(v), rtol=1e-5)
+    # bad input: ParameterValueError, every parameter unchanged (one check guards all writes)
+    for bad in ([1.5, 10.0], [5.0, 0.7], [1.5, np.nan]):
+        with pytest.raises(ParameterValueError):
+            m.loss.value_at(bad)
+        np.testing.assert_array_equal(current(m.loss.params), [0.95, 0.62])
+    np.testing.assert_allclose(float(m.loss.value_at([0.95, 0.62])), ref([0.95, 0.62]) - 100.0, rtol=1e-12)
+    e = expected_traces(mode)
+    assert [f.trace_count for f in m.loss._at_fns[tuple(m.loss.params)]] == [e, e, e]  # several calls each
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [pytest.param(True, id="graph"),
+     pytest.param(False, id="eager")],
+)
+def test_value_at_as_first_evaluation_is_not_stale(graph):
+    """value_at / value_gradient_at called before any other evaluation of the loss give fresh values."""
+    with zcache.set_graph_mode(graph):
+        for method in ("value_at", "value_gradient_at"):
+            m = simple()
+            x = m.data.numpy()
+            for v in ([1.1, 0.7], [0.9, 0.5], [1.0, 0.6]):
+                out = getattr(m.loss, method)(v)
+                value = out[0] if isinstance(out, tuple) else out
+                np.testing.assert_allclose(float(value), simple_ref(x, *v), rtol=1e-12, err_msg=f"{method} {v}")
+
+
+def test_value_at_subset_of_parameters():
+    """value_at(x, params) moves only the given parameters, in the given order."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    m = make(n=200)
+    ref = _ref_fn(m, ["sigma", "lam"])
+    np.testing.assert_allclose(float(m.loss.value_at([0.8, -0.9], params=[m.p.sigma, m.p.lam])), ref([0.8, -0.9]),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(current(m.loss.params), [0.4, 1.0, 0.8, -0.9])
+
+
+def test_hessian_at_exact_with_precompute():
+    """After precompute (floating caches bypassed) hessian_at takes the exact path and still agrees."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    m = simple()
+    report = zcache.precompute(m.loss)
+    try:
+        assert m.loss._exact_hessian_ok(tuple(m.loss.params))
+        ref = lambda v: simple_ref(m.data.numpy(), *v)  # noqa: E731
+        hess = m.loss.hessian_at([0.9, 0.7]).numpy()
+        np.testing.assert_allclose(hess, nd.Hessian(ref)([0.9, 0.7]), rtol=1e-6)
+    finally:
+        report.undo()
+
+
+# -- combinations ------------------------------------------------------------------------------
+def test_simultaneous_loss(mode):
+    """`a + b` sums the values, lists shared parameters once and differentiates like the numpy sum."""
+    a = simple(n=200)
+    sigma2 = zcache.Parameter("sigma2", 1.1, lower=0.1)
+    x1, x2 = a.data.numpy(), draw(150, seed=5)
+    b = UnbinnedNLL(Gaussian(Space("x", LO, HI), a.p.mu, sigma2), zcache.Data(x2))
+    total = a.loss + b
+    assert isinstance(total, SimultaneousLoss) and total.losses == [a.loss, b]
+    assert [q.name for q in total.params] == ["mu", "sigma", "sigma2"]
+
+    def ref(v):
+        return simple_ref(x1, v[0], v[1]) + simple_ref(x2, v[0], v[2])
+
+    np.testing.assert_allclose(float(total.value()), ref([1.0, 0.6, 1.1]), rtol=1e-12)
+    with zcache.set_graph_mode(False):
+        np.testing.assert_allclose(float(total.value()), float(a.loss.value()) + float(b.value()), rtol=1e-14)
+    a.p.mu.set_value(1.3)  # the shared parameter moves both terms
+    np.testing.assert_allclose(float(total.value()), ref([1.3, 0.6, 1.1]), rtol=1e-12)
+    np.testing.assert_allclose(total.gradient().numpy(), nd.Gradient(ref)([1.3, 0.6, 1.1]), rtol=1e-7, atol=1e-7)
+
+    c = UnbinnedNLL(Exponential(Space("x", LO, HI), zcache.Parameter("lam", -0.5)), zcache.Data(x2))
+    triple = total + c
+    assert triple.losses == [a.loss, b, c] and len(triple.params) == 4
+    with zcache.set_graph_mode(False):
+        np.testing.assert_allclose(float(triple.value()), float(total.value()) + float(c.value()), rtol=1e-14)
+
+
+def test_gaussian_constraint():
+    """GaussianConstraint is 1/2 sum ((p - mu) / sigma)^2; it adds to the loss and to its gradient."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    m = make(n=200)
+    ext = zcache.Parameter("ext", 2.0)
+    fixed = zcache.Parameter("fixed", 0.0, floating=False)
+    con = GaussianConstraint([m.p.mu, ext, fixed], [0.8, 1.5, 0.5], [0.1, 2.0, 1.0])
+    np.testing.assert_allclose(float(con.value()), 0.5 * (2.0**2 + 0.25**2 + 0.5**2), rtol=1e-14)
+    loss = UnbinnedNLL(m.model, m.data, constraints=[con])
+    assert [q.name for q in loss.params] == ["frac", "mu", "sigma", "lam", "ext"]  # fixed ones are not floated
+    np.testing.assert_allclose(float(loss.value()), float(m.loss.value()) + float(con.value()), rtol=1e-14)
+    grad = loss.gradient().numpy()
+    np.testing.assert_allclose(grad[:4], m.loss.gradient().numpy() + [0.0, 20.0, 0.0, 0.0], rtol=1e-10)
+    np.testing.assert_allclose(grad[4], 0.5 / 4.0, rtol=1e-12)
+    ext.set_value(1.5)
+    np.testing.assert_allclose(float(loss.value()), float(m.loss.value()) + 0.5 * (2.0**2 + 0.5**2), rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("params", "observed", "sigma"),
+    [([1.0], [1.0], [1.0]), (["p"], [1.0], [1.0]), (None, [1.0, 2.0], [1.0]), (None, [1.0], [1.0, 1.0]),
+     (None, [1.0], [0.0]), (None, [1.0], [-1.0])],
+)
+def test_gaussian_constraint_validation(params, observed, sigma):
+    """Non-Parameters, a wrong number of values or sigma <= 0 raise ModelError."""
+    with pytest.raises(ModelError):
+        GaussianConstraint(params or [zcache.Parameter("p", 1.0)], observed, sigma)
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_construction_errors():
+    """Wrong model/data/extension/columns raise ModelError; events outside the space DataRangeError."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    space = Space("x", LO, HI)
+    gauss = Gaussian(space, 1.0, 0.6)
+    inside = zcache.Data(np.array([0.0, 1.0]))
+    with pytest.raises(ModelError):
+        UnbinnedNLL(gauss, np.array([0.0, 1.0]))
+    with pytest.raises(ModelError):
+        UnbinnedNLL("gauss", inside)
+    with pytest.raises(ModelError):
+        ExtendedUnbinnedNLL(gauss, inside)
+    with pytest.raises(ModelError):
+        UnbinnedNLL(gauss, zcache.Data(np.zeros((2, 2)), obs=["y", "z"]))
+    with pytest.raises(ModelError):
+        UnbinnedNLL(gauss, zcache.Data(np.zeros((2, 2))))
+    with pytest.raises(DataRangeError):
+        UnbinnedNLL(gauss, zcache.Data(np.array([0.0, HI + 0.1])))
+    with pytest.raises(DataRangeError):  # only the model's column is checked, but it is checked
+        UnbinnedNLL(gauss, zcache.Data(np.array([[0.0, 99.0], [LO - 1.0, 0.0]]), obs=["x", "y"]))
+    loss = UnbinnedNLL(gauss, zcache.Data(np.array([[0.0, 99.0]]), obs=["x", "y"]))  # other columns are free
+    np.testing.assert_allclose(float(loss.value()), -np.log(ref_pdf(0.0, 1.0, 0.6, -0.5, 1.0)), rtol=1e-12)
+    with pytest.raises(ModelError):
+        SimultaneousLoss([loss, 3])
+    with pytest.raises(TypeError):
+        loss + 1  # noqa: B018
+
+
+def test_data_outside_range_after_set_data(mode):
+    """set_data with events outside the space makes the next value()/value_gradient() raise DataRangeError."""
+    m = simple()
+    good = m.data.numpy()
+    ref = float(m.loss.value())
+    m.data.set_data(np.append(good[:10], HI + 0.5))
+    with pytest.raises(DataRangeError):
+        m.loss.value()
+    with pytest.raises(DataRangeError):
+        m.loss.value_gradient()
+    m.data.set_data(good)
+    np.testing.assert_allclose(float(m.loss.value()), ref, rtol=1e-14)
+    assert m.loss._value_fn.trace_count == expected_traces(mode)
+
+
+def test_range_error_message_complete_in_graph():
+    """The traced DataRangeError carries the whole message, including the advice at its end."""
+    m = simple(n=50)
+    m.data.set_data(np.array([HI + 1.0]))
+    with zcache.set_graph_mode(True), pytest.raises(DataRangeError) as info:
+        m.loss.value()
+    assert str(info.value).startswith("events of 'g_data' lie outside Space(x in [-2, 4]) of 'Gaussian'")
+    assert str(info.value).endswith("or widen the space.")
+
+
+def test_nan_loss_raises_fit_error(mode):
+    """A NaN/inf loss raises FitError, changes nothing, and the loss is right again once fixed."""
+    sigma = zcache.Parameter("sigma_free", 0.6)  # no limits
+    x = draw(200, seed=6)
+    loss = UnbinnedNLL(Gaussian(Space("x", LO, HI), 1.0, sigma), zcache.Data(x))
+    ok = float(loss.value())
+    sigma.set_value(0.0)
+    with pytest.raises(FitError):
+        loss.value()
+    assert float(sigma.value()) == 0.0
+    sigma.set_value(0.6)
+    assert float(loss.value()) == ok
+    sigma.set_value(0.9)
+    np.testing.assert_allclose(float(loss.value()), ref_nll(x, 1.0, 0.9, -0.5, 1.0), rtol=1e-12)
+
+    # a model that is zero at an event: -log 0 = inf
+    a = zcache.Parameter("a", 1.0)
+    parabola = FunctionPdf(lambda t, a: a * t * t, Space("x", -1.0, 1.0), {"a": a})
+    zero = UnbinnedNLL(parabola, zcache.Data(np.array([0.5, 0.0])))
+    with pytest.raises(FitError):
+        zero.value()
+    assert float(a.value()) == 1.0
+
+
+def test_unbinned_nll_of_extended_model_excludes_yields():
+    """A non-extended NLL of a model made extended by a yield lists only the shape parameters."""
+    m = simple(extended=True, n=100)
+    loss = UnbinnedNLL(m.model, m.data)
+    assert [q.name for q in loss.params] == ["mu", "sigma"]
+    assert [q.name for q in ExtendedUnbinnedNLL(m.model, m.data).params] == ["mu", "sigma", "n"]
+
+
+# -- traces ----------------------------------------------------------------------------------
+def test_loss_functions_trace_once(mode):
+    """value(), value_gradient() and value_at() trace once across set_value and set_data of any size."""
+    m = simple(extended=True)
+    for step, n in enumerate([300, 50, 1200]):
+        if step:
+            m.data.set_data(np.random.default_rng(step).uniform(LO, HI, n))
+            zcache.set_values([m.p.mu, m.p.n], [1.0 + 0.1 * step, 100.0 + n])
+        ref = simple_ref(m.data.numpy(), float(m.p.mu.value()), 0.6, float(m.p.n.value()))
+        np.testing.assert_allclose(float(m.loss.value()), ref, rtol=1e-12)
+        np.testing.assert_allclose(float(m.loss.value_gradient()[0]), ref, rtol=1e-12)
+        np.testing.assert_allclose(float(m.loss.value_at(current(m.loss.params))), ref, rtol=1e-12)
+    functions = m.loss.functions()
+    assert len(functions) == 5  # value, value_gradient, value_at, value_gradient_at, hessian_at
+    assert [f.trace_count for f in functions] == [expected_traces(mode)] * 3 + [0, 0]
+    assert all(isinstance(v, tf.Tensor) for v in m.loss.value_gradient())
