@@ -140,3 +140,38 @@ def test_fit_result_fields(sample):
     assert result.nfcn > 0 and result.time > 0 and result.edm < 0.002
     assert result.params == [mu, sigma]
     assert result.minuit.valid and "Minuit(" in repr(Minuit())
+
+
+def test_scipy_agrees_with_minuit_and_the_analytic_mle(sample, graph_mode):
+    """trust-constr with zcache's gradient and Hessian finds the same minimum and errors as Minuit."""
+    from zcache.minimize import Scipy
+
+    mu, sigma, loss = _gauss_fit(sample, "sp")
+    result = Scipy().minimize(loss)
+    n, mean, std = len(sample), sample.mean(), sample.std()
+    assert result.valid and result.ngrad > 0 and result.nhessian >= 2
+    assert result.values["mu_sp"] == pytest.approx(mean, abs=1e-5)
+    assert result.values["sigma_sp"] == pytest.approx(std, abs=1e-5)
+    assert result.errors["mu_sp"] == pytest.approx(std / np.sqrt(n), rel=1e-3)
+    assert result.errors["sigma_sp"] == pytest.approx(std / np.sqrt(2 * n), rel=1e-3)
+    assert float(mu.value()) == result.values["mu_sp"]
+    assert result.edm < 1e-6
+    zcache.set_values([mu, sigma], [1.0, 2.0])
+    reference = Minuit(tol=0.001).minimize(loss)
+    for name in ("mu_sp", "sigma_sp"):
+        assert result.values[name] == pytest.approx(reference.values[name], abs=0.01 * reference.errors[name])
+        assert result.errors[name] == pytest.approx(reference.errors[name], rel=1e-3)
+
+
+def test_scipy_respects_limits(sample):
+    from zcache.minimize import Scipy
+
+    mu = zcache.Parameter("mu_spl", 0.9, lower=0.8, upper=3.0)
+    sigma = zcache.Parameter("sigma_spl", 1.0, lower=0.1, upper=5.0)
+    result = Scipy().minimize(UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample)))
+    assert 0.8 <= result.values["mu_spl"] < 0.8 + 1e-5  # interior point: at the limit within tolerance
+    with pytest.raises(FitError, match="No floating"):
+        Scipy().minimize(UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample)), params=[])
+    assert "trust-constr" in repr(Scipy())
+    lbfgs = Scipy(method="L-BFGS-B").minimize(UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample)))
+    assert 0.8 <= lbfgs.values["mu_spl"] < 0.8 + 1e-5

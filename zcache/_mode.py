@@ -408,16 +408,17 @@ class Function:
         return out
 
     def _untraced_dependents(self) -> dict[int, tuple[Any, ...]]:
-        """Mutated input -> its dependent caches that no trace of this function knows of."""
+        """Mutated input -> node ids of its dependent caches that no trace of this function knows of."""
         # A trace invalidates in-graph the caches that existed when it was traced; caches
         # created later that depend on what the trace mutates are invalidated after the call.
+        # Ids, not objects: this memo must not keep caches the user dropped alive.
         version, extra = self._extra
         if version != GRAPH.version:
             extra = {}
             for uid, handled in self._record.mutations.items():
-                caches = GRAPH.objects(sorted(set(GRAPH.dependent_caches(uid)) - handled))
+                caches = tuple(sorted(set(GRAPH.dependent_caches(uid)) - handled))
                 if caches:
-                    extra[uid] = tuple(caches)
+                    extra[uid] = caches
             self._extra = (GRAPH.version, extra)
         return extra
 
@@ -430,7 +431,7 @@ class Function:
             if old is None or old != _input_value(uid):
                 stale.extend(caches)
         if stale:
-            invalidate_eagerly(set(stale))
+            invalidate_eagerly(set(GRAPH.objects(stale)))
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""

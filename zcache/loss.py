@@ -212,6 +212,8 @@ class BaseLoss:
         return 0.5 * (hess + tf.transpose(hess))
 
     def _exact_hessian_ok(self, params: tuple[Parameter, ...]) -> bool:
+        if self._precomputed is None:  # caches not yet created or classified: play safe
+            return False
         ids = {p.node_id for p in params}
         for cache in GRAPH.caches():
             if not cache.always_dirty and ids.intersection(GRAPH.ancestor_parameters(cache.node_id)):

@@ -42,7 +42,7 @@ from ._precompute import PrecomputeReport, ensure_precomputed
 from .exceptions import FitError
 from .loss import BaseLoss
 
-__all__ = ["Minuit", "FitResult"]
+__all__ = ["Minuit", "Scipy", "FitResult"]
 
 
 @dataclass
@@ -59,7 +59,8 @@ class FitResult:
         covariance: the covariance matrix (None without HESSE).
         params: the fitted parameters, in order.
         time: wall time of the minimization in seconds.
-        minuit: the ``iminuit.Minuit`` object, for MINOS, profiles, plots.
+        minuit: the ``iminuit.Minuit`` object, for MINOS, profiles, plots (for :class:`Scipy`:
+            scipy's ``OptimizeResult``).
     """
 
     values: dict[str, float]
@@ -88,6 +89,148 @@ class FitResult:
 def _clip(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
     # Minuit's internal sine transform can land an ulp outside a limit.
     return np.minimum(np.maximum(x, lower), upper)
+
+
+_HUGE = 1e30
+_USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
+
+
+class _Run:
+    """What every minimizer does before its first step: checks, precompute, start, offset."""
+
+    def __init__(self, loss: BaseLoss, params: Sequence[Parameter] | None, precompute: bool,
+                 keep_floating: bool, who: str) -> None:
+        if not isinstance(loss, BaseLoss):
+            raise TypeError(f"{who}.minimize takes a zcache loss, got {loss!r}.")
+        self.params = tuple(loss.params if params is None else params)
+        if not self.params:
+            raise FitError("No floating parameters to fit: set floating=True on some, or pass params=[...].")
+        self.names = [p.name for p in self.params]
+        if len(set(self.names)) != len(self.names):
+            raise FitError(f"Parameter names must be unique for {who}, got {self.names}; rename the duplicates.")
+        self.report = ensure_precomputed(loss, self.params, keep_floating=keep_floating) if precompute else None
+        self.lower = np.array([-np.inf if p.lower is None else p.lower for p in self.params])
+        self.upper = np.array([np.inf if p.upper is None else p.upper for p in self.params])
+        x0 = _clip(np.array([p._current() for p in self.params]), self.lower, self.upper)
+        # Minuit's sine transform has a zero derivative at a two-sided limit, so a start
+        # exactly there yields NaN steps: start a hair inside instead.
+        both = np.isfinite(self.lower) & np.isfinite(self.upper)
+        hair = 1e-6 * np.where(both, self.upper - self.lower, 0.0)
+        self.x0 = np.where(both & (x0 <= self.lower), self.lower + hair,
+                           np.where(both & (x0 >= self.upper), self.upper - hair, x0))
+        self.start = time.perf_counter()
+        loss.offset = 0.0
+        self.f0 = float(loss.value_at(self.x0, self.params))
+        if not np.isfinite(self.f0):
+            raise FitError(
+                f"The loss is {self.f0} at the starting values {dict(zip(self.names, self.x0, strict=True))}; start "
+                "where the model is positive at every event (check widths and limits)."
+            )
+        loss.offset = self.f0
+
+
+class Scipy:
+    r"""Minimize a zcache loss with ``scipy.optimize.minimize``, within the parameters' limits.
+
+    The default, ``trust-constr``, is a bounded trust-region method fed with zcache's exact
+    gradient and Hessian (one traced call each per step); a trial step into a region where
+    the loss is not finite is rejected and the region shrunk. Parameters are scaled to
+    their approximate errors at the start. Errors and covariance come from zcache's
+    Hessian at the minimum, :math:`C = 2\,\mathrm{errordef}\,H^{-1}`.
+
+    Args:
+        method: a scipy method that accepts bounds and a gradient (trust-constr, L-BFGS-B, TNC, SLSQP).
+        tol: scipy's ``tol``.
+        hesse: compute errors and covariance from the Hessian.
+        precompute: as for :class:`Minuit`.
+
+    Example:
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> from zcache.minimize import Scipy
+        >>> mu = zcache.Parameter("mu_sp", 0.5, lower=-2.0, upper=2.0)
+        >>> x = np.random.default_rng(2).normal(0.0, 1.0, 1000)
+        >>> result = Scipy().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
+        >>> result.valid, bool(abs(result.values["mu_sp"] - x.mean()) < 1e-4), round(result.errors["mu_sp"], 3)
+        (True, True, 0.032)
+    """
+
+    def __init__(self, method: str = "trust-constr", tol: float | None = 1e-8, hesse: bool = True, precompute: bool = True):
+        self.method = method
+        self.tol = tol
+        self.hesse = bool(hesse)
+        self.precompute = bool(precompute)
+
+    def __repr__(self) -> str:
+        return f"Scipy(method={self.method!r}, tol={self.tol})"
+
+    def minimize(self, loss: BaseLoss, params: Sequence[Parameter] | None = None) -> FitResult:
+        """Minimize ``loss`` over ``params`` (default: ``loss.params``), updating them in place."""
+        import scipy.optimize
+
+        run = _Run(loss, params, self.precompute, keep_floating=not get_autograd_mode(), who="Scipy")
+        params, lower, upper, x0 = run.params, run.lower, run.upper, run.x0
+        # Work in units of the parameters' approximate errors, 1/sqrt(H_ii) at the start: a
+        # quasi-Newton first step of "minus the gradient" is then of order one sigma, not a
+        # jump to the limits.
+        diag = np.diag(loss.hessian_at(x0, params).numpy())
+        scale = np.where(np.isfinite(diag) & (diag > 0), 1.0 / np.sqrt(np.abs(diag)), 1.0)
+        # ... and divide the loss by the start's scaled gradient norm: L-BFGS-B's first step is
+        # minus the gradient, which then has length one sigma at most.
+        norm = max(1.0, float(np.linalg.norm(loss.value_gradient_at(x0, params)[1].numpy() * scale)))
+        ngrad, nhessian = 1, 1
+
+        def fun(z: np.ndarray) -> tuple[float, np.ndarray]:
+            nonlocal ngrad
+            ngrad += 1
+            value, grad = loss.value_gradient_at(_clip(x0 + scale * z, lower, upper), params)
+            value, grad = float(value) / norm, grad.numpy() * scale / norm
+            if not (np.isfinite(value) and np.isfinite(grad).all()):
+                # A trial step into a region where the model vanishes at some event: report a
+                # huge finite value, so that the line search backtracks instead of stopping.
+                return _HUGE, np.zeros_like(grad)
+            return value, grad
+
+        lo_z, hi_z = (lower - x0) / scale, (upper - x0) / scale
+        bounds = list(zip(np.where(np.isfinite(lo_z), lo_z, None), np.where(np.isfinite(hi_z), hi_z, None), strict=True))
+        def hess(z: np.ndarray) -> np.ndarray:
+            nonlocal nhessian
+            nhessian += 1
+            h = loss.hessian_at(_clip(x0 + scale * z, lower, upper), params).numpy() * np.outer(scale, scale) / norm
+            return h if np.isfinite(h).all() else np.eye(len(scale))
+
+        extra = {"hess": hess} if self.method in _USES_HESSIAN else {}
+        res = scipy.optimize.minimize(fun, np.zeros_like(x0), jac=True, bounds=bounds, method=self.method, tol=self.tol,
+                                      **extra)
+        best = _clip(x0 + scale * np.asarray(res.x, dtype=float), lower, upper)
+        set_values(params, best)
+        covariance, valid = None, bool(res.success)
+        if self.hesse:
+            hess = loss.hessian_at(best, params).numpy()
+            nhessian += 1
+            try:
+                np.linalg.cholesky(hess)  # positive definite: a minimum with finite errors
+                covariance = 2.0 * loss.errordef * np.linalg.inv(hess)
+            except np.linalg.LinAlgError:
+                valid = False
+        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
+        grad = loss.value_gradient_at(best, params)[1].numpy()
+        return FitResult(
+            values=dict(zip(run.names, map(float, best), strict=True)),
+            errors=dict(zip(run.names, map(float, errors), strict=True)),
+            valid=valid,
+            fmin=float(res.fun) * norm + run.f0,
+            edm=float(0.5 * grad @ (covariance / (2.0 * loss.errordef)) @ grad) if covariance is not None else float("nan"),
+            nfcn=int(res.nfev),
+            ngrad=ngrad,
+            nhessian=nhessian,
+            covariance=covariance,
+            params=list(params),
+            time=time.perf_counter() - run.start,
+            minuit=res,
+            precompute=run.report,
+        )
 
 
 class Minuit:
@@ -135,36 +278,10 @@ class Minuit:
         ------
             FitError: nothing to fit, duplicate parameter names, or a non-finite start.
         """
-        if not isinstance(loss, BaseLoss):
-            raise TypeError(f"Minuit.minimize takes a zcache loss, got {loss!r}.")
-        params = tuple(loss.params if params is None else params)
-        if not params:
-            raise FitError("No floating parameters to fit: set floating=True on some, or pass params=[...].")
-        names = [p.name for p in params]
-        if len(set(names)) != len(names):
-            raise FitError(f"Parameter names must be unique for Minuit, got {names}; rename the duplicates.")
-        report = None
-        if self.precompute:
-            numerical = not self.use_gradient or not get_autograd_mode()
-            report = ensure_precomputed(loss, params, keep_floating=numerical)
-        lower = np.array([-np.inf if p.lower is None else p.lower for p in params])
-        upper = np.array([np.inf if p.upper is None else p.upper for p in params])
-        x0 = _clip(np.array([p._current() for p in params]), lower, upper)
-        # Minuit's sine transform has a zero derivative at a two-sided limit, so a start
-        # exactly there yields NaN steps: start a hair inside instead.
-        both = np.isfinite(lower) & np.isfinite(upper)
-        hair = 1e-6 * np.where(both, upper - lower, 0.0)
-        x0 = np.where(both & (x0 <= lower), lower + hair, np.where(both & (x0 >= upper), upper - hair, x0))
-
-        start = time.perf_counter()
-        loss.offset = 0.0
-        f0 = float(loss.value_at(x0, params))
-        if not np.isfinite(f0):
-            raise FitError(
-                f"The loss is {f0} at the starting values {dict(zip(names, x0, strict=True))}; start where the model is "
-                "positive at every event (check widths and limits)."
-            )
-        loss.offset = f0
+        numerical = not self.use_gradient or not get_autograd_mode()
+        run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
+        names, lower, upper, x0 = run.names, run.lower, run.upper, run.x0
+        params = run.params
 
         def fcn(x: np.ndarray) -> float:
             return float(loss.value_at(_clip(x, lower, upper), params))
@@ -188,7 +305,7 @@ class Minuit:
         # accurate; running it again would cost a Hessian (or O(n^2) calls) for the same numbers.
         if self.hesse and m.valid and not m.fmin.has_accurate_covar:
             m.hesse()
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - run.start
 
         best = _clip(np.array(m.values), lower, upper)
         set_values(params, best)
@@ -198,7 +315,7 @@ class Minuit:
             values=dict(zip(names, map(float, best), strict=True)),
             errors=dict(zip(names, map(float, errors), strict=True)),
             valid=bool(m.valid),
-            fmin=float(m.fval) + f0,
+            fmin=float(m.fval) + run.f0,
             edm=float(m.fmin.edm),
             nfcn=int(m.nfcn),
             ngrad=int(m.ngrad),
@@ -207,5 +324,5 @@ class Minuit:
             params=list(params),
             time=elapsed,
             minuit=m,
-            precompute=report,
+            precompute=run.report,
         )
