@@ -135,7 +135,7 @@ def test_hessian_without_precompute_uses_gradient_differences(world):
     """With floating caches switched on, the Hessian comes from differences of exact gradients."""
     loss = world["loss"]
     params = [world["mu"], world["sigma"]]
-    zcache.precompute(loss, keep_floating=True)
+    zcache.precompute(loss, floating=[*params, world["lam"]], keep_floating=True)  # keeps the Gaussian's cache
     assert not loss._exact_hessian_ok(tuple(params))
     x0 = np.array([4.6, 1.3])
     hess = loss.hessian_at(x0, params).numpy()
@@ -158,12 +158,18 @@ def test_undo_restores_every_cache(world):
 
 @pytest.mark.parametrize("autograd, kept", [(True, False), (False, True)])
 def test_keep_floating_follows_the_autograd_mode(world, autograd, kept):
-    """Numerical gradients move one parameter per call, so floating caches are kept then."""
+    """Numerical gradients move one parameter per call, so caches of some floating parameters are kept then.
+
+    A node that depends on every floating parameter (the sum) changes on every step: always dirty.
+    """
+    floating = [world["mu"], world["sigma"], world["lam"]]
     with zcache.set_autograd_mode(autograd):
-        report = zcache.precompute(world["loss"])
+        report = zcache.precompute(world["loss"], floating=floating)
     status = {n.name: n.status for n in report.nodes}
-    assert (status["Gaussian._cached_pdf"] == "cached (floating)") is kept
-    assert (status["Gaussian._cached_pdf"] == "always dirty") is not kept
+    for name in ("Gaussian._cached_pdf", "Exponential._cached_pdf"):
+        assert (status[name] == "cached (floating)") is kept
+        assert (status[name] == "always dirty") is not kept
+    assert status["SumPdf._cached_pdf"] == "always dirty"
 
 
 def test_keep_inner_false_frees_inner_constant_nodes(world):

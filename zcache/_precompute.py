@@ -15,7 +15,8 @@ floating parameters :math:`F`, every cache :math:`c` in the target's graph is
 With numerical gradients (one parameter moved per step) caching floating nodes
 pays again: a sum of K components then recomputes only the component that owns
 the moved parameter. ``keep_floating=None`` picks this automatically from
-:func:`zcache.get_autograd_mode`.
+:func:`zcache.get_autograd_mode`. Even then a node that depends on *every*
+floating parameter (the sum itself) changes on every step and stays always dirty.
 
 Cached nodes stay under invalidation: a fixed parameter changed later by the
 user invalidates exactly the cached parts that depend on it.
@@ -196,8 +197,10 @@ def precompute(
             status[uid] = CACHED
         elif uid in constant:
             status[uid] = INNER if keep_inner else DIRTY
+        elif keep_floating and len(set(floating_of[uid])) < len(floating_ids):
+            status[uid] = FLOATING  # misses only when one of *its* parameters moves
         else:
-            status[uid] = FLOATING if keep_floating else DIRTY
+            status[uid] = DIRTY  # changes on every call of a fit
 
     previous = {c.node_id: (c, c.always_dirty) for c in caches}
     changed = []
