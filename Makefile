@@ -7,7 +7,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo bench lint stress clean
 
 # $(call make-venv,DIR): create the virtualenv DIR if missing and install zcache[dev] into it.
 define make-venv
@@ -28,6 +28,11 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
+
+# The stateful CacheMachine (tests/test_properties.py) for 10,000 random sequences; prints how
+# many ran and how many failed (hours on 2 cores; not part of `make test`).
+stress: $(STAMP)
+	$(PY) tests/stress.py --sequences 10000
 
 # A separate environment for benchmarks, so that peers (zfit; tensorwaves: later issues) can be
 # installed there without touching the test environment. zfit and tf-keras require the

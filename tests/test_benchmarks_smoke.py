@@ -52,3 +52,17 @@ def test_bench_fit_single_fit_quick_without_peers(monkeypatch):
         assert zfit_rows and all(row["status"] == "not installed" for row in zfit_rows)
     table = _harness.markdown_table(rows, bench_fit._present(rows, bench_fit._FIT_COLUMNS))
     assert "numpy + iminuit" in table and ("not installed" in table or not zfit_missing)
+
+
+def test_bench_reliability_toy_loop_quick(monkeypatch):
+    """bench_reliability's toy loop: no retrace and no growth of live objects over a few toys."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_reliability
+
+    cfg = bench_reliability.Config(toys=8, new_model_toys=1, unfixed_toys=1, warmup=1, steps=2, samples=1)
+    rows, trend = bench_reliability.toy_loop(cfg)
+    row = rows[0]
+    assert row["retraces after toy 1"] == 0 and row["final loss equals numpy"]
+    assert row["toys where the loss did not descend"] == 0
+    for key in ("tf.Variable", "FuncGraph", "graph nodes"):
+        assert trend[0][key] == trend[-1][key], key

@@ -48,11 +48,7 @@ from .exceptions import (
 
 __all__ = ["CachedTensor"]
 
-class _Local(threading.local):
-    recomputing = 0  # > 0 while a backward pass recomputes a cache's function (_with_gradient)
-
-
-_local = _Local()
+_local = threading.local()
 
 #: Held by every eager write of a Parameter's or Data's Variable (see _parameter.py), and by the
 #: last attempt of an eager miss whose earlier attempts overlapped input changes: that attempt
@@ -302,8 +298,6 @@ class CachedTensor(TensorLike):
     def value(self) -> tf.Tensor:
         """The cached value if valid, else ``func()`` computed, stored and returned."""
         record_read(self)
-        if _local.recomputing:  # in a backward pass: no tf.cond, TF's own gradient
-            return tf.convert_to_tensor(self._func())
         if self._always_dirty:
             return self._compute()
         if tf.inside_function():
@@ -364,7 +358,11 @@ class CachedTensor(TensorLike):
         # compute_and_store is the true branch so that it is traced first: it creates the
         # value Variable on the very first trace, before read_cache needs it.
         try:
-            out = tf.cond(tf.logical_not(self._flag.value()), compute_and_store, read_cache)
+            # Not recorded on tapes: the output is stop_gradient-ed anyway (the gradient comes
+            # from _with_gradient), and a tape that records the cond, e.g. one open while the
+            # function is traced, makes TensorFlow build the cond's gradient, which fails.
+            with _stop_recording():
+                out = tf.cond(tf.logical_not(self._flag.value()), compute_and_store, read_cache)
         except ValueError as err:
             if "partially known TensorShape" in str(err):
                 raise SecondOrderGradientError(_SECOND_ORDER_MSG.format(name=self.name)) from err
@@ -393,15 +391,8 @@ class CachedTensor(TensorLike):
                     )
                 with tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(variables)
-                    # Reads here are not new dependencies, and caches read here compute directly:
-                    # a tf.cond in a backward pass cannot be differentiated (a tape outside a
-                    # traced function differentiates its backward pass too).
-                    _local.recomputing += 1
-                    try:
-                        with recording():
-                            y = tf.convert_to_tensor(cache._func())
-                    finally:
-                        _local.recomputing -= 1
+                    with recording():  # reads here are not new dependencies
+                        y = tf.convert_to_tensor(cache._func())
                 grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
                 return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
                         for g, v in zip(grads, param_values, strict=True)]
@@ -412,6 +403,15 @@ class CachedTensor(TensorLike):
         if tf.inside_function():
             _tie_gradient_to_graph(result)
         return result
+
+
+def _stop_recording() -> Any:
+    """TensorFlow's context that pauses every gradient tape on this thread (a no-op if absent)."""
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - another TensorFlow layout
+        return nullcontext()
+    return record.stop_recording()
 
 
 def _tie_gradient_to_graph(result: tf.Tensor) -> None:

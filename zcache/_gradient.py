@@ -112,8 +112,8 @@ def hessian(func: Callable[[], Any], params: Sequence[Parameter]) -> tf.Tensor:
     .. math:: H_{ij} \approx \tfrac12\left[\frac{g_i(p + h_j e_j) - g_i(p - h_j e_j)}{2h_j}
               + (i \leftrightarrow j)\right]
 
-    Works through caches in eager and traced code (nested tapes through a cache
-    inside a trace do not: see :class:`zcache.SecondOrderGradientError`).
+    Works through caches in eager and traced code (so do nested tapes, which give
+    exact second derivatives; this helper needs only first-order gradients).
 
     Example:
         >>> import zcache
