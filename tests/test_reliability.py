@@ -985,3 +985,50 @@ def test_threads_many_writers_and_readers_on_one_parameter():
         assert _run_threads([worker(k) for k in range(4)]) == []
     final = float(p.variable.numpy())
     assert p._current() == final and float(c.value()) == 2.0 * final
+
+
+# == the fitting layer in toy loops ========================================================
+def _fit_world(n: int = 300):
+    from zcache.loss import ExtendedUnbinnedNLL
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+    space = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter("mu", 5.0, lower=3.0, upper=7.0)
+    sigma = zcache.Parameter("sigma", 0.6, lower=0.1, upper=2.0)
+    lam = zcache.Parameter("lam", -0.3, lower=-2.0, upper=-0.01, floating=False)
+    nsig = zcache.Parameter("nsig", 0.4 * n, lower=0.0, upper=10.0 * n)
+    nbkg = zcache.Parameter("nbkg", 0.6 * n, lower=0.0, upper=10.0 * n)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    return model, ExtendedUnbinnedNLL(model, model.sample(n))
+
+
+def test_fit_toy_loop_never_retraces_and_memory_stays_bounded():
+    """run_toys (generate, precomputed Minuit fit with gradient and Hessian): no retrace, nothing kept."""
+    from zcache.toys import run_toys
+
+    model, loss = _fit_world()
+    run_toys(model, loss, n_toys=3, seed=1, progress=False)  # warm up: traces, precompute, allocator
+    traces = [f.trace_count for f in [*loss.functions(), model._sampler]]
+    live = _live()
+    rss = psutil.Process().memory_info().rss
+    toys = run_toys(model, loss, n_toys=60, seed=2, progress=False)
+    assert toys.table["valid"].all()
+    assert [f.trace_count for f in [*loss.functions(), model._sampler]] == traces, "a toy retraced"
+    assert _live() == live, "live TensorFlow objects or graph nodes grew over 60 fitted toys"
+    growth = (psutil.Process().memory_info().rss - rss) / 2**20
+    assert growth < 25.0, f"RSS grew by {growth:.1f} MiB over 60 fitted toys"
+
+
+def test_new_fitted_model_per_toy_keeps_memory_bounded():
+    """zfit #624 with the fitting layer: a new model, loss and Minuit fit per toy, all dropped."""
+    from zcache.minimize import Minuit
+
+    def toy() -> None:
+        model, loss = _fit_world(n=100)
+        assert Minuit().minimize(loss).valid
+
+    toy()
+    live = _live()
+    for _ in range(2):
+        toy()
+    assert _live() == live, "dropped models and losses left objects, graphs or nodes behind"
