@@ -575,8 +575,10 @@ class World:
 
     def assert_gradient(self, actual, expected, what, traced):
         scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+        # 1e-9: sums over events in another order (a cached part read, not recomputed) differ by
+        # round-off; the stress run saw 3.4e-10 once in 3,353 sequences. A stale value is O(1) off.
         np.testing.assert_allclose(
-            _to_np(actual), expected, rtol=1e-10, atol=1e-10 * scale,
+            _to_np(actual), expected, rtol=1e-9, atol=1e-9 * scale,
             err_msg=f"{what} ({'traced' if traced else 'eager'}) differs from the uncached gradient; "
                     f"params {self.params}",
         )
