@@ -18,6 +18,9 @@
    traced graphs or dependency-graph nodes, bounded RSS; a loop that builds a new model and
    function per toy keeps the number of live graphs bounded.
 5. Threads: four threads on shared and separate caches never see a stale or torn value.
+6. Regression tests of the other bugs these checks found (design/reliability.md lists them):
+   plain ``tf.function`` with autograph, tapes outside traced functions, a NaN constant in a
+   trace, a traced setter keeping dropped caches alive.
 """
 
 from __future__ import annotations
