@@ -231,7 +231,8 @@ def test_value_at_family(mode):
         np.testing.assert_array_equal(current(m.loss.params), [0.95, 0.62])
     np.testing.assert_allclose(float(m.loss.value_at([0.95, 0.62])), ref([0.95, 0.62]) - 100.0, rtol=1e-12)
     e = expected_traces(mode)
-    assert [f.trace_count for f in m.loss._at_fns[tuple(m.loss.params)]] == [e, e, e]  # several calls each
+    # several calls each; without precompute the Hessian is differences of value_gradient_at calls
+    assert [f.trace_count for f in m.loss._at_fns[tuple(m.loss.params)]] == [e, e, 0]
 
 
 @pytest.mark.parametrize(

@@ -433,11 +433,16 @@ CASES: list[Case] = [
     Case("zcache.run in a trace", lambda w: (lambda: zcache.run(w.gauss)), IllegalInGraphModeError,
          ("return the tensors",), ("traced",)),
     # -- a function that returns another shape on recompute ------------------------------------
-    Case("recompute: other rank", _shape_change("rank"), CachedValueError, ("'shapeshifter'", "keep its dtype and rank")),
-    Case("recompute: other dtype", _shape_change("dtype"), CachedValueError, ("'shapeshifter'", "dtype float32")),
-    Case("recompute: not a tensor", _shape_change("none"), CachedValueError, ("'shapeshifter'", "not a tensor")),
+    # Eager only: a traced read runs the cache's miss branch, traced once per cache (revision 3),
+    # so Python state read by func is frozen there until clear_graph_cache (see the test below).
+    Case("recompute: other rank", _shape_change("rank"), CachedValueError, ("'shapeshifter'", "keep its dtype and rank"),
+         ("eager",)),
+    Case("recompute: other dtype", _shape_change("dtype"), CachedValueError, ("'shapeshifter'", "dtype float32"),
+         ("eager",)),
+    Case("recompute: not a tensor", _shape_change("none"), CachedValueError, ("'shapeshifter'", "not a tensor"),
+         ("eager",)),
     Case("recompute: length a trace fixed", _shape_change("length"), CachedValueError,
-         ("'shapeshifter'", "static shape (2,)", "not on Python state")),
+         ("'shapeshifter'", "static shape (2,)", "not on Python state"), ("eager",)),
 ]
 
 PAIRS = [(case, where) for case in CASES for where in case.where]
@@ -527,10 +532,14 @@ def test_shape_error_in_a_trace_is_consistent_with_eager():
     zcache.function(lambda: c.value())()
     state["n"] = 3
     c.invalidate()
-    with pytest.raises(CachedValueError, match="static shape \\(2,\\)"):
-        zcache.function(lambda: c.value())()
+    # a new graph reuses the cache's compiled miss branch, traced with n = 2 (Python state is frozen)
+    assert zcache.function(lambda: c.value())().shape == (2,)
+    c.invalidate()
     with pytest.raises(CachedValueError, match="static shape \\(2,\\)"):
         c.value()
+    zcache.clear_graph_cache()  # retraces the miss branch: now refused like the eager recompute
+    with pytest.raises(CachedValueError, match="static shape \\(2,\\)"):
+        zcache.function(lambda: c.value())()
     state["n"] = 2
     np.testing.assert_array_equal(c.value().numpy(), [1.0, 1.0])
 
@@ -1035,3 +1044,26 @@ def test_new_fitted_model_per_toy_keeps_memory_bounded():
     for _ in range(2):
         toy()
     assert _live() == live, "dropped models and losses left objects, graphs or nodes behind"
+
+
+def test_traced_miss_branch_is_traced_once_until_clear_graph_cache():
+    """A cache's miss branch is one function for all graphs: Python state its func reads is frozen
+    there (like in any traced function) until clear_graph_cache, whose retrace sees the change."""
+    state = {"kind": "base"}
+    mu = zcache.Parameter("mu_frozen", 1.5)
+
+    def f():
+        if state["kind"] == "rank":
+            return tf.reshape(tf.fill([2], mu.value()), [1, 2])
+        return tf.fill([2], mu.value())
+
+    c = zcache.CachedTensor(f, name="frozen")
+    first = zcache.function(lambda: c.value())
+    np.testing.assert_array_equal(first().numpy(), [1.5, 1.5])
+    state["kind"] = "rank"
+    mu.set_value(2.0)
+    second = zcache.function(lambda: c.value())  # a new graph reuses the compiled miss branch
+    np.testing.assert_array_equal(second().numpy(), [2.0, 2.0])  # fresh in its dependencies
+    zcache.clear_graph_cache()
+    with pytest.raises(CachedValueError, match="keep its dtype and rank"):
+        second()

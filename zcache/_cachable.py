@@ -66,7 +66,7 @@ def _instance_caches(instance: Any) -> dict[Any, CachedTensor]:
     return caches
 
 
-def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any:
+def cached(method: Callable[..., Any] | None = None, *, deps: Any = None, name: Callable[..., str] | None = None) -> Any:
     """Cache a method's result per instance and per distinct argument values.
 
     Args:
@@ -74,6 +74,8 @@ def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any
         deps: ``None`` (discover what the method reads), a sequence of attribute
             names, or a callable ``deps(self) -> list``. zcache objects passed as
             arguments are always dependencies.
+        name: optional ``name(self, *args, **kwargs) -> str`` labelling each cache (reports,
+            ``zcache.to_dot``); default ``'<Class>.<method>'``.
 
     Example:
         >>> import numpy as np, tensorflow as tf, zcache
@@ -93,7 +95,7 @@ def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any
         [1.0, 0.8825]
     """
     if method is None:
-        return lambda m: cached(m, deps=deps)
+        return lambda m: cached(m, deps=deps, name=name)
     if not callable(method):
         raise TypeError(f"zcache.cached decorates methods, got {method!r}.")
     if not (deps is None or callable(deps) or (
@@ -111,7 +113,8 @@ def cached(method: Callable[..., Any] | None = None, *, deps: Any = None) -> Any
         caches = _instance_caches(self)
         cache = caches.get(key)
         if cache is None:
-            cache = caches[key] = _make_cache(self, method, args, kwargs, deps, where)
+            label = where if name is None else str(name(self, *args, **kwargs))
+            cache = caches[key] = _make_cache(self, method, args, kwargs, deps, label)
         return cache.value()
 
     wrapper.__zcache_cached__ = True  # type: ignore[attr-defined]

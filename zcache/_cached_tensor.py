@@ -24,10 +24,11 @@ tensor itself and its gradient is TensorFlow's own.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, nullcontext
 from typing import Any
 
@@ -49,6 +50,7 @@ from .exceptions import (
 __all__ = ["CachedTensor"]
 
 _local = threading.local()
+_GRAD_CONTEXT = threading.local()  # stack of frozensets of parameter node ids (None: all)
 
 #: Held by every eager write of a Parameter's or Data's Variable (see _parameter.py), and by the
 #: last attempt of an eager miss whose earlier attempts overlapped input changes: that attempt
@@ -69,6 +71,34 @@ def _computing() -> list[Any]:
     if stack is None:
         stack = _local.computing = []
     return stack
+
+
+def differentiating(params: Iterable[Any] | None) -> Any:
+    """Declare, on this thread, the parameters that gradients are taken with respect to.
+
+    Inside, a cache attaches its gradient only for these (``None``: all its parameters,
+    the safe default for user tapes). ``zcache.value_and_gradient`` sets it around its
+    forward and backward pass, so a cache that depends on none of them, e.g. a column of
+    fixed line-shape parameters in a fit of couplings, adds nothing to the gradient graph.
+    """
+    return _scope(None if params is None else frozenset(p.node_id for p in params))
+
+
+@contextlib.contextmanager
+def _scope(ids: frozenset[int] | None) -> Iterator[None]:
+    stack = _GRAD_CONTEXT.__dict__.setdefault("stack", [])
+    stack.append(ids)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _wanted(params: list[Any]) -> list[Any]:
+    stack = _GRAD_CONTEXT.__dict__.get("stack")
+    if not stack or stack[-1] is None:
+        return params
+    return [p for p in params if p.node_id in stack[-1]]
 
 
 def _check_dep(obj: Any) -> Any:
@@ -135,6 +165,8 @@ class CachedTensor(TensorLike):
         # Bypassed: value() computes func() directly, with no tf.cond, flag or store (see
         # set_always_dirty); set by zcache.precompute for nodes that change on every call.
         self._always_dirty = False
+        # The miss branch, traced once into a function of its own (see _compiled_miss).
+        self._miss_fn: Any = None
         self._lock = threading.RLock()
         self.node_id = GRAPH.add_node(self, CACHE, self.name)
         if self._declared:
@@ -337,19 +369,17 @@ class CachedTensor(TensorLike):
         self._traced = True
         from . import _mode  # _mode imports this module
 
+        # Trace the miss branch first: the caches it reads (possibly created by it) and their
+        # dependencies are then known to the in-graph invalidation below.
+        with _stop_recording():
+            self._compiled_miss().get_concrete_function()
         _mode.invalidate_if_mutated_in_trace(self)
         static_shape: list[tf.TensorShape] = []
 
         def compute_and_store() -> tf.Tensor:
-            out = self._compute()
+            out = self._compiled_miss()()
             static_shape.append(out.shape)
-            if self._cache is None:
-                empty = np.zeros([0] * (self._rank or 0), dtype=self._dtype.as_numpy_dtype)
-                self._cache = eager_variable(empty, shape=tf.TensorShape(None), trainable=False, name="cache")
-            with tf.control_dependencies([
-                self._cache.assign(out), self._flag.assign(True), self._misses.assign_add(1),
-            ]):
-                return tf.identity(out)
+            return out
 
         def read_cache() -> tf.Tensor:
             with tf.control_dependencies([self._hits.assign_add(1)]):
@@ -371,11 +401,47 @@ class CachedTensor(TensorLike):
         out.set_shape(static_shape[0])
         return self._with_gradient(out)
 
+    def _compiled_miss(self) -> Any:
+        """The miss branch (compute, store, set the flag) as a ``tf.function`` of its own.
+
+        Traced once per cache and then called from every graph that reads this cache:
+        without it each graph would inline the miss branch, and the miss branches of
+        every cache below, once per path through the dependency graph (a K x K matrix of
+        integrals over K columns traced each column K times).
+        """
+        fn = self._miss_fn
+        if fn is None:
+            ref = weakref.ref(self)  # the function must not keep the cache alive
+
+            def miss() -> tf.Tensor:
+                from ._mode import isolated_trace  # _mode imports this module
+
+                # no trace's mutations enter a shared function; no gradient leaves a miss branch
+                with isolated_trace(), differentiating(()):
+                    return ref()._compute_and_store()
+
+            fn = self._miss_fn = tf.function(miss, autograph=False, experimental_attributes={"_noinline": True})
+        return fn
+
+    def _compute_and_store(self) -> tf.Tensor:
+        out = self._compute()
+        if self._cache is None:
+            empty = np.zeros([0] * (self._rank or 0), dtype=self._dtype.as_numpy_dtype)
+            self._cache = eager_variable(empty, shape=tf.TensorShape(None), trainable=False, name="cache")
+        with tf.control_dependencies([
+            self._cache.assign(out), self._flag.assign(True), self._misses.assign_add(1),
+        ]):
+            return tf.identity(out)
+
+    def _drop_compiled(self) -> None:
+        self._miss_fn = None
+
     def _with_gradient(self, out: tf.Tensor) -> tf.Tensor:
-        params = self._parameters()
+        params = _wanted(self._parameters())
         if not params:
             return out
         variables = [p.variable for p in params]
+        ids = frozenset(p.node_id for p in params)  # not the Parameters: a kept graph must not keep them
         # Weakly: inside a trace, tf.custom_gradient registers vjp in TensorFlow's global
         # gradient registry for good, which would keep this cache, and all it reads, alive.
         ref, name = weakref.ref(self), self.name
@@ -389,7 +455,7 @@ class CachedTensor(TensorLike):
                         f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
                         "being differentiated; keep the cache alive as long as its graphs are used."
                     )
-                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                with _scope(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(variables)
                     with recording():  # reads here are not new dependencies
                         y = tf.convert_to_tensor(cache._func())

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._cached_tensor import differentiating
 from ._mode import get_autograd_mode
 from ._parameter import Parameter
 
@@ -67,10 +68,11 @@ def value_and_gradient(
     if use_numerical:
         return _numerical(func, params)
     variables = [p.variable for p in params]
-    with tf.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(variables)
-        y = _scalar(func())
-    grads = tape.gradient(y, variables)
+    with differentiating(params):  # caches attach gradients for these parameters only
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            y = _scalar(func())
+        grads = tape.gradient(y, variables)
     grads = [tf.zeros((), tf.float64) if g is None else tf.cast(g, tf.float64) for g in grads]
     return y, tf.stack(grads) if grads else tf.zeros([0], tf.float64)
 

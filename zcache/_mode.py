@@ -26,6 +26,7 @@ Changing the policy inside a trace raises :class:`IllegalInGraphModeError`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import threading
@@ -39,7 +40,7 @@ import networkx as nx
 import tensorflow as tf
 
 from . import exceptions
-from ._cached_tensor import invalidate_eagerly
+from ._cached_tensor import differentiating, invalidate_eagerly
 from ._depgraph import GRAPH, record_read, recording
 from .exceptions import (
     GraphModeError,
@@ -280,6 +281,31 @@ def invalidate_if_mutated_in_trace(cache: Any) -> None:
     record = stack[-1] if stack else None
     if record is None or not record.mutations:
         return
+    # The caches below this one are read inside its traced miss branch, a function traced
+    # once and shared by every graph (no trace's mutations may enter it): handle them here.
+    below = [] if cache.node_id not in GRAPH.nx else [
+        c for c in GRAPH.objects(sorted(nx.ancestors(GRAPH.nx, cache.node_id)))
+        if c is not None and GRAPH.nx.nodes[c.node_id]["kind"] == "cache" and not c.always_dirty
+    ]
+    for c in [*below, cache]:
+        _invalidate_if_mutated(record, c)
+
+
+@contextlib.contextmanager
+def isolated_trace() -> Any:
+    """While tracing a cache's miss branch (shared by all graphs): no outer trace's mutations."""
+    stack = getattr(_local, "traces", None)
+    if stack is None:
+        yield
+        return
+    stack.append(_TraceRecord())
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _invalidate_if_mutated(record: _TraceRecord, cache: Any) -> None:
     known = cache._dtype is not None  # computed before: its dependencies are in the graph
     ancestors = nx.ancestors(GRAPH.nx, cache.node_id) if known and cache.node_id in GRAPH.nx else set()
     conditions: list[Any] = []
@@ -396,7 +422,8 @@ class Function:
             stack = _local.traces = []
         stack.append(self._record)
         try:
-            with recording() as reads:
+            # A traced graph is reused by any later gradient request: all parameters count.
+            with differentiating(None) if tf.inside_function() else contextlib.nullcontext(), recording() as reads:
                 out = self.python_function(*args, **kwargs)
         finally:
             stack.pop()
@@ -501,6 +528,10 @@ def drop_traces(caches: Any = None) -> None:
     for func in list(_FUNCTIONS):
         if uids is None or func._depends_on(uids):
             func.reset()
+    g = GRAPH.nx
+    for cache in GRAPH.caches():  # a cache's own traced miss branch embeds the caches below it
+        if uids is None or cache.node_id in uids or not uids.isdisjoint(nx.ancestors(g, cache.node_id)):
+            cache._drop_compiled()
 
 
 def clear_graph_cache() -> None:
@@ -513,4 +544,6 @@ def clear_graph_cache() -> None:
     _forbid_in_trace("clear_graph_cache")
     for func in list(_FUNCTIONS):
         func.reset()
+    for cache in GRAPH.caches():
+        cache._drop_compiled()
     invalidate_eagerly(GRAPH.caches())

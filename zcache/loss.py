@@ -38,7 +38,7 @@ import tensorflow as tf
 
 from ._cached_tensor import CachedTensor
 from ._depgraph import GRAPH
-from ._gradient import hessian, value_and_gradient
+from ._gradient import _REL_STEP, value_and_gradient
 from ._mode import Function, function
 from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values, set_vector_in_graph
 from ._tensorlike import eager_variable
@@ -199,10 +199,8 @@ class BaseLoss:
         return fns
 
     def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
-        # Exact second derivatives need every cache on the path bypassed (precompute
-        # with floating parameters always dirty); otherwise differences of exact gradients.
-        if not self._exact_hessian_ok(params):
-            return hessian(self._total, params)
+        # Exact second derivatives: hessian_at calls this only when every cache on the path
+        # is bypassed (precompute with floating parameters always dirty).
         variables = [p.variable for p in params]
         with tf.GradientTape(watch_accessed_variables=False) as outer:
             outer.watch(variables)
@@ -215,7 +213,9 @@ class BaseLoss:
         if self._precomputed is None:  # caches not yet created or classified: play safe
             return False
         ids = {p.node_id for p in params}
-        for cache in GRAPH.caches():
+        # The caches this loss reads (those precompute classified); others, e.g. a sampler's
+        # envelope, do not enter the loss.
+        for cache in self._precomputed[1]._caches:
             if not cache.always_dirty and ids.intersection(GRAPH.ancestor_parameters(cache.node_id)):
                 return False
         return True
@@ -235,9 +235,30 @@ class BaseLoss:
         return self._at(params)[1](tf.constant(x, tf.float64))
 
     def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
-        """Set ``params`` to ``x`` and return the Hessian of the loss (exact when possible)."""
+        """Set ``params`` to ``x`` and return the Hessian of the loss.
+
+        Exact (second-order autodiff, one traced call) when every cache on the path is
+        bypassed for these parameters (after :func:`zcache.precompute`); otherwise central
+        differences of exact gradients, each a call of the traced :meth:`value_gradient_at`,
+        so no larger graph is ever built: the step is clipped into the limits.
+        """
         params = self._param_list(params)
-        return self._at(params)[2](tf.constant(x, tf.float64))
+        if self._exact_hessian_ok(params):
+            return self._at(params)[2](tf.constant(x, tf.float64))
+        x = np.array(x, dtype=np.float64).reshape(-1)
+        value_gradient = self._at(params)[1]
+        rows = []
+        for i, p in enumerate(params):
+            h = _REL_STEP * max(abs(x[i]), 1.0)
+            up, down = x.copy(), x.copy()
+            up[i] = x[i] + h if p.upper is None else min(x[i] + h, p.upper)
+            down[i] = x[i] - h if p.lower is None else max(x[i] - h, p.lower)
+            g_up = value_gradient(tf.constant(up))[1].numpy()
+            g_down = value_gradient(tf.constant(down))[1].numpy()
+            rows.append((g_up - g_down) / (up[i] - down[i]))
+        value_gradient(tf.constant(x))  # leave the parameters at x, as the exact path does
+        hess = np.array(rows).reshape(len(params), len(params))
+        return tf.constant(0.5 * (hess + hess.T))
 
     def functions(self) -> list[Function]:
         """The traced functions this loss has created (for trace-count checks)."""
