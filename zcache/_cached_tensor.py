@@ -50,6 +50,7 @@ from .exceptions import (
 __all__ = ["CachedTensor"]
 
 _local = threading.local()
+_EVALUATION = threading.local()  # .memo: bypassed cache -> tensor, within one evaluation
 _GRAD_CONTEXT = threading.local()  # stack of frozensets of parameter node ids (None: all)
 
 #: Held by every eager write of a Parameter's or Data's Variable (see _parameter.py), and by the
@@ -92,6 +93,23 @@ def _scope(ids: frozenset[int] | None) -> Iterator[None]:
         yield
     finally:
         stack.pop()
+
+
+@contextlib.contextmanager
+def evaluation() -> Iterator[None]:
+    """One evaluation (of a loss, or of a bypassed cache): bypassed caches are computed once in it.
+
+    Open only where no input changes and no gradient tape starts or stops: a tensor computed
+    before a ``set_value``, or outside a tape, must not be reused after it.
+    """
+    if _EVALUATION.__dict__.get("memo") is not None:
+        yield
+        return
+    _EVALUATION.memo = {}
+    try:
+        yield
+    finally:
+        _EVALUATION.memo = None
 
 
 def _wanted(params: list[Any]) -> list[Any]:
@@ -331,7 +349,7 @@ class CachedTensor(TensorLike):
         """The cached value if valid, else ``func()`` computed, stored and returned."""
         record_read(self)
         if self._always_dirty:
-            return self._compute()
+            return self._bypassed()
         if tf.inside_function():
             return self._value_in_graph()
         with self._lock:
@@ -400,6 +418,21 @@ class CachedTensor(TensorLike):
         out = tf.stop_gradient(out)
         out.set_shape(static_shape[0])
         return self._with_gradient(out)
+
+    def _bypassed(self) -> tf.Tensor:
+        # Always dirty: computed directly, once per evaluation. A bypassed node read by several
+        # others (a column read by K integral entries) is computed on the first read and reused
+        # within the same evaluation (the outermost bypassed computation, or a loss evaluation)
+        # and the same graph; inputs cannot change inside one evaluation (functions are pure).
+        memo = _EVALUATION.__dict__.get("memo")
+        if memo is None:
+            with evaluation():
+                return self._bypassed()
+        key = (self.node_id, id(tf.compat.v1.get_default_graph()))
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = self._compute()
+        return out
 
     def _compiled_miss(self) -> Any:
         """The miss branch (compute, store, set the flag) as a ``tf.function`` of its own.

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import CachedTensor
+from ._cached_tensor import CachedTensor, evaluation
 from ._depgraph import GRAPH
 from ._gradient import _REL_STEP, value_and_gradient
 from ._mode import Function, function
@@ -119,6 +119,10 @@ class BaseLoss:
         raise NotImplementedError
 
     def _total(self) -> tf.Tensor:
+        with evaluation():  # a bypassed cache read twice in the loss is computed once
+            return self._total_unscoped()
+
+    def _total_unscoped(self) -> tf.Tensor:
         value = self._value()
         if self.constraints:
             value = value + tf.add_n([c.value() for c in self.constraints])
