@@ -718,7 +718,8 @@ def test_cached_equals_uncached_values_and_gradients(kin, mc, data, x_mc, x_data
     check()
     caches = caches_by_name(*w.owners)
     assert set(caches) >= {"NR[mc]", "Kst[mc]", "NR[data]", "Kst[data]", "A_k[data]", "I[mc]", "I[NR,NR]",
-                           "I[NR,Kst]", "I[Kst,Kst]", "AmplitudePdf.normalization", "AmplitudePdf._cached_pdf"}
+                           "I[NR,Kst]", "I[Kst,Kst]", "AmplitudePdf.normalization"}
+    # (the loss reads log|A|^2 and the normalization, not the per-event pdf cache)
     columns_and_integrals = {n for n in caches if n.startswith(("NR[", "Kst[", "K0[", "I[", "A_k["))}
     before = snapshot(caches)
     for n, v in zip(names[1:], (0.1 - 0.35j, -0.2 + 0.6j), strict=False):
@@ -753,7 +754,7 @@ def test_partial_recompute(kin, mc, data, x_mc, x_data):
                                                           rel=1e-10)
             return missed(caches, before)
 
-        top = {"AmplitudePdf._cached_pdf", "AmplitudePdf.normalization"}
+        top = {"AmplitudePdf.normalization"}  # the loss reads log|A|^2, not the per-event pdf cache
         assert misses_after(lambda: w.c_kst.set_value(0.6j)) == top
         assert misses_after(lambda: w.c_k0.mag.set_value(0.4)) == top
         assert misses_after(lambda: None) == set()
@@ -774,7 +775,7 @@ def test_precompute_with_floating_couplings(kin, mc, data, x_mc, x_data):
         before = float(w.loss.value())
         report = zcache.precompute(w.loss)
         status = {n.name: n.status for n in report.nodes}
-        assert status["AmplitudePdf._cached_pdf"] == "always dirty"
+        assert "AmplitudePdf._cached_pdf" not in status  # not read by the loss
         assert status["AmplitudePdf.normalization"] == "always dirty"
         assert status["I[mc]"] == "cached" and status["A_k[data]"] == "cached"
         for name in ("NR[mc]", "Kst[mc]", "K0[mc]", "NR[data]", "Kst[data]", "K0[data]", "I[NR,NR]", "I[NR,Kst]",
@@ -796,7 +797,7 @@ def test_precompute_with_a_floating_mass(kin, mc, data, x_mc, x_data):
     the mass gradient equals numdifftools. With numerical gradients those caches are kept instead."""
     w = build(kin, mc, data, float_mass=True)
     kst_parts = {"Kst[mc]", "Kst[data]", "I[NR,Kst]", "I[Kst,Kst]", "I[Kst,K0]", "I[mc]", "A_k[data]",
-                 "AmplitudePdf._cached_pdf", "AmplitudePdf.normalization"}
+                 "AmplitudePdf.normalization"}
     others = {"NR[mc]", "K0[mc]", "NR[data]", "K0[data]", "I[NR,NR]", "I[NR,K0]", "I[K0,K0]", "data in range"}
     with zcache.set_graph_mode(False), zcache.set_autograd_mode(True):
         report = zcache.precompute(w.loss)
@@ -816,7 +817,7 @@ def test_precompute_with_a_floating_mass(kin, mc, data, x_mc, x_data):
         report = zcache.precompute(w.loss)
         status = {n.name: n.status for n in report.nodes}
         assert status["Kst[mc]"] == status["I[Kst,Kst]"] == "cached (floating)"
-        assert status["AmplitudePdf._cached_pdf"] == "always dirty"  # depends on every floating parameter
+        assert status["AmplitudePdf.normalization"] == "always dirty"  # depends on every floating parameter
         report.undo()
 
 
@@ -828,7 +829,7 @@ def test_simulation_pipeline_reuses_integrals(kin, mc, x_mc):
         w.loss.value()
         caches = caches_by_name(*w.owners)
         integrals = {n for n in caches if n.startswith("I[")} | {"AmplitudePdf.normalization"}
-        data_parts = {"NR[data]", "Kst[data]", "K0[data]", "A_k[data]", "AmplitudePdf._cached_pdf"}
+        data_parts = {"NR[data]", "Kst[data]", "K0[data]", "A_k[data]"}
         for refill in (lambda: w.pdf.sample(300, data=w.loss.data),
                        lambda: w.loss.data.set_data(uniform_np(200, MASSES, seed=9))):
             before = snapshot(caches)

@@ -320,7 +320,7 @@ class UnbinnedNLL(BaseLoss):
     def _value(self) -> tf.Tensor:
         checks = _require(self._inside.value(), DataRangeError, self._range_message)
         with tf.control_dependencies(checks):
-            nll = -tf.reduce_sum(tf.math.log(self.model.pdf(self.data)))
+            nll = -self.model.sum_log_pdf(self.data)
         if self.extended:
             nu = self.model.get_yield()
             n = tf.cast(self.data.nevents, tf.float64)

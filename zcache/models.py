@@ -288,6 +288,10 @@ class Model(Cachable):
         """``log(pdf(data))``."""
         return tf.math.log(self.pdf(data))
 
+    def sum_log_pdf(self, data: Any) -> tf.Tensor:
+        r""":math:`\sum_i \log p(x_i)`, what an NLL needs (models may compute it more cheaply)."""
+        return tf.reduce_sum(self.log_pdf(data))
+
     @cached
     def _cached_pdf(self, data: Data) -> tf.Tensor:
         return self._pdf(data)
