@@ -38,14 +38,18 @@ stress: $(STAMP)
 # installed there without touching the test environment. zfit and tf-keras require the
 # `tensorflow` distribution, which would install a second TensorFlow over tensorflow-cpu: they
 # come with --no-deps (requirements-peers-nodeps.txt), their other dependencies from
-# requirements-peers.txt. A peer that fails to install is a warning, not an error: bench_fit.py
-# then says "not installed" in its rows.
-PEER_REQS := benchmarks/requirements-peers.txt benchmarks/requirements-peers-nodeps.txt
+# requirements-peers.txt. The amplitude peers (qrules, ampform, tensorwaves with jax on the CPU)
+# come from requirements-peers-amplitude.txt. A peer that fails to install is a warning, not an
+# error: bench_fit.py / bench_tensorwaves.py then say "not installed" in their rows.
+PEER_REQS := benchmarks/requirements-peers.txt benchmarks/requirements-peers-nodeps.txt \
+  benchmarks/requirements-peers-amplitude.txt
 $(BENCH_STAMP): setup.cfg pyproject.toml $(PEER_REQS)
 	$(call make-venv,$(BENCH_VENV))
 	$(BENCH_PY) -m pip install --quiet -r benchmarks/requirements-peers.txt \
 	  && $(BENCH_PY) -m pip install --quiet --no-deps -r benchmarks/requirements-peers-nodeps.txt \
 	  || echo "WARNING: benchmark peers not installed in $(BENCH_VENV); bench_fit.py will say so"
+	$(BENCH_PY) -m pip install --quiet -r benchmarks/requirements-peers-amplitude.txt \
+	  || echo "WARNING: amplitude peers not installed in $(BENCH_VENV); bench_tensorwaves.py will say so"
 	@if $(BENCH_PY) -m pip show --quiet tensorflow 2>/dev/null; then \
 	  echo "ERROR: the 'tensorflow' distribution was installed into $(BENCH_VENV) beside tensorflow-cpu"; \
 	  rm -f $@; exit 1; fi
