@@ -68,7 +68,7 @@ from ._cachable import Cachable, cached
 from ._parameter import Data, Parameter
 from .exceptions import ModelError
 from .loss import _require
-from .models import Model, rng
+from .models import Model, _as_parameter, rng
 from .phasespace import DalitzKinematics
 
 __all__ = [
@@ -246,16 +246,6 @@ def wigner_small_d(j: float, m1: float, m2: float, theta: Any) -> tf.Tensor:
 # ---------------------------------------------------------------------------------------
 # per-event amplitudes
 # ---------------------------------------------------------------------------------------
-def _as_parameter(value: Any, name: str, **limits: Any) -> Parameter:
-    if isinstance(value, Parameter):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as err:
-        raise ModelError(f"'{name}' must be a zcache.Parameter or a number, got {value!r}.") from err
-    return Parameter(name, number, floating=False, **limits)
-
-
 class Amplitude(Cachable):
     """One component :math:`A_k(x)` of a coherent sum: complex, per event.
 

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance, fit_fractions
+from zcache.demo_basics import _median_ms
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import set_seed
@@ -70,16 +71,6 @@ def build_model(n_mc: int) -> dict[str, Any]:
         "pdf_uncached": AmplitudePdf(uncached, mc, name="uncached"),
         "couplings": [c for c, _ in components],
     }
-
-
-def _median_ms(fn: Any, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
 
 
 def _fit(loss: UnbinnedNLL, start: np.ndarray, precompute: bool) -> Any:

@@ -193,15 +193,15 @@ class Space:
         return cols[:, 0] if self.n_obs == 1 else cols
 
 
-def _as_parameter(value: Any, name: str) -> Parameter:
-    """A Parameter as is; a number becomes a fixed (non-floating) Parameter."""
+def _as_parameter(value: Any, name: str, **limits: Any) -> Parameter:
+    """A Parameter as is; a number becomes a fixed (non-floating) Parameter (with ``limits``)."""
     if isinstance(value, Parameter):
         return value
     try:
         number = float(value)
     except (TypeError, ValueError) as err:
         raise ModelError(f"'{name}' must be a zcache.Parameter or a number, got {value!r}.") from err
-    return Parameter(name, number, floating=False)
+    return Parameter(name, number, floating=False, **limits)
 
 
 class Model(Cachable):
