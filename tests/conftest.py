@@ -30,6 +30,14 @@ def graph_mode(request):
         yield request.param
 
 
+@pytest.fixture(params=[True, False], ids=["graph", "eager"])
+def mode(request):
+    """Graph or eager, for tests whose traces are expensive ('auto' traces 'tensor' and 'loss'
+    exactly like True)."""
+    with zcache.set_graph_mode(request.param):
+        yield request.param
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

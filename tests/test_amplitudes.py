@@ -254,12 +254,6 @@ def snapshot(caches):
 
 
 # -- fixtures -------------------------------------------------------------------------------
-@pytest.fixture(params=[True, False], ids=["graph", "eager"])
-def mode(request):
-    with zcache.set_graph_mode(request.param):
-        yield request.param
-
-
 @pytest.fixture(scope="module")
 def kin():
     return DalitzKinematics(*MASSES, names=("K-", "pi+", "pi+"))

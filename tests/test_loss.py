@@ -87,13 +87,6 @@ def simple_ref(x, mu, sigma, n=None):
     return nll if n is None else nll + n - len(x) * np.log(n)
 
 
-@pytest.fixture(params=[True, False], ids=["graph", "eager"])
-def mode(request):
-    """Graph or eager, for the tests whose traces are expensive ('auto' traces 'loss' exactly like True)."""
-    with zcache.set_graph_mode(request.param):
-        yield request.param
-
-
 def current(params):
     return np.array([float(q.value()) for q in params])
 

@@ -55,13 +55,6 @@ def traced(func):
     return zcache.function(func, wraps="tensor")
 
 
-@pytest.fixture(params=[True, False], ids=["graph", "eager"])
-def mode(request):
-    """Graph or eager ('auto' traces wraps='tensor' exactly like True)."""
-    with zcache.set_graph_mode(request.param):
-        yield request.param
-
-
 def pdf_cache(model, data):
     """The CachedTensor of ``model.pdf(data)``."""
     found = [c for k, c in model.__dict__.get("_zcache_caches", {}).items()

@@ -149,12 +149,6 @@ def traced(func):
 
 
 # -- fixtures ---------------------------------------------------------------------------------
-@pytest.fixture(params=[True, False], ids=["graph", "eager"])
-def mode(request):
-    with zcache.set_graph_mode(request.param):
-        yield request.param
-
-
 @pytest.fixture(scope="module")
 def kins():
     return {name: DalitzKinematics(*m) for name, m in DECAYS.items()}
