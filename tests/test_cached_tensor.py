@@ -368,23 +368,30 @@ def test_many_traced_dependents_are_invalidated_in_one_batch():
     assert float(total()) == 132.0
 
 
-def test_invalidation_during_compute_is_not_lost():
-    """A value computed from an input that changed meanwhile is neither flagged valid nor
-    returned: the miss computes again (it could mix old and new inputs)."""
+def test_set_value_from_another_thread_waits_for_a_compute_in_progress():
+    """A value computed while another thread changes an input is never flagged valid with the
+    old input: the writer waits for the engine lock until the value is stored, then invalidates."""
+    import threading
+    import time
+
     p = zcache.Parameter("p", 1.0)
-    state = {"first": True}
+    started = threading.Event()
 
     def f():
         out = p.value() * 10.0
-        if state["first"]:  # another thread changes p while we compute
-            state["first"] = False
-            p.set_value(2.0)
+        started.set()
+        time.sleep(0.2)  # the other thread's set_value arrives while we compute
         return out
 
     c = zcache.CachedTensor(f, name="racy")
-    assert float(c.value()) == 20.0 and c.is_valid
-    assert c.stats == {"hits": 0, "misses": 1}
-    assert float(c.value()) == 20.0 and c.stats == {"hits": 1, "misses": 1}
+    writer = threading.Thread(target=lambda: (started.wait(), p.set_value(2.0)))
+    writer.start()
+    first = float(c.value())
+    writer.join()
+    assert first == 10.0  # computed from the value p had while it was computed
+    assert not c.is_valid  # the write came after the store and invalidated it
+    assert float(c.value()) == 20.0 and c.stats == {"hits": 0, "misses": 2}
+    assert float(c.value()) == 20.0 and c.stats == {"hits": 1, "misses": 2}
 
 
 def test_eager_set_value_after_traced_set_value_sees_true_value():
@@ -563,3 +570,119 @@ def test_bypassed_cache_read_by_several_is_computed_once_per_evaluation(graph):
     g = zcache.gradient(lambda: tf.reduce_sum(top.value()), [p])
     ref = sum(np.sum(k * np.sin(0.4 * xs) ** (k - 1) * np.cos(0.4 * xs) * xs) for k in (1, 2, 3))
     np.testing.assert_allclose(g.numpy(), [ref], rtol=1e-10)
+
+
+# -- issue 10: paths off the tested path ---------------------------------------------------
+def _guarded(mu):
+    """A cache function with a check, as TensorFlow users write it; value mu^3 + 10 mu."""
+
+    def f():
+        with tf.control_dependencies([tf.debugging.assert_positive(mu.value(), message="mu <= 0")]):
+            return mu.value() ** 3 + 10.0 * mu.value()
+
+    return f
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_cache_function_that_raises_leaves_the_cache_invalid(mode):
+    """Regression (issue 10, symptom 2): a check in func that failed inside a trace left the flag
+    set (it was not ordered after the value write), so the next call returned the value of the
+    old parameter (10.397 for -10.397). The flag is now set only after the whole miss branch."""
+    mu = zcache.Parameter("mu", 0.9)
+    c = zcache.CachedTensor(_guarded(mu), name="guarded")
+    read = zcache.function(lambda: c.value()) if mode == "graph" else c.value
+    np.testing.assert_allclose(float(read()), 0.9**3 + 9.0, rtol=1e-14)
+    mu.set_value(-0.9)
+    for _ in range(2):  # it raises every time, never serves the old value
+        with pytest.raises(tf.errors.InvalidArgumentError, match="mu <= 0"):
+            read()
+        assert not c.is_valid
+    mu.set_value(1.1)
+    np.testing.assert_allclose(float(read()), 1.1**3 + 11.0, rtol=1e-14)
+    assert c.is_valid
+
+
+def test_failed_call_puts_back_the_parameters_its_graph_set():
+    """A zcache.function call that fails leaves every Parameter and Data as before the call (so a
+    cache computed in it at the refused value is invalid again), and its caches stay correct."""
+    mu = zcache.Parameter("mu", 0.9)
+    x = zcache.Data(np.array([1.0, 2.0]), name="x")
+    c = zcache.CachedTensor(_guarded(mu), name="guarded")
+    s = zcache.CachedTensor(lambda: tf.reduce_sum(x.value()) * mu.value(), name="sum")
+
+    @zcache.function(wraps="loss")
+    def at(v, data):
+        x.set_data(data)
+        mu.set_value(v)
+        return c.value() + s.value()
+
+    np.testing.assert_allclose(float(at(tf.constant(1.0, tf.float64), tf.constant([3.0], tf.float64))), 11.0 + 3.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="mu <= 0"):
+        at(tf.constant(-2.0, tf.float64), tf.constant([5.0, 5.0], tf.float64))
+    assert float(mu.value()) == 1.0 and mu._current() == 1.0 and x.numpy().tolist() == [3.0]
+    np.testing.assert_allclose(float(c.value()), 11.0)
+    np.testing.assert_allclose(float(s.value()), 3.0)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_tape_that_spans_set_value_differentiates_at_the_forward_values(persistent):
+    """Regression (issue 10, symptom 3): a gradient taken after a set_value (recorded on a hit at
+    mu = 1, set_value(3), then tape.gradient) returned the gradient at mu = 3 (55 instead of 11):
+    the backward pass recomputed with the current values. Eager tape, and inside a trace."""
+    mu = zcache.Parameter("mu", 1.0)
+    x = zcache.Data(np.array([1.0, 2.0]), name="x")
+    c = zcache.CachedTensor(lambda: mu.value() ** 3 * tf.reduce_sum(x.value()) + 8.0 * mu.value(), name="c")
+    inner = zcache.CachedTensor(lambda: tf.sin(mu.value() * x.value()), name="inner")
+    outer = zcache.CachedTensor(lambda: tf.reduce_sum(inner.value()) * mu.value(), name="outer")
+
+    def want(m, xs):  # d/dmu of c + outer
+        return 3.0 * m**2 * np.sum(xs) + 8.0 + np.sum(np.sin(m * xs)) + m * np.sum(xs * np.cos(m * xs))
+
+    _ = c.value(), outer.value()  # the tape records hits
+    with tf.GradientTape(persistent=persistent) as tape:
+        tape.watch(mu.variable)
+        y = c.value() + outer.value()
+    mu.set_value(3.0)
+    x.set_data([5.0])
+    np.testing.assert_allclose(float(tape.gradient(y, mu.variable)), want(1.0, np.array([1.0, 2.0])), rtol=1e-12)
+
+    @zcache.function
+    def traced():
+        with tf.GradientTape() as t:
+            t.watch(mu.variable)
+            y = c.value() + outer.value()
+        mu.set_value(2.0)
+        return t.gradient(y, mu.variable)
+
+    for start in (3.0, 0.5):
+        mu.set_value(start)
+        np.testing.assert_allclose(float(traced()), want(start, np.array([5.0])), rtol=1e-12)
+        assert float(mu.value()) == 2.0
+        np.testing.assert_allclose(float(c.value()), 8.0 * 5.0 + 16.0)
+
+
+def test_nested_tapes_that_span_set_value_give_the_forward_hessian():
+    mu = zcache.Parameter("mu", 1.0)
+    c = zcache.CachedTensor(lambda: mu.value() ** 3 + 10.0 * mu.value(), name="c")
+    _ = c.value()
+    with tf.GradientTape() as t2:
+        with tf.GradientTape() as t1:
+            y = c.value()
+        g = t1.gradient(y, mu.variable)
+    mu.set_value(2.0)
+    assert float(g) == 13.0
+    assert float(t2.gradient(g, mu.variable)) == 6.0
+
+
+def test_cache_that_reads_parameter_variable_records_the_dependency():
+    """Regression (issue 10, symptom 9): a cache reading Parameter.variable (public) recorded no
+    dependency and stayed stale forever. Reading .variable now counts as a read (Data too)."""
+    p = zcache.Parameter("p", 1.0)
+    x = zcache.Data(np.array([1.0, 2.0]), name="x")
+    c = zcache.CachedTensor(lambda: tf.reduce_sum(x.variable * p.variable), name="raw")
+    assert float(c.value()) == 3.0
+    p.set_value(3.0)
+    assert float(c.value()) == 9.0
+    x.set_data([4.0])
+    assert float(c.value()) == 12.0
+    assert set(c.deps) == {p, x}

@@ -92,3 +92,41 @@ def test_hessian_matches_numdifftools(setup):
     want = nd.Hessian(numpy_loss)([0.8, -0.4])
     np.testing.assert_allclose(zcache.hessian(loss, [a, b]).numpy(), want, rtol=1e-6, atol=1e-8)
     assert zcache.hessian(loss, []).shape == (0, 0)
+
+
+def test_hessian_next_to_a_limit_clips_and_leaves_parameters():
+    """Regression (issue 10, symptom 5): within one step of a limit zcache.hessian raised
+    (instead of clipping, as loss.hessian_at does) and left the parameter moved."""
+    a = zcache.Parameter("a", 1.0, lower=0.0, upper=1.0 + 1e-7)
+    b = zcache.Parameter("b", 2.0, lower=2.0)
+    h = zcache.hessian(lambda: a.value() ** 3 * b.value() ** 2, [a, b]).numpy()
+    np.testing.assert_allclose(h, [[6.0 * 4.0, 3.0 * 4.0], [3.0 * 4.0, 2.0]], rtol=1e-4)  # one-sided there
+    assert float(a.value()) == 1.0 and float(b.value()) == 2.0
+
+    @zcache.function
+    def traced():
+        return zcache.hessian(lambda: a.value() ** 3 * b.value() ** 2, [a, b])
+
+    np.testing.assert_allclose(traced().numpy(), h, rtol=1e-12)
+    assert float(a.value()) == 1.0 and float(b.value()) == 2.0 and a._current() == 1.0
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_numerical_gradient_whose_function_raises_leaves_parameters(mode):
+    """Regression (issue 10, symptom 5): a numerical gradient whose function raised left the
+    parameter at x + h. Eagerly the steps are undone in a finally; a traced call that fails puts
+    back what its graph wrote."""
+    a = zcache.Parameter("a", 1.0)
+    c = zcache.CachedTensor(lambda: a.value() ** 2, name="sq")
+
+    def func():
+        with tf.control_dependencies([tf.debugging.assert_less(a.value(), tf.constant(1.0 + 1e-9, tf.float64), message="too far")]):
+            return c.value() + 0.0
+
+    with zcache.set_autograd_mode(False):
+        grad = (lambda: zcache.gradient(func, [a])) if mode == "eager" else zcache.function(
+            lambda: zcache.gradient(func, [a]))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="too far"):
+            grad()
+    assert float(a.value()) == 1.0 and a._current() == 1.0
+    assert float(c.value()) == 1.0

@@ -55,6 +55,7 @@ from zcache.exceptions import (
     ParameterValueError,
     UncacheableArgumentError,
     UnknownIdentifierError,
+    UnmanagedTraceError,
     ZCacheError,
 )
 
@@ -560,13 +561,40 @@ def test_plain_tf_function_with_autograph_can_use_zcache():
     c = zcache.CachedTensor(lambda: x.value() * p.value(), name="c")
 
     @tf.function  # autograph on, as users write it
-    def f(v):
-        p.set_value(v)
-        x.set_data(x.value() + 1.0)
+    def f():
         return tf.reduce_sum(c.value()), zcache.gradient(lambda: tf.reduce_sum(c.value()), [p])
 
-    value, grad = f(tf.constant(2.0, tf.float64))
+    p.set_value(2.0)
+    x.set_data(x.numpy() + 1.0)
+    value, grad = f()
     assert float(value) == 12.0 and grad.numpy().tolist() == [6.0]
+
+
+def test_set_value_in_a_plain_tf_function_is_refused_by_name():
+    """Regression (issue 10, symptom 1): a plain tf.function that set a parameter and read a cache
+    returned the value of its first call (the cache was valid after the parameter changed). It
+    is refused with UnmanagedTraceError, also through autograph (which would otherwise turn it
+    into a StagingError), and leaves the state unchanged; zcache.function does it right."""
+    x = zcache.Data(np.linspace(0.0, 1.0, 5), name="x")
+    mu = zcache.Parameter("mu", 0.2)
+    c = zcache.CachedTensor(lambda: tf.reduce_sum(tf.exp(x.value() * mu.value()) ** 2), name="c")
+    xs = x.numpy()
+    for autograph in (True, False):
+        def body(v):
+            mu.set_value(v)
+            return c.value()
+
+        def body_data(t):
+            x.set_data(t)
+            return c.value()
+
+        for fn, arg in ((body, 0.7), (body_data, [1.0, 2.0])):
+            with pytest.raises(UnmanagedTraceError, match="zcache.function"):
+                tf.function(fn, autograph=autograph)(tf.constant(arg, tf.float64))
+        assert float(mu.value()) == 0.2 and np.array_equal(x.numpy(), xs)
+    managed = zcache.function(body, wraps="loss")
+    for v in (0.7, 1.3, 0.7):
+        np.testing.assert_allclose(float(managed(tf.constant(v, tf.float64))), np.sum(np.exp(xs * v) ** 2), rtol=1e-12)
 
 
 def test_outer_tape_around_a_traced_function_with_caches_of_caches():
@@ -1067,3 +1095,61 @@ def test_traced_miss_branch_is_traced_once_until_clear_graph_cache():
     zcache.clear_graph_cache()
     with pytest.raises(CachedValueError, match="keep its dtype and rank"):
         second()
+
+
+def test_fits_of_separate_models_in_threads_leave_the_modes_alone():
+    """Regression (issue 10, symptom 8): two threads fitting their own models could leave the
+    process-wide graph mode at eager (precompute flipped it with set_graph_mode(False)); every
+    fit equals the same fit run alone."""
+    from zcache.minimize import Minuit
+
+    from zcache.models import set_seed
+
+    set_seed(7)
+    worlds = [_fit_world(n=400) for _ in range(2)]
+    alone = []
+    for model, loss in worlds:
+        start = [p._current() for p in loss.params]
+        alone.append(Minuit().minimize(loss).values)
+        zcache.set_values(loss.params, start)
+    results: list[dict[str, float]] = [{}, {}]
+
+    def fit(k: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(3):
+                results[k] = Minuit().minimize(worlds[k][1]).values
+        return run
+
+    assert _run_threads([fit(0), fit(1)]) == []
+    assert zcache.get_graph_mode() == "auto" and not tf.config.functions_run_eagerly()
+    for got, want in zip(results, alone, strict=True):
+        for name in want:
+            assert abs(got[name] - want[name]) < 1e-3 * max(1.0, abs(want[name])), (name, got, want)
+
+
+def test_traced_reads_while_another_thread_sets_values_are_never_stale():
+    """A zcache.function called in one thread while another thread changes its inputs: every
+    result is the formula at some value that was set, and the cache is fresh at the end."""
+    p = zcache.Parameter("p", 0.0)
+    x = zcache.Data(np.linspace(0.0, 1.0, 50), name="x")
+    c = zcache.CachedTensor(lambda: tf.reduce_sum(tf.sin(x.value() * p.value())), name="c")
+    f = zcache.function(lambda: c.value())
+    written = [float(i) / 7.0 for i in range(200)]
+    xs = x.numpy()
+    allowed = {round(float(np.sum(np.sin(xs * v))), 9) for v in [0.0, *written]}
+    bad: list[float] = []
+
+    def writer() -> None:
+        for v in written:
+            p.set_value(v)
+
+    def reader() -> None:
+        for _ in range(300):
+            got = round(float(f()), 9)
+            if got not in allowed:
+                bad.append(got)
+
+    with _fast_switching():
+        assert _run_threads([writer, reader, reader]) == []
+    assert bad == []
+    np.testing.assert_allclose(float(f()), np.sum(np.sin(xs * written[-1])), rtol=1e-12)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._depgraph import CACHE, GRAPH, record_read, recording
+from ._depgraph import CACHE, GRAPH, record_read, recording, substituted, substituting
 from ._tensorlike import TensorLike, eager_variable
 from .exceptions import (
     CachedValueError,
@@ -53,11 +53,11 @@ _local = threading.local()
 _EVALUATION = threading.local()  # .memo: bypassed cache -> tensor, within one evaluation
 _GRAD_CONTEXT = threading.local()  # stack of frozensets of parameter node ids (None: all)
 
-#: Held by every eager write of a Parameter's or Data's Variable (see _parameter.py), and by the
-#: last attempt of an eager miss whose earlier attempts overlapped input changes: that attempt
-#: reads every input with no write in between, so a returned value never mixes old and new inputs.
+#: The engine lock. Held by every eager write of a Parameter's or Data's Variable (see
+#: _parameter.py), by every eager cache read (hit, or compute and store), and around every call
+#: of a traced zcache.function: so no value computed from an input that another thread changes
+#: meanwhile is ever flagged valid, and a returned value never mixes old and new inputs.
 INPUT_WRITES = threading.RLock()
-_ATTEMPTS = 3
 
 _SECOND_ORDER_MSG = (
     "Nested tf.GradientTape (second derivatives) through the CachedTensor '{name}' inside a "
@@ -96,20 +96,22 @@ def _scope(ids: frozenset[int] | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def evaluation() -> Iterator[None]:
+def evaluation(fresh: bool = False) -> Iterator[None]:
     """One evaluation (of a loss, or of a bypassed cache): bypassed caches are computed once in it.
 
     Open only where no input changes and no gradient tape starts or stops: a tensor computed
-    before a ``set_value``, or outside a tape, must not be reused after it.
+    before a ``set_value``, or outside a tape, must not be reused after it. ``fresh``: a new
+    evaluation even inside another (a backward pass at other inputs).
     """
-    if _EVALUATION.__dict__.get("memo") is not None:
+    outer = _EVALUATION.__dict__.get("memo")
+    if outer is not None and not fresh:
         yield
         return
     _EVALUATION.memo = {}
     try:
         yield
     finally:
-        _EVALUATION.memo = None
+        _EVALUATION.memo = outer
 
 
 def _wanted(params: list[Any]) -> list[Any]:
@@ -175,10 +177,6 @@ class CachedTensor(TensorLike):
         # Python mirror of the flag; exact until a graph may write the flag (_traced).
         self._py_valid = False
         self._traced = False
-        # Bumped by every eager invalidation: an eager miss stores its value only if no
-        # invalidation happened while it computed (so a value computed from an old input is
-        # never flagged valid), without holding a lock while computing.
-        self._epoch = 0
         self._warned = False
         # Bypassed: value() computes func() directly, with no tf.cond, flag or store (see
         # set_always_dirty); set by zcache.precompute for nodes that change on every call.
@@ -348,40 +346,36 @@ class CachedTensor(TensorLike):
     def value(self) -> tf.Tensor:
         """The cached value if valid, else ``func()`` computed, stored and returned."""
         record_read(self)
+        if substituting():  # a backward pass at its forward pass's inputs: the stored value is not theirs
+            return self._recomputed()
         if self._always_dirty:
             return self._bypassed()
         if tf.inside_function():
             return self._value_in_graph()
-        with self._lock:
-            if self._is_valid():
-                self._py_hits += 1
-                hit = self._cache.value()
-            else:
-                hit, epoch = None, self._epoch
-                n_deps, changes = len(self._deps), GRAPH.input_changes
-        if hit is not None:
-            return self._with_gradient(hit)
-        attempt = 1
-        while True:
-            with INPUT_WRITES if attempt == _ATTEMPTS else nullcontext():
-                out = self._compute()
+        # The engine lock (see INPUT_WRITES): no input changes while the value is computed
+        # and stored, so a value computed from an old input can never be flagged valid.
+        with INPUT_WRITES:
             with self._lock:
-                # An input that changed while we computed invalidated us (epoch), unless we did
-                # not yet depend on it in the graph (deps discovered by this very computation).
-                fresh = self._epoch == epoch and (len(self._deps) == n_deps or GRAPH.input_changes == changes)
-                if fresh or attempt == _ATTEMPTS:
-                    self._py_misses += 1
-                    if fresh:
-                        if self._cache is None:
-                            self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
-                        else:
-                            self._cache.assign(out)
-                        self._flag.assign(True)
-                        self._py_valid = True
-                    return out
-                # out may mix old and new input values (another thread wrote meanwhile): again.
-                attempt += 1
-                epoch, n_deps, changes = self._epoch, len(self._deps), GRAPH.input_changes
+                hit = self._cache.value() if self._is_valid() else None
+                if hit is not None:
+                    self._py_hits += 1
+            if hit is not None:
+                return self._with_gradient(hit)
+            out = self._compute()
+            with self._lock:
+                self._py_misses += 1
+                if self._cache is None:
+                    self._cache = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
+                else:
+                    self._cache.assign(out)
+                self._flag.assign(True)
+                self._py_valid = True
+            return out
+
+    def _recomputed(self) -> tf.Tensor:
+        """``func()`` at the substituted inputs (see ``_with_gradient``): nothing read from or stored in the cache."""
+        with recording():  # reads here are not new dependencies
+            return self._checked(self._func())
 
     def _value_in_graph(self) -> tf.Tensor:
         self._traced = True
@@ -397,7 +391,12 @@ class CachedTensor(TensorLike):
         def compute_and_store() -> tf.Tensor:
             out = self._compiled_miss()()
             static_shape.append(out.shape)
-            return out
+            # The flag is set only once the whole miss branch succeeded: a check in func that
+            # fails (an assert, even one not feeding the value) leaves the cache invalid.
+            with tf.control_dependencies([out]):
+                done = [self._flag.assign(True), self._misses.assign_add(1)]
+            with tf.control_dependencies(done):
+                return tf.identity(out)
 
         def read_cache() -> tf.Tensor:
             with tf.control_dependencies([self._hits.assign_add(1)]):
@@ -461,9 +460,7 @@ class CachedTensor(TensorLike):
         if self._cache is None:
             empty = np.zeros([0] * (self._rank or 0), dtype=self._dtype.as_numpy_dtype)
             self._cache = eager_variable(empty, shape=tf.TensorShape(None), trainable=False, name="cache")
-        with tf.control_dependencies([
-            self._cache.assign(out), self._flag.assign(True), self._misses.assign_add(1),
-        ]):
+        with tf.control_dependencies([self._cache.assign(out)]):
             return tf.identity(out)
 
     def _drop_compiled(self) -> None:
@@ -473,11 +470,19 @@ class CachedTensor(TensorLike):
         params = _wanted(self._parameters())
         if not params:
             return out
-        variables = [p.variable for p in params]
+        variables = [p._var for p in params]
         ids = frozenset(p.node_id for p in params)  # not the Parameters: a kept graph must not keep them
+        # The inputs of this forward pass. A persistent tape may ask for the gradient after an
+        # input changed (set_value between the forward pass and tape.gradient): the backward
+        # pass must then recompute func at these values, not at the current ones.
+        inputs = GRAPH.objects(GRAPH.ancestor_inputs(self.node_id))
+        forward_values = [v.value() for v in variables]
+        others = {o.node_id: o._var.value() for o in inputs if o.node_id not in ids}
+        generation = GRAPH.input_changes
         # Weakly: inside a trace, tf.custom_gradient registers vjp in TensorFlow's global
         # gradient registry for good, which would keep this cache, and all it reads, alive.
         ref, name = weakref.ref(self), self.name
+        uids = [p.node_id for p in params]
 
         @tf.custom_gradient
         def cached_value(*param_values: tf.Tensor) -> Any:
@@ -488,17 +493,26 @@ class CachedTensor(TensorLike):
                         f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
                         "being differentiated; keep the cache alive as long as its graphs are used."
                     )
-                with _scope(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(variables)
-                    with recording():  # reads here are not new dependencies
-                        y = tf.convert_to_tensor(cache._func())
-                grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
+                if GRAPH.input_changes == generation:  # no input changed since the forward pass
+                    with _scope(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                        tape.watch(variables)
+                        with recording():  # reads here are not new dependencies
+                            y = tf.convert_to_tensor(cache._func())
+                    grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
+                else:  # recompute at the forward pass's inputs (inner caches recompute too)
+                    stand_ins = dict(others)
+                    stand_ins.update(zip(uids, param_values, strict=True))
+                    with _scope(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                        tape.watch(param_values)
+                        with substituted(stand_ins), recording(), evaluation(fresh=True):
+                            y = tf.convert_to_tensor(cache._func())
+                    grads = tape.gradient(y, list(param_values), output_gradients=tf.cast(dy, y.dtype))
                 return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
                         for g, v in zip(grads, param_values, strict=True)]
 
             return tf.identity(out), vjp
 
-        result = cached_value(*[v.value() for v in variables])
+        result = cached_value(*forward_values)
         if tf.inside_function():
             _tie_gradient_to_graph(result)
         return result
@@ -567,8 +581,8 @@ def _clear_flags(flags: tuple[tf.Variable, ...]) -> None:
 def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
     """Clear the flags of ``caches`` from eager code, in one graph call when there are many.
 
-    Each cache's lock is held only for its epoch bump and flag write (never while computing),
-    so readers never wait on each other and no lock order can deadlock.
+    Each cache's lock is held only for its flag write; locks are taken in one order (node id),
+    always after the engine lock when both are held, so no lock order can deadlock.
     """
     caches = sorted(caches, key=lambda c: c.node_id)
     with ExitStack() as stack:
@@ -576,7 +590,6 @@ def invalidate_eagerly(caches: Iterable[CachedTensor]) -> None:
             stack.enter_context(cache._lock)
         writes = [c._flag for c in caches if c._traced or c._py_valid]
         for cache in caches:
-            cache._epoch += 1
             cache._py_valid = False
         if len(writes) >= _BATCH:
             _clear_flags(_padded(writes))

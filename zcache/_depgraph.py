@@ -27,7 +27,10 @@ import networkx as nx
 
 from .exceptions import DependencyCycleError
 
-__all__ = ["DependencyGraph", "GRAPH", "record_read", "recording", "dependency_graph", "to_dot"]
+__all__ = [
+    "DependencyGraph", "GRAPH", "record_read", "recording", "substituted", "substitute", "dependency_graph",
+    "to_dot",
+]
 
 PARAMETER = "parameter"
 DATA = "data"
@@ -70,7 +73,10 @@ class DependencyGraph:
         self._ids = itertools.count(1)
         # Bumped on every structural change; memoized traversals are keyed by it.
         self.version = 0
-        # Bumped on every eager change of an input value (see CachedTensor.value).
+        # Bumped on every change of an input value: eager writes, in-graph writes when they are
+        # traced, and after each call of a zcache.function whose graph writes inputs. A cache's
+        # gradient compares it between its forward pass and its backward pass (see
+        # CachedTensor._with_gradient); an eager miss, before and after computing.
         self.input_changes = 0
         self._memo: dict[tuple[str, int], tuple[Any, ...]] = {}
 
@@ -183,6 +189,17 @@ class DependencyGraph:
 
         return self._memoized("parameters", uid, compute)
 
+    def ancestor_inputs(self, uid: int) -> tuple[int, ...]:
+        """Ids of all parameters and data ``uid`` depends on, directly or transitively (sorted)."""
+
+        def compute() -> list[int]:
+            if uid not in self.nx:
+                return []
+            nodes = self.nx.nodes
+            return sorted(n for n in nx.ancestors(self.nx, uid) if nodes[n]["kind"] in (PARAMETER, DATA))
+
+        return self._memoized("inputs", uid, compute)
+
     def objects(self, uids: Iterable[int]) -> list[Any]:
         out = []
         for uid in uids:
@@ -228,6 +245,36 @@ def record_read(obj: Any) -> None:
     stack = getattr(_local, "stack", None)
     if stack:
         stack[-1].add(obj)
+
+
+@contextmanager
+def substituted(values: dict[int, Any]) -> Iterator[None]:
+    """Inside the block, reading the input ``uid`` gives ``values[uid]`` (a tensor), not its Variable.
+
+    A cache's backward pass recomputes its function at the inputs of its *forward* pass:
+    an input changed in between (a persistent tape that spans a ``set_value``) must not
+    leak into the gradient. Caches read inside the block recompute instead of reading
+    their stored value (which belongs to the current inputs).
+    """
+    stack = getattr(_local, "substitutions", None)
+    if stack is None:
+        stack = _local.substitutions = []
+    stack.append(values)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def substitute(uid: int) -> Any:
+    """The tensor that stands in for input ``uid`` in a :func:`substituted` block, else None."""
+    stack = getattr(_local, "substitutions", None)
+    return stack[-1].get(uid) if stack else None
+
+
+def substituting() -> bool:
+    """Whether a :func:`substituted` block is open on this thread."""
+    return bool(getattr(_local, "substitutions", None))
 
 
 # -- public views ------------------------------------------------------------------------

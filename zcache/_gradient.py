@@ -16,7 +16,8 @@ and inside a trace.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import tensorflow as tf
 
 from ._cached_tensor import differentiating
 from ._mode import get_autograd_mode
-from ._parameter import Parameter
+from ._parameter import Parameter, set_values
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
 
@@ -67,7 +68,7 @@ def value_and_gradient(
     use_numerical = (not get_autograd_mode()) if numerical is None else numerical
     if use_numerical:
         return _numerical(func, params)
-    variables = [p.variable for p in params]
+    variables = [p._var for p in params]
     with differentiating(params):  # caches attach gradients for these parameters only
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
@@ -90,21 +91,41 @@ def gradient(func: Callable[[], Any], params: Sequence[Parameter], numerical: bo
     return value_and_gradient(func, params, numerical)[1]
 
 
+def _steps(p: Parameter, x0: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The two points of a central difference around ``x0``, clipped into the limits (one-sided there)."""
+    h = _REL_STEP * tf.maximum(tf.abs(x0), 1.0)
+    x_up = x0 + h if p.upper is None else tf.minimum(x0 + h, p.upper)
+    x_down = x0 - h if p.lower is None else tf.maximum(x0 - h, p.lower)
+    return x_up, x_down
+
+
+@contextlib.contextmanager
+def _restoring(params: list[Parameter]) -> Iterator[list[tf.Tensor]]:
+    """Yield the current values of ``params``; put them back afterwards, also when ``func`` raises.
+
+    Inside a trace nothing can run after a failure: the zcache.function whose call fails
+    puts back what its graph wrote instead.
+    """
+    x0 = [p._var.read_value() for p in params]
+    try:
+        yield x0
+    finally:
+        if not tf.inside_function():
+            set_values(params, [float(x) for x in x0])
+
+
 def _numerical(func: Callable[[], Any], params: list[Parameter]) -> tuple[tf.Tensor, tf.Tensor]:
     f0 = tf.cast(_scalar(func()), tf.float64)
     grads = []
-    for p in params:
-        x0 = p.variable.read_value()
-        h = _REL_STEP * tf.maximum(tf.abs(x0), 1.0)
-        # Clip the two points into the limits: central inside, one-sided at a limit.
-        x_up = x0 + h if p.upper is None else tf.minimum(x0 + h, p.upper)
-        x_down = x0 - h if p.lower is None else tf.maximum(x0 - h, p.lower)
-        p.set_value(x_up)
-        f_up = tf.cast(_scalar(func()), tf.float64)
-        p.set_value(x_down)
-        f_down = tf.cast(_scalar(func()), tf.float64)
-        p.set_value(x0)
-        grads.append((f_up - f_down) / (x_up - x_down))
+    with _restoring(params) as start:
+        for p, x0 in zip(params, start, strict=True):
+            x_up, x_down = _steps(p, x0)
+            p.set_value(x_up)
+            f_up = tf.cast(_scalar(func()), tf.float64)
+            p.set_value(x_down)
+            f_down = tf.cast(_scalar(func()), tf.float64)
+            p.set_value(x0)
+            grads.append((f_up - f_down) / (x_up - x_down))
     return f0, tf.stack(grads) if grads else tf.zeros([0], tf.float64)
 
 
@@ -126,15 +147,15 @@ def hessian(func: Callable[[], Any], params: Sequence[Parameter]) -> tf.Tensor:
     """
     params = _check_params(params)
     rows = []
-    for p in params:
-        x0 = p.variable.read_value()
-        h = _REL_STEP * tf.maximum(tf.abs(x0), 1.0)
-        p.set_value(x0 + h)
-        g_up = gradient(func, params, numerical=False)
-        p.set_value(x0 - h)
-        g_down = gradient(func, params, numerical=False)
-        p.set_value(x0)
-        rows.append((g_up - g_down) / (2.0 * h))
+    with _restoring(params) as start:
+        for p, x0 in zip(params, start, strict=True):
+            x_up, x_down = _steps(p, x0)  # clipped into the limits, as loss.hessian_at does
+            p.set_value(x_up)
+            g_up = gradient(func, params, numerical=False)
+            p.set_value(x_down)
+            g_down = gradient(func, params, numerical=False)
+            p.set_value(x0)
+            rows.append((g_up - g_down) / (x_up - x_down))
     if not rows:
         return tf.zeros([0, 0], tf.float64)
     hess = tf.stack(rows)

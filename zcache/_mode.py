@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import re
 import threading
 import types
@@ -40,7 +41,7 @@ import networkx as nx
 import tensorflow as tf
 
 from . import exceptions
-from ._cached_tensor import differentiating, invalidate_eagerly
+from ._cached_tensor import INPUT_WRITES, differentiating, invalidate_eagerly
 from ._depgraph import GRAPH, record_read, recording
 from .exceptions import (
     GraphModeError,
@@ -247,19 +248,59 @@ _local = threading.local()
 class _TraceRecord:
     """What one trace of a :class:`Function` did that Python must finish after each call."""
 
-    def __init__(self) -> None:
+    _ids = itertools.count(1)
+
+    def __init__(self, isolated: bool = False) -> None:
+        self.id = next(self._ids)
+        # A cache's miss branch (shared by all graphs): no input may be written there.
+        self.isolated = isolated
         # input node id -> ids of the caches the trace already invalidates in-graph
         self.mutations: dict[int, set[int]] = {}
         # input node id -> per mutation in the trace being built, "value unchanged" (None: changed)
         self.unchanged: dict[int, list[Any]] = {}
+        # (graph version, input node id -> dependent caches this trace does not invalidate)
+        self.extra: tuple[int, dict[int, tuple[int, ...]]] = (-1, {})
+
+    def written(self, kind: str) -> list[int]:
+        """Node ids of the inputs of ``kind`` ('parameter' or 'data') this trace writes."""
+        nodes = GRAPH.nx.nodes
+        return [uid for uid in self.mutations if uid in nodes and nodes[uid]["kind"] == kind]
+
+    def untraced_dependents(self) -> dict[int, tuple[int, ...]]:
+        """Mutated input -> node ids of its dependent caches that this trace does not know of."""
+        # A trace invalidates in-graph the caches that existed when it was traced; caches
+        # created later that depend on what it mutates are invalidated after each call.
+        # Ids, not objects: this memo must not keep caches the user dropped alive.
+        version, extra = self.extra
+        if version != GRAPH.version:
+            extra = {}
+            for uid, handled in self.mutations.items():
+                caches = tuple(sorted(set(GRAPH.dependent_caches(uid)) - handled))
+                if caches:
+                    extra[uid] = caches
+            self.extra = (GRAPH.version, extra)
+        return extra
 
 
-def _input_value(uid: int) -> float | None:
-    """A parameter's current value (None for data, whose changes are not compared)."""
-    obj = GRAPH.obj(uid)
-    if obj is None or GRAPH.nx.nodes[uid]["kind"] != "parameter":
-        return None
-    return float(obj.variable.numpy())
+def require_managed_trace(what: str) -> None:
+    """Refuse an input write inside a trace that no :class:`Function` manages.
+
+    After each call a ``zcache.function`` invalidates the caches its graph could not know
+    of (created after the trace), keeps the parameters' Python mirrors, and puts inputs
+    back when the call fails. A plain ``tf.function`` cannot: its caches would go stale.
+    """
+    stack = getattr(_local, "traces", None)
+    if not stack or stack[-1].isolated:
+        inside_cache = bool(stack) and stack[-1].isolated
+        raise exceptions.UnmanagedTraceError(
+            f"{what} was called inside "
+            + ("the function of a CachedTensor, which must not change its inputs. Set values "
+               "outside the cached function." if inside_cache else
+               "a trace that zcache does not manage (a plain tf.function): caches created after "
+               "the trace would not be invalidated when it runs, and would serve stale values. "
+               "Decorate the function with @zcache.function(wraps='loss') instead of "
+               "@tf.function, or call set_value/set_data eagerly.")
+        )
 
 
 def note_mutation(uid: int, handled: tuple[int, ...], unchanged: Any = None) -> None:
@@ -268,6 +309,21 @@ def note_mutation(uid: int, handled: tuple[int, ...], unchanged: Any = None) -> 
     if stack:
         stack[-1].mutations.setdefault(uid, set()).update(handled)
         stack[-1].unchanged.setdefault(uid, []).append(unchanged)
+
+
+@contextlib.contextmanager
+def run_eagerly() -> Any:
+    """On this thread only, run every :class:`Function` eagerly (process-wide modes untouched).
+
+    What :func:`zcache.precompute` needs to record a loss's reads: flipping the
+    process-wide graph mode instead would race with fits in other threads.
+    """
+    old = getattr(_local, "eager", False)
+    _local.eager = True
+    try:
+        yield
+    finally:
+        _local.eager = old
 
 
 def invalidate_if_mutated_in_trace(cache: Any) -> None:
@@ -298,7 +354,7 @@ def isolated_trace() -> Any:
     if stack is None:
         yield
         return
-    stack.append(_TraceRecord())
+    stack.append(_TraceRecord(isolated=True))
     try:
         yield
     finally:
@@ -350,8 +406,9 @@ class Function:
         # so a graph traced under one mode must not serve the other.
         self._tf_functions: dict[bool, Any] = {}
         self._live_traces = 0
-        self._record = _TraceRecord()
-        self._extra: tuple[int, dict[int, tuple[Any, ...]]] = (-1, {})
+        # trace id -> what that trace writes (only traces that write inputs are kept)
+        self._traces: dict[int, _TraceRecord] = {}
+        self._writes: dict[int, Any] = {}  # every input some live trace writes (node id keys)
         self._reads: set[int] = set()  # node ids read at the top level of its traces
         self._concrete: dict[Any, Any] = {}
         _FUNCTIONS.add(self)
@@ -370,28 +427,34 @@ class Function:
         return _state.policy[self.wraps]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if tf.inside_function() or not _state.policy[self.wraps]:
+        if tf.inside_function() or not _state.policy[self.wraps] or getattr(_local, "eager", False):
             return self.python_function(*args, **kwargs)
         tf_function = self._tf_functions.get(_state.autograd)
         if tf_function is None:
             tf_function = self._tf_functions[_state.autograd] = tf.function(self._traced_body(), autograph=False)
-        untraced = self._untraced_dependents() if self._record.mutations else {}
-        before = {uid: _input_value(uid) for uid in untraced}
-        try:
-            if not kwargs and all(type(a) is _EAGER_TENSOR for a in args):
-                # A minimizer's hot path: call the concrete graph for these dtypes and shapes
-                # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
-                key = (_state.autograd, tuple((a.dtype, tuple(a.shape)) for a in args))
-                concrete = self._concrete.get(key)
-                if concrete is None:
-                    concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
-                out = concrete(*args)
-            else:
-                out = tf_function(*args, **kwargs)
-        except tf.errors.InvalidArgumentError as err:
-            raise _zcache_error_from(err) from None
-        if untraced:
-            self._invalidate_untraced(untraced, before)
+        # One engine lock around the call: eager writes, eager cache reads and other traced
+        # calls wait, so no graph can store a value computed from an input another thread
+        # changed meanwhile (TensorFlow still runs the graph's ops in parallel).
+        with INPUT_WRITES:
+            data_before = self._data_before()
+            try:
+                if not kwargs and all(type(a) is _EAGER_TENSOR for a in args):
+                    # A minimizer's hot path: call the concrete graph for these dtypes and shapes
+                    # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
+                    key = (_state.autograd, tuple((a.dtype, tuple(a.shape)) for a in args))
+                    concrete = self._concrete.get(key)
+                    if concrete is None:
+                        concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+                    out, trace_id, finals = concrete(*args)
+                else:
+                    out, trace_id, finals = tf_function(*args, **kwargs)
+            except BaseException as err:
+                self._undo_writes(data_before)
+                if isinstance(err, tf.errors.InvalidArgumentError):
+                    raise _zcache_error_from(err) from None
+                raise
+            if trace_id is not None:
+                self._after_writes(self._traces[int(trace_id)], finals)
         if self._live_traces > self.max_traces:
             warnings.warn(
                 f"{self!r} has traced {self._live_traces} graphs (bound {self.max_traces}); they "
@@ -400,9 +463,7 @@ class Function:
                 RetracingWarning,
                 stacklevel=2,
             )
-            self._tf_functions = {}
-            self._concrete = {}
-            self._live_traces = 0
+            self.reset()
         return out
 
     def _traced_body(self) -> Callable[..., Any]:
@@ -413,17 +474,20 @@ class Function:
 
         return functools.update_wrapper(body, self.python_function)
 
-    def _trace_body(self, *args: Any, **kwargs: Any) -> Any:
-        if tf.inside_function():
-            self.trace_count += 1
-            self._live_traces += 1
+    def _trace_body(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
+        """The traced graph: ``(output, trace id, final parameter values)``; no writes: ``(output, None, None)``."""
+        if not tf.inside_function():  # tf.config.run_functions_eagerly(True): writes are eager
+            return self.python_function(*args, **kwargs), None, None
+        self.trace_count += 1
+        self._live_traces += 1
         stack = getattr(_local, "traces", None)
         if stack is None:
             stack = _local.traces = []
-        stack.append(self._record)
+        record = _TraceRecord()
+        stack.append(record)
         try:
             # A traced graph is reused by any later gradient request: all parameters count.
-            with differentiating(None) if tf.inside_function() else contextlib.nullcontext(), recording() as reads:
+            with differentiating(None), recording() as reads:
                 out = self.python_function(*args, **kwargs)
         finally:
             stack.pop()
@@ -432,41 +496,67 @@ class Function:
         self._reads.update(obj.node_id for obj in reads)
         for obj in reads:
             record_read(obj)
-        return out
+        if not record.mutations:
+            return out, None, None
+        self._traces[record.id] = record
+        self._writes.update(dict.fromkeys(record.mutations))
+        # The parameters' final values, read after every write of the graph (automatic
+        # control dependencies keep program order per Variable): their Python mirrors.
+        params = GRAPH.objects(record.written("parameter"))
+        finals = tf.stack([p._var.read_value() for p in params]) if params else None
+        return out, tf.constant(record.id, tf.int64), finals
 
-    def _untraced_dependents(self) -> dict[int, tuple[Any, ...]]:
-        """Mutated input -> node ids of its dependent caches that no trace of this function knows of."""
-        # A trace invalidates in-graph the caches that existed when it was traced; caches
-        # created later that depend on what the trace mutates are invalidated after the call.
-        # Ids, not objects: this memo must not keep caches the user dropped alive.
-        version, extra = self._extra
-        if version != GRAPH.version:
-            extra = {}
-            for uid, handled in self._record.mutations.items():
-                caches = tuple(sorted(set(GRAPH.dependent_caches(uid)) - handled))
-                if caches:
-                    extra[uid] = caches
-            self._extra = (GRAPH.version, extra)
-        return extra
-
-    @staticmethod
-    def _invalidate_untraced(untraced: dict[int, tuple[Any, ...]], before: dict[int, Any]) -> None:
-        stale: list[Any] = []
-        for uid, caches in untraced.items():
-            old = before[uid]
+    def _after_writes(self, record: _TraceRecord, finals: Any) -> None:
+        """After a call whose graph wrote inputs: mirrors, caches the trace did not know, gradients."""
+        GRAPH.input_changes += 1  # a tape that spans this call must not see the new values
+        untraced = record.untraced_dependents()
+        params = GRAPH.objects(record.written("parameter"))
+        values = finals.numpy().tolist() if finals is not None else []
+        changed = {p.node_id for p, v in zip(params, values, strict=True) if v != p._current()}
+        for p, v in zip(params, values, strict=True):
+            p._written_by_graph(v)
+        if untraced:
             # A parameter set to the value it had invalidates nothing (data always invalidates).
-            if old is None or old != _input_value(uid):
-                stale.extend(caches)
-        if stale:
-            invalidate_eagerly(set(GRAPH.objects(stale)))
+            nodes = GRAPH.nx.nodes
+            stale = [c for uid, caches in untraced.items()
+                     if uid in changed or (uid in nodes and nodes[uid]["kind"] != "parameter") for c in caches]
+            if stale:
+                invalidate_eagerly(set(GRAPH.objects(stale)))
+
+    def _data_before(self) -> dict[int, Any] | None:
+        """The current values of the Data some trace of this function writes (to undo a failed call)."""
+        if not self._writes:
+            return None
+        nodes = GRAPH.nx.nodes
+        uids = [uid for uid in self._writes if uid in nodes and nodes[uid]["kind"] == "data"]
+        if not uids:
+            return None
+        return {obj.node_id: obj._var.read_value() for obj in GRAPH.objects(uids)}
+
+    def _undo_writes(self, data_before: dict[int, Any] | None) -> None:
+        """A call failed: put back every input its graph may have written, invalidating dependents."""
+        if not self._writes:
+            return
+        dirty: set[int] = set()
+        nodes = GRAPH.nx.nodes
+        params = [uid for uid in self._writes if uid in nodes and nodes[uid]["kind"] == "parameter"]
+        for obj in GRAPH.objects(params):
+            if obj._undo_graph_write():
+                dirty.update(GRAPH.dependent_caches(obj.node_id))
+        for obj in GRAPH.objects(list(data_before or ())):
+            if obj._undo_graph_write(data_before[obj.node_id]):
+                dirty.update(GRAPH.dependent_caches(obj.node_id))
+        GRAPH.input_changes += 1
+        if dirty:
+            invalidate_eagerly(set(GRAPH.objects(dirty)))
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
         self._tf_functions = {}
         self._concrete = {}
         self._live_traces = 0
-        self._record = _TraceRecord()
-        self._extra = (-1, {})
+        self._traces = {}
+        self._writes = {}
         self._reads = set()
 
     def _depends_on(self, uids: set[int]) -> bool:

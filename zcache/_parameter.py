@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from . import _mode
 from ._cached_tensor import INPUT_WRITES, invalidate_eagerly
-from ._depgraph import DATA, GRAPH, PARAMETER, record_read
+from ._depgraph import DATA, GRAPH, PARAMETER, record_read, substitute
 from ._mode import ModeSetter
 from ._tensorlike import TensorLike, eager_variable
 from .exceptions import (
@@ -93,9 +93,10 @@ class Parameter(TensorLike):
         self.floating = bool(floating)
         initial = self._checked(value)
         self._var = eager_variable(np.float64(initial), name=_tf_name(name))
-        # Python copy of the value, saving a device read per set_value; None once a traced
-        # set_value exists, since a graph may then change the value behind Python's back.
-        self._mirror: float | None = initial
+        # Python copy of the value, saving a device read per set_value. Graphs write the
+        # Variable only inside a zcache.function (see _mode.require_managed_trace), which
+        # refreshes the mirror after each call from the graph's final values.
+        self._mirror: float = initial
         self.node_id = GRAPH.add_node(self, PARAMETER, name)
 
     def __repr__(self) -> str:
@@ -108,7 +109,12 @@ class Parameter(TensorLike):
 
     @property
     def variable(self) -> tf.Variable:
-        """The backing ``tf.Variable``; pass it to ``tf.GradientTape.gradient``. Never assign to it."""
+        """The backing ``tf.Variable``; pass it to ``tf.GradientTape.gradient``. Never assign to it.
+
+        Reading it counts as a read of the parameter (a cache whose function uses it depends
+        on the parameter), as :meth:`value` does.
+        """
+        record_read(self)
         return self._var
 
     @property
@@ -118,7 +124,8 @@ class Parameter(TensorLike):
     def value(self) -> tf.Tensor:
         """The current value as a float64 scalar tensor (recorded as a read)."""
         record_read(self)
-        return self._var.value()
+        stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's value
+        return self._var.value() if stand_in is None else stand_in
 
     def _limit_problem(self, v: float) -> str | None:
         if not math.isfinite(v):
@@ -172,16 +179,30 @@ class Parameter(TensorLike):
         return ModeSetter(lambda: self.set_value(old))
 
     def _current(self) -> float:
-        return self._mirror if self._mirror is not None else float(self._var.numpy())
+        return self._mirror
 
     def _assign(self, v: float) -> None:
         self._var.assign(v)
-        if self._mirror is not None:
+        self._mirror = v
+
+    def _written_by_graph(self, v: float) -> None:
+        """After a zcache.function call that wrote this parameter in its graph: ``v`` is its value."""
+        with _WRITES:
             self._mirror = v
 
-    def _set_value_in_graph(self, value: Any) -> ModeSetter:
+    def _undo_graph_write(self) -> bool:
+        """After a failed zcache.function call: put back the value it had before (the mirror).
+
+        Returns whether the Variable had been changed (its dependents are then stale).
+        """
         with _WRITES:
-            self._mirror = None
+            if float(self._var.numpy()) == self._mirror:
+                return False
+            self._var.assign(self._mirror)
+        return True
+
+    def _set_value_in_graph(self, value: Any) -> ModeSetter:
+        _mode.require_managed_trace(f"Parameter '{self.name}'.set_value")
         value = tf.convert_to_tensor(value, dtype=tf.float64)
         if value.shape.rank not in (None, 0):
             raise ParameterValueError(
@@ -204,8 +225,10 @@ class Parameter(TensorLike):
         return self._write_in_graph(value, checks)
 
     def _write_in_graph(self, value: tf.Tensor, checks: list[Any]) -> ModeSetter:
-        with _WRITES:
-            self._mirror = None
+        _mode.require_managed_trace(f"Parameter '{self.name}'.set_value")
+        # The Python mirror stays: the managed zcache.function refreshes it from the graph's
+        # final values after each call (and restores the Variable from it if the call fails).
+        GRAPH.input_changes += 1  # gradients taken across this write must not see it
         old = self._var.read_value()
         # Every write waits for the checks: a failed check leaves value and flags untouched.
         with tf.control_dependencies(checks):
@@ -267,7 +290,11 @@ class Data(TensorLike):
 
     @property
     def variable(self) -> tf.Variable:
-        """The backing ``tf.Variable``. Never assign to it: use :meth:`set_data`."""
+        """The backing ``tf.Variable``. Never assign to it: use :meth:`set_data`.
+
+        Reading it counts as a read of the data (a cache whose function uses it depends on it).
+        """
+        record_read(self)
         return self._var
 
     @property
@@ -279,7 +306,8 @@ class Data(TensorLike):
     def value(self) -> tf.Tensor:
         """The data as a tensor (recorded as a read)."""
         record_read(self)
-        return self._var.value()
+        stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
+        return self._var.value() if stand_in is None else stand_in
 
     def _checked(self, arr: np.ndarray) -> np.ndarray:
         if arr.ndim != 1 + len(self.event_shape) or tuple(arr.shape[1:]) != self.event_shape:
@@ -318,19 +346,34 @@ class Data(TensorLike):
         ------
             DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError: data unchanged.
         """
-        if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
-            return self._set_data_in_graph(array)
+        if tf.inside_function():
+            _mode.require_managed_trace(f"Data '{self.name}'.set_data")
+            if isinstance(array, (tf.Tensor, tf.Variable)):
+                return self._set_data_in_graph(array)
         arr = _as_array(array, self.name)
         arr = self._checked(arr)
         with _WRITES:
             old = self._var.read_value()  # keeps the old buffer alive, no copy
             self._var.assign(arr)
         if tf.inside_function():
+            GRAPH.input_changes += 1
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
             _mode.note_mutation(self.node_id, handled)
         else:
             _input_changed(GRAPH.dependent_caches(self.node_id))
         return ModeSetter(lambda: self.set_data(old))
+
+    def _undo_graph_write(self, before: tf.Tensor) -> bool:
+        """After a failed zcache.function call: put back ``before`` (the data before the call).
+
+        Returns whether the Variable had been changed (its dependents are then stale).
+        """
+        with _WRITES:
+            now = self._var.read_value()
+            if now.shape == before.shape and bool(tf.reduce_all(tf.equal(now, before))):
+                return False
+            self._var.assign(before)
+        return True
 
     def _set_data_in_graph(self, tensor: Any) -> ModeSetter:
         tensor = tf.convert_to_tensor(tensor)
@@ -357,6 +400,7 @@ class Data(TensorLike):
             checks.append(tf.debugging.assert_all_finite(
                 tensor, GRAPH_ERROR_MARK.format("InvalidDataError") + where
                 + "NaN or infinite values; data unchanged. Remove or fix those events first."))
+        GRAPH.input_changes += 1
         old = self._var.read_value()
         with tf.control_dependencies(checks):
             self._var.assign(tensor)

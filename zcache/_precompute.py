@@ -32,7 +32,7 @@ import networkx as nx
 
 from ._cached_tensor import CachedTensor
 from ._depgraph import CACHE, GRAPH, recording
-from ._mode import _forbid_in_trace, drop_traces, get_autograd_mode, set_graph_mode
+from ._mode import _forbid_in_trace, drop_traces, get_autograd_mode, run_eagerly
 from ._parameter import Parameter
 
 __all__ = ["precompute", "PrecomputeReport", "NodeReport"]
@@ -110,7 +110,9 @@ def _evaluate(target: Any) -> set[Any]:
     from .loss import BaseLoss
     from .models import Model
 
-    with set_graph_mode(False), recording() as reads:
+    # Eager on this thread only: flipping the process-wide graph mode here raced with fits in
+    # other threads and could leave the whole process eager.
+    with run_eagerly(), recording() as reads:
         if isinstance(target, BaseLoss):
             target._total()
         elif isinstance(target, Model):
