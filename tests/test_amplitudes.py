@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import cmath
 import math
+import re
 from types import SimpleNamespace
 
 import numdifftools as nd
@@ -1062,3 +1063,19 @@ def test_sampling_refuses_an_envelope_that_is_too_low():
     pdf = AmplitudePdf(CoherentSum([(1.0, narrow)]), kin.sample(200, name="tiny_phsp"))
     with pytest.raises(ModelError, match="exceeded the envelope"):
         pdf.sample(2000)
+
+
+def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
+    """The envelope error quotes the factor the envelope is built with (one constant, not a copy:
+    the message said 1.5 x whatever the code used)."""
+    monkeypatch.setattr(zcache.amplitudes, "_FMAX_SAFETY", 3.0)  # any value: the message must follow
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
+    set_seed(11)
+    narrow = Resonance(kin, ("12", "13"), 0.89555, 0.0001, 1, name="very_narrow_quoted")
+    phsp = kin.sample(200, name="tiny_phsp_quoted")
+    pdf = AmplitudePdf(CoherentSum([(1.0, narrow)]), phsp)
+    assert float(pdf._fmax()) == pytest.approx(3.0 * float(tf.reduce_max(pdf.amplitude.intensity(phsp))), rel=1e-12)
+    with pytest.raises(ModelError, match="exceeded the envelope") as err:
+        pdf.sample(2000)
+    quoted = re.search(r"envelope \(([0-9.]+) x its maximum", str(err.value))
+    assert quoted is not None and float(quoted.group(1)) == zcache.amplitudes._FMAX_SAFETY, str(err.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.integrate
@@ -755,6 +757,83 @@ def test_nearby_seeds_give_independent_samples():
     set_seed(8)
     b = g.sample(200).numpy()
     assert np.intersect1d(a, b).size == 0
+
+
+# -- accept-reject envelope: a peak narrower than the envelope grid ----------------------------
+# Regression: the envelope was 1.25 x the density's maximum on a 4096-point grid, so a peak
+# narrower than the spacing (0.0024 on [0, 10]) between two grid points was cut at the envelope
+# and silently flattened (sigma 0.0008 sampled with std 0.00096).
+_AR_LO, _AR_HI = 0.0, 10.0
+_AR_SPACING = (_AR_HI - _AR_LO) / (zcache.models._FMAX_GRID - 1)
+
+
+def _narrow_gaussian(mu, sigma=0.0008, name="narrow"):
+    """A Gaussian-shaped FunctionPdf (no _integral, no _sample: accept-reject) on [0, 10]."""
+    return FunctionPdf(lambda x, mu, sigma: tf.exp(-0.5 * ((x - mu) / sigma) ** 2),
+                       Space("x", _AR_LO, _AR_HI), {"mu": mu, "sigma": sigma}, name=name)
+
+
+@pytest.mark.parametrize("offset", [0.5, 0.4], ids=["between-grid-points", "off-grid"])
+def test_narrow_peak_function_pdf_samples_true_width(offset):
+    """A FunctionPdf peak of width 0.0008 on a range of 10 (the envelope grid's spacing is 0.0024),
+    centred midway between grid points or off them, samples with its true width and shape, with no
+    retrace when the peak moves."""
+    sigma = 0.0008
+    mu = zcache.Parameter("mu_narrow", _AR_LO + (2047 + offset) * _AR_SPACING)
+    model = _narrow_gaussian(mu, sigma)
+    assert float(model._fmax()) >= 1.0  # the envelope bounds the density's true maximum (1)
+    set_seed(2024)
+    for centre, n in ((float(mu.value()), 6000), (_AR_LO + (1000 + offset) * _AR_SPACING, 2000)):
+        mu.set_value(centre)
+        x = model.sample(n).numpy()
+        ref = scipy.stats.truncnorm((_AR_LO - centre) / sigma, (_AR_HI - centre) / sigma, loc=centre, scale=sigma)
+        # 4 x the std of the sample std (sigma / sqrt(2N): 0.9% at 6k); the bug gave +21% (+11% off-grid)
+        assert x.std() == pytest.approx(sigma, rel=4 / np.sqrt(2 * n))
+        assert abs(x.mean() - centre) < 4 * sigma / np.sqrt(x.size)
+        assert scipy.stats.kstest(x, ref.cdf).pvalue > KS_MIN_P
+    assert model._sampler.trace_count == 1
+
+
+def _spike(mu, height=100.0, width=1e-4):
+    """A flat density with a spike 0.05 grid spacings wide midway between two grid points: its
+    grid values are all 1, so only sampling can see the spike (it holds 0.25% of the events)."""
+    return FunctionPdf(
+        lambda x, mu: 1.0 + height * tf.exp(-0.5 * ((x - mu) / width) ** 2), Space("x", _AR_LO, _AR_HI),
+        {"mu": mu}, name="spike",
+    )
+
+
+def test_spike_narrower_than_grid_raises_envelope_and_resamples(mode):
+    """A proposal above the envelope raises it and restarts the sample: the spike the grid cannot
+    see gets its share of the events (with the old fixed envelope it got 4 in 20k, not 50)."""
+    mu = _AR_LO + 3000.5 * _AR_SPACING
+    model = _spike(mu)
+    assert float(model._fmax()) < 2.0  # the grid and its refinement miss the spike...
+    set_seed(99)
+    x = model.sample(20_000).numpy()
+    spike_area = 100.0 * 1e-4 * np.sqrt(2 * np.pi)
+    expected = x.size * spike_area / (_AR_HI - _AR_LO + spike_area)  # 50.0 +- 7.1
+    inside = int(np.sum(np.abs(x - mu) < 5e-4))
+    assert abs(inside - expected) < 4 * np.sqrt(expected), inside
+    flat = x[np.abs(x - mu) > 5e-4]  # ...and the rest stays flat
+    assert scipy.stats.kstest(flat, scipy.stats.uniform(_AR_LO, _AR_HI - _AR_LO).cdf).pvalue > KS_MIN_P
+    assert model._sampler.trace_count == (1 if mode else 0)
+
+
+def test_envelope_raised_too_often_or_not_finite_is_refused(monkeypatch, mode):
+    """Past _FMAX_RAISES raises of the envelope, or a density that is NaN or zero everywhere:
+    sampling raises ModelError saying what to do, instead of a biased sample (or an endless loop)."""
+    monkeypatch.setattr(zcache.models, "_FMAX_RAISES", 0)
+    set_seed(99)
+    quoted = re.escape(f"({zcache.models._FMAX_SAFETY:g} x its maximum")
+    with pytest.raises(ModelError, match=rf"exceeded the envelope {quoted}.* override _fmax\(\)"):
+        _spike(_AR_LO + 3000.5 * _AR_SPACING).sample(20_000)
+    half_nan = FunctionPdf(lambda x: tf.sqrt(x - 5.0), Space("x", _AR_LO, _AR_HI), name="half_nan")
+    with pytest.raises(ModelError, match="must be finite and non-negative over the whole range"):
+        half_nan.sample(100)
+    zero = FunctionPdf(lambda x: 0.0 * x, Space("x", _AR_LO, _AR_HI), name="zero")
+    with pytest.raises(ModelError, match="not positive and finite.* not zero everywhere"):
+        zero.sample(100)
 
 
 def test_sample_argument_errors():

@@ -85,6 +85,8 @@ __all__ = [
     "fit_fractions",
 ]
 
+# the sampling envelope: this factor times |A|^2's maximum over the phase-space sample (quoted
+# by the error raised when an event exceeds it)
 _FMAX_SAFETY = 1.5
 
 
@@ -602,7 +604,7 @@ class AmplitudePdf(Model):
             # an event above the envelope would be under-sampled: refuse rather than bias
             checks = _require(
                 tf.reduce_max(tf.concat([intensity, [0.0]], 0)) <= fmax, ModelError,
-                f"sampling '{self.name}': |A|^2 exceeded the envelope (1.5 x its maximum over the "
+                f"sampling '{self.name}': |A|^2 exceeded the envelope ({_FMAX_SAFETY:g} x its maximum over the "
                 f"phase-space sample '{self.phasespace.name}'); use a larger phase-space sample.",
             )
             with tf.control_dependencies(checks):

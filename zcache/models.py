@@ -68,8 +68,20 @@ _SQRT2 = math.sqrt(2.0)
 # exact for polynomials of degree 31 per panel, ~1e-12 relative for smooth peaks >= 1/50 of the range.
 _PANELS, _NODES = 64, 16
 _GL_T, _GL_W = np.polynomial.legendre.leggauss(_NODES)
+# Accept-reject envelope (see Model._fmax): the unnormalized density on a grid, the best
+# _FMAX_PEAKS local maxima of the grid each refined by _FMAX_LEVELS zooms of a _FMAX_ZOOM-point
+# grid (each zoom shrinks the bracket 16x: a peak between two grid points is found to ~1e-5 of
+# the spacing), times a safety factor. A proposal above the envelope during sampling raises it
+# and restarts the sample, at most _FMAX_RAISES times per sample() before ModelError.
 _FMAX_GRID = 4096
+_FMAX_PEAKS = 8
+_FMAX_ZOOM = 33
+_FMAX_LEVELS = 4
 _FMAX_SAFETY = 1.25
+_FMAX_RAISES = 16
+# accept-reject proposals per batch: at least _AR_MIN_BATCH, at most _AR_MAX_BATCH, else sized
+# from the acceptance rate seen so far to finish in about one more batch.
+_AR_MIN_BATCH, _AR_MAX_BATCH = 1024, 1 << 20
 
 # Created at import, eagerly: a generator created during a first trace would make
 # tf.function trace that function twice.
@@ -211,7 +223,12 @@ class Model(Cachable):
     (N, n_obs) for several) and, optionally, ``_integral(lower, upper)`` (the
     analytic integral of the unnormalized density, 1-D) and ``_sample(n)`` (exact
     sampling inside a trace). Without ``_integral`` the normalization is numerical
-    (composite Gauss-Legendre, 1-D); without ``_sample`` sampling is accept-reject.
+    (composite Gauss-Legendre, 1-D); without ``_sample`` sampling is accept-reject
+    (1-D) under an envelope found by ``_fmax()``: the maximum of the density on a grid,
+    refined around the grid's highest local maxima, times a safety factor. A proposal
+    above the envelope raises it and restarts the sample; when that repeats, sampling
+    raises :class:`ModelError`. A density with structure narrower than the grid can
+    override ``_fmax()`` with a true upper bound, or define ``_sample(n)``.
 
     Args:
         space: the observables and their range.
@@ -379,29 +396,121 @@ class Model(Cachable):
 
     @cached
     def _fmax(self) -> tf.Tensor:
-        lo, hi = self.space.lower[0], self.space.upper[0]
-        grid = tf.constant(np.linspace(lo, hi, _FMAX_GRID), tf.float64)
-        return _FMAX_SAFETY * tf.reduce_max(self._unnormalized_pdf(grid))
+        """The accept-reject envelope: an upper bound of the unnormalized density (1-D).
+
+        ``_FMAX_SAFETY`` times the largest value found by :func:`_grid_maximum`. Sampling
+        checks every proposal against it: see :meth:`_accept_reject`.
+        """
+        return _FMAX_SAFETY * _grid_maximum(self._unnormalized_pdf, self.space.lower[0], self.space.upper[0])
 
     def _accept_reject(self, n: tf.Tensor) -> tf.Tensor:
+        """``n`` events by accept-reject under ``_fmax()``, with an adaptive envelope.
+
+        A batch with a proposal whose density exceeds the envelope is discarded with every
+        event accepted so far, the envelope becomes ``_FMAX_SAFETY`` times the largest density
+        seen, and the sample starts again (as RooFit's accept-reject generator does): events
+        are kept only from proposals all under the final envelope, so none is biased by a
+        peak the envelope cut. After ``_FMAX_RAISES`` raises sampling stops with ModelError.
+        """
+        from .loss import _require  # loss imports this module
+
         if self.space.n_obs != 1:
             raise ModelError(f"{self!r}: accept-reject sampling is implemented for one observable; define _sample(n).")
         lo, hi = self.space.lower[0], self.space.upper[0]
-        fmax = self._fmax()
-        batch = tf.maximum(2 * n, 1024)
+        fmax0 = tf.convert_to_tensor(self._fmax(), tf.float64)
+        checks = _require(
+            tf.logical_and(tf.math.is_finite(fmax0), fmax0 > 0.0), ModelError,
+            f"sampling '{self.name}' by accept-reject: the maximum of its unnormalized density over "
+            f"{self.space!r} (from a grid of {_FMAX_GRID} points, refined) is not positive and finite; "
+            "it must be finite and non-negative over the whole range, and not zero everywhere.",
+        )
+        with tf.control_dependencies(checks):
+            fmax0 = tf.identity(fmax0)
         gen = rng()
+        zero = tf.constant(0, tf.int64)
 
-        def body(count: tf.Tensor, parts: tf.TensorArray, i: tf.Tensor) -> tuple:
+        def body(count, parts, i, offset, written, proposed, fmax, raises):
+            # batch: enough to finish in about one more batch at the acceptance rate seen so far
+            need = tf.cast(n - count, tf.float64)
+            rate = tf.cast(count, tf.float64) / tf.maximum(tf.cast(proposed, tf.float64), 1.0)
+            guess = tf.where(count > 0, 1.2 * need / tf.maximum(rate, 1e-300), 2.0 * tf.cast(proposed, tf.float64))
+            guess = tf.maximum(guess, 2.0 * tf.cast(n, tf.float64))
+            batch = tf.cast(tf.clip_by_value(guess, _AR_MIN_BATCH, _AR_MAX_BATCH), tf.int64)
             x = gen.uniform([batch], lo, hi, dtype=tf.float64)
             y = gen.uniform([batch], 0.0, 1.0, dtype=tf.float64) * fmax
-            keep = tf.boolean_mask(x, y < self._unnormalized_pdf(x))
-            return count + tf.size(keep, out_type=tf.int64), parts.write(i, keep), i + 1
+            f = self._unnormalized_pdf(x)
+            top = tf.reduce_max(f)
+            over = tf.logical_not(top <= fmax)  # NaN counts as over: refused below
+            new_raises = raises + tf.cast(over, tf.int32)
+            checks = _require(
+                tf.math.is_finite(top), ModelError,
+                f"sampling '{self.name}' by accept-reject: its unnormalized density is NaN or infinite at "
+                f"points of {self.space!r}; it must be finite and non-negative over the whole range.",
+            ) + _require(
+                new_raises <= _FMAX_RAISES, ModelError,
+                f"sampling '{self.name}' by accept-reject: the unnormalized density exceeded the envelope "
+                f"({_FMAX_SAFETY:g} x its maximum on a grid of {_FMAX_GRID} points over {self.space!r}, refined "
+                f"around the grid's highest peaks) {_FMAX_RAISES + 1} times in one sample, although each time "
+                f"the envelope was raised to {_FMAX_SAFETY:g} x the largest value seen. Its peaks are too "
+                "narrow for the grid (or it is unbounded): override _fmax() of the model with an upper bound "
+                "of the unnormalized density, give it an exact _sample(n), or split the range.",
+            )
+            with tf.control_dependencies(checks):
+                keep = tf.boolean_mask(x, tf.logical_and(tf.logical_not(over), y < f))
+            size = tf.size(keep, out_type=tf.int64)
+            # above the envelope: discard everything accepted so far, raise it, start again
+            return (
+                tf.where(over, zero, count + size),
+                parts.write(i, keep),
+                i + 1,
+                tf.where(over, written + size, offset),
+                written + size,
+                tf.where(over, zero, proposed + batch),
+                tf.where(over, _FMAX_SAFETY * top, fmax),
+                new_raises,
+            )
 
         parts = tf.TensorArray(tf.float64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
-        _, parts, _ = tf.while_loop(
-            lambda count, parts, i: count < n, body, [tf.constant(0, tf.int64), parts, tf.constant(0)]
+        _, parts, _, offset, *_ = tf.while_loop(
+            lambda count, *_: count < n,
+            body,
+            [zero, parts, tf.constant(0), zero, zero, zero, fmax0, tf.constant(0)],
         )
-        return parts.concat()[:n]
+        return parts.concat()[offset:offset + n]
+
+
+def _grid_maximum(func: Callable[[tf.Tensor], tf.Tensor], lower: float, upper: float) -> tf.Tensor:
+    """The largest value of ``func`` found on ``[lower, upper]`` (NaN if any value is NaN).
+
+    ``func`` on a grid of ``_FMAX_GRID`` points; then around each of the ``_FMAX_PEAKS``
+    highest local maxima of the grid (an unresolved peak lies within one spacing of one),
+    ``_FMAX_LEVELS`` times: ``_FMAX_ZOOM`` points across the bracket, and the bracket
+    re-centred on the best of them, shrunk to one of its spacings. Always a value ``func``
+    takes, so never above its true maximum.
+    """
+    def evaluate(x: tf.Tensor) -> tf.Tensor:  # a constant density may return a scalar
+        return tf.broadcast_to(tf.convert_to_tensor(func(x), tf.float64), tf.shape(x))
+
+    grid = np.linspace(lower, upper, _FMAX_GRID)
+    f = evaluate(tf.constant(grid))
+    values = [f]
+    ninf = tf.constant([-np.inf], tf.float64)
+    safe = tf.where(tf.math.is_nan(f), -np.inf * tf.ones_like(f), f)
+    padded = tf.concat([ninf, safe, ninf], 0)
+    peak = tf.logical_and(safe >= padded[:-2], safe >= padded[2:])
+    _, idx = tf.math.top_k(tf.where(peak, safe, -np.inf * tf.ones_like(safe)), k=min(_FMAX_PEAKS, _FMAX_GRID))
+    center = tf.gather(tf.constant(grid), idx)
+    half = grid[1] - grid[0]
+    offsets = tf.constant(np.linspace(-1.0, 1.0, _FMAX_ZOOM), tf.float64)
+    for _ in range(_FMAX_LEVELS):
+        x = tf.clip_by_value(center[:, None] + half * offsets[None, :], lower, upper)
+        fx = tf.reshape(evaluate(tf.reshape(x, [-1])), tf.shape(x))
+        values.append(tf.reshape(fx, [-1]))
+        fx = tf.where(tf.math.is_nan(fx), -np.inf * tf.ones_like(fx), fx)
+        center = tf.gather(x, tf.argmax(fx, axis=1), batch_dims=1)
+        half = half * 2.0 / (_FMAX_ZOOM - 1)
+    every = tf.concat(values, 0)
+    return tf.where(tf.reduce_any(tf.math.is_nan(every)), tf.constant(np.nan, tf.float64), tf.reduce_max(every))
 
 
 def _gauss_legendre(func: Callable[[tf.Tensor], tf.Tensor], lower: float, upper: float) -> tf.Tensor:
