@@ -428,3 +428,71 @@ def test_loss_functions_trace_once(mode):
     assert len(functions) == 5  # value, value_gradient, value_at, value_gradient_at, hessian_at
     assert [f.trace_count for f in functions] == [expected_traces(mode)] * 3 + [0, 0]
     assert all(isinstance(v, tf.Tensor) for v in m.loss.value_gradient())
+
+
+# -- regression: the floating set and the offset ------------------------------------------------
+def test_params_follow_floating_flags_set_after_construction():
+    """Regression: loss.params was frozen when the loss was built, so `floating = False` later was ignored."""
+    m = make(extended=True, n=200)
+    fixed = zcache.Parameter("c_fixed", 0.0, floating=False)
+    con = GaussianConstraint([m.p.mu, fixed], [1.0, 0.0], [0.5, 1.0])
+    loss = ExtendedUnbinnedNLL(m.model, m.data, constraints=[con])
+    assert [q.name for q in loss.params] == ["nsig", "nbkg", "mu", "sigma", "lam"]
+    m.p.lam.floating = False
+    fixed.floating = True  # a constrained parameter that becomes floating enters too
+    assert [q.name for q in loss.params] == ["nsig", "nbkg", "mu", "sigma", "c_fixed"]
+    assert [q.name for q in loss.get_params(floating=False)] == ["lam"]
+    assert len(loss.get_params(floating=None)) == 6
+    m.p.lam.floating = True
+    assert [q.name for q in loss.params] == ["nsig", "nbkg", "mu", "sigma", "lam", "c_fixed"]
+    # the gradient w.r.t. the default parameters follows too, and equals numdifftools on numpy
+    m.p.sigma.floating = False
+    x = m.data.numpy()
+    v0 = current(loss.params)
+
+    def ref(v):
+        nsig, nbkg, mu, lam, c = v
+        return ref_extended_nll(x, mu, 0.6, lam, nsig, nbkg) + 0.5 * (((mu - 1.0) / 0.5) ** 2 + c**2)
+
+    np.testing.assert_allclose(loss.gradient().numpy(), nd.Gradient(ref)(v0), rtol=1e-6, atol=1e-6)
+
+
+def test_unbinned_nll_yield_stays_out_when_toggled():
+    """The non-extended NLL of an extended model never floats the yield, whatever its flag."""
+    m = simple(extended=True, n=100)
+    loss = UnbinnedNLL(m.model, m.data)
+    m.p.n.floating = False
+    m.p.n.floating = True
+    assert [q.name for q in loss.params] == ["mu", "sigma"]
+    assert m.p.n not in loss.get_params(floating=None)
+    m.p.mu.floating = False
+    assert [q.name for q in loss.params] == ["sigma"]
+
+
+def test_simultaneous_loss_params_follow_flags():
+    a = simple(n=100)
+    b = UnbinnedNLL(Gaussian(Space("x", LO, HI), a.p.mu, zcache.Parameter("s2", 1.0, lower=0.1)),
+                    zcache.Data(draw(50, seed=4)))
+    total = a.loss + b
+    assert [q.name for q in total.params] == ["mu", "sigma", "s2"]
+    a.p.mu.floating = False  # shared: leaves both parts
+    assert [q.name for q in total.params] == ["sigma", "s2"]
+    assert [q.name for q in total.get_params(floating=None)] == ["mu", "sigma", "s2"]
+
+
+def test_value_at_offset_is_an_argument(mode):
+    """Regression: the offset was loss state that every fit overwrote; now each call passes its own."""
+    m = simple()
+    x = m.data.numpy()
+    for offset in (0.0, 100.0, -3.5):
+        np.testing.assert_allclose(float(m.loss.value_at([1.1, 0.7], offset=offset)),
+                                   simple_ref(x, 1.1, 0.7) - offset, rtol=1e-12)
+        value, _ = m.loss.value_gradient_at([1.1, 0.7], offset=offset)
+        np.testing.assert_allclose(float(value), simple_ref(x, 1.1, 0.7) - offset, rtol=1e-12)
+    assert m.loss.offset == 0.0  # passing an offset does not store it
+    m.loss.offset = 7.0
+    np.testing.assert_allclose(float(m.loss.value_at([1.1, 0.7])), simple_ref(x, 1.1, 0.7) - 7.0, rtol=1e-12)
+    with pytest.raises(FitError):
+        m.loss.offset = float("nan")
+    e = expected_traces(mode)
+    assert [f.trace_count for f in m.loss._at_fns[tuple(m.loss.params)]][:2] == [e, e]  # no retrace per offset

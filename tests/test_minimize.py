@@ -175,3 +175,286 @@ def test_scipy_respects_limits(sample):
     assert "trust-constr" in repr(Scipy())
     lbfgs = Scipy(method="L-BFGS-B").minimize(UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample)))
     assert 0.8 <= lbfgs.values["mu_spl"] < 0.8 + 1e-5
+
+
+# == regression tests: floating flags, MINOS / profiles, offsets ==============================
+# Every reference below is independent of zcache: a numpy NLL of the same data and model,
+# minimized (and MINOS-ed) by iminuit directly.
+import iminuit  # noqa: E402
+import scipy.stats  # noqa: E402
+
+LO, HI = 0.0, 10.0
+NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
+TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 400.0, "nbkg": 800.0}
+LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
+
+
+def np_extended_nll(x, mu, sigma, lam, nsig, nbkg):
+    """nu - sum log(nsig g + nbkg e) with g, e truncated to [LO, HI] (scipy / numpy)."""
+    gauss = scipy.stats.truncnorm.pdf(x, (LO - mu) / sigma, (HI - mu) / sigma, loc=mu, scale=sigma)
+    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
+    return nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo))
+
+
+def np_sample(seed, nsig=400, nbkg=800):
+    rng = np.random.default_rng(seed)
+    t = TRUTH
+    sig = scipy.stats.truncnorm.rvs((LO - t["mu"]) / t["sigma"], (HI - t["mu"]) / t["sigma"], loc=t["mu"],
+                                    scale=t["sigma"], size=nsig, random_state=rng)
+    u = rng.uniform(size=nbkg)
+    bkg = LO + np.log1p(u * np.expm1(t["lam"] * (HI - LO))) / t["lam"]
+    return rng.permutation(np.concatenate([sig, bkg]))
+
+
+def zc_model(tag, data, start=None):
+    """The zcache twin of np_extended_nll: parameters (by short name), loss."""
+    start = {**TRUTH, **(start or {})}
+    space = Space("x", LO, HI)
+    p = {n: zcache.Parameter(f"{n}_{tag}", start[n], *LIMITS[n]) for n in NAMES}
+    model = SumPdf([Gaussian(space, p["mu"], p["sigma"]), Exponential(space, p["lam"])], yields=[p["nsig"], p["nbkg"]])
+    return p, ExtendedUnbinnedNLL(model, zcache.Data(data, obs="x"))
+
+
+def np_minuit(data, values, fixed=(), tol=1e-4):
+    """iminuit on the numpy NLL, started at ``values`` (short names), with ``fixed`` fixed."""
+    def fcn(v):
+        return np_extended_nll(data, *v)
+
+    m = iminuit.Minuit(fcn, [values[n] for n in NAMES], name=NAMES)
+    m.errordef = 0.5
+    m.limits = [LIMITS[n] for n in NAMES]
+    m.tol = tol
+    m.strategy = 2
+    for n in fixed:
+        m.fixed[n] = True
+    m.migrad()
+    m.hesse()
+    assert m.valid
+    return m
+
+
+def assert_matches(result, ref, p, rel_error=1e-3):
+    """Fitted values within rel_error of the reference's errors; errors within 1 %."""
+    for n, q in p.items():
+        if q.name in result.values:
+            assert result.values[q.name] == pytest.approx(ref.values[n], abs=rel_error * ref.errors[n]), n
+            assert result.errors[q.name] == pytest.approx(ref.errors[n], rel=1e-2), n
+        else:
+            assert ref.fixed[n], n
+
+
+@pytest.fixture(scope="module")
+def ext_sample():
+    return np_sample(21)
+
+
+def current_values(p):
+    return {n: q._current() for n, q in p.items()}
+
+
+def test_floating_false_after_building_the_loss_is_not_fitted(ext_sample):
+    """Regression: `param.floating = False` after the loss was built was ignored by Minuit."""
+    p, loss = zc_model("ff", ext_sample, start={"mu": 5.2, "sigma": 0.7})
+    p["lam"].set_value(-0.25)  # fixed at a value that is not the MLE: a fit would move it
+    p["lam"].floating = False
+    assert p["lam"] not in loss.params
+    result = Minuit(tol=1e-4, strategy=2).minimize(loss)
+    assert result.valid and p["lam"].name not in result.values
+    assert p["lam"]._current() == -0.25
+    start = {**TRUTH, "mu": 5.2, "sigma": 0.7, "lam": -0.25}
+    assert_matches(result, np_minuit(ext_sample, start, fixed=["lam"]), p)
+    # precompute and Minuit agree on the floating set
+    assert set(result.precompute.floating) == {q.name for q in loss.params} == set(result.values)
+    assert set(zcache.precompute(loss).floating) == set(result.values)
+
+    p["lam"].floating = True  # back: fitted again
+    assert p["lam"] in loss.params
+    result = Minuit(tol=1e-4, strategy=2).minimize(loss)
+    assert p["lam"].name in result.values and p["lam"]._current() != -0.25
+    assert set(result.precompute.floating) == set(result.values) == {q.name for q in p.values()}
+    reference = np_minuit(ext_sample, {n: result.values[q.name] for n, q in p.items()})
+    assert_matches(result, reference, p)
+
+
+def test_floating_switching_between_fits_matches_a_fresh_loss(ext_sample):
+    """Regression: fixed <-> floating between fits on one loss gives what a freshly built loss gives."""
+    p, loss = zc_model("sw", ext_sample)
+    starts = {**TRUTH, "mu": 5.1, "sigma": 0.65, "lam": -0.28}
+    fresh_fits = {}
+    for fixed in (("lam",), (), ("lam",)):
+        zcache.set_values(list(p.values()), [starts[n] for n in NAMES])
+        for n, q in p.items():
+            q.floating = n not in fixed
+        result = Minuit(tol=1e-4, strategy=2).minimize(loss)
+        if fixed not in fresh_fits:
+            fresh_p, fresh = zc_model(f"sw_fresh{len(fresh_fits)}", ext_sample, start=starts)
+            for n in fixed:
+                fresh_p[n].floating = False
+            fresh_fits[fixed] = fresh_p, Minuit(tol=1e-4, strategy=2).minimize(fresh)
+        fresh_p, fresh_result = fresh_fits[fixed]
+        assert set(result.values) == {p[n].name for n in NAMES if n not in fixed}
+        for n in NAMES:
+            if n in fixed:
+                assert p[n]._current() == starts[n]
+            else:
+                assert result.values[p[n].name] == pytest.approx(fresh_result.values[fresh_p[n].name],
+                                                                 abs=1e-3 * fresh_result.errors[fresh_p[n].name])
+        assert result.fmin == pytest.approx(fresh_result.fmin, abs=1e-6)
+
+
+def test_simultaneous_loss_follows_floating_flags(ext_sample):
+    """A SimultaneousLoss lists the floating parameters of its parts now, shared ones once."""
+    p, loss = zc_model("sim", ext_sample)
+    q, other = zc_model("sim2", np_sample(22))
+    total = loss + other
+    assert len(total.params) == 10
+    p["mu"].floating = False
+    q["nsig"].floating = False
+    assert [x.name for x in total.params] == [x.name for x in [*loss.params, *other.params]]
+    assert p["mu"] not in total.params and q["nsig"] not in total.params and len(total.params) == 8
+    assert len(total.get_params(floating=None)) == 10
+
+
+#: MINOS finds its crossings to a precision set by the EDM tolerance: with 1e-6 both zcache's and the
+#: numpy reference's intervals are within 2e-5 (relative) of the exact crossing (brentq on a profile).
+TIGHT = 1e-6
+
+
+def _np_minos(data, start, fixed=(), cl=None):
+    ref = np_minuit(data, start, fixed=fixed, tol=TIGHT)
+    ref.minos(cl=cl)
+    return ref
+
+
+def test_minos_matches_numpy_and_restores_parameters(ext_sample):
+    """Regression: after MINOS the parameters held the last point Minuit evaluated."""
+    p, loss = zc_model("mn", ext_sample, start={"mu": 5.1, "sigma": 0.7})
+    result = Minuit(tol=TIGHT, strategy=2).minimize(loss)
+    before = current_values(p)
+    minos = result.minos()
+    assert current_values(p) == before  # exactly: loss.value() and plots see the fit's values
+    assert float(loss.value()) == pytest.approx(result.fmin, rel=1e-14)
+    ref = _np_minos(ext_sample, {**TRUTH, "mu": 5.1, "sigma": 0.7})
+    for n, q in p.items():
+        lower, upper, valid = minos[q.name]
+        assert valid
+        assert lower == pytest.approx(ref.merrors[n].lower, rel=1e-4), n
+        assert upper == pytest.approx(ref.merrors[n].upper, rel=1e-4), n
+    # a subset and another confidence level
+    two = result.minos(p["mu"].name, cl=2.0)
+    assert list(two) == [p["mu"].name] and current_values(p) == before
+    ref2 = _np_minos(ext_sample, {**TRUTH, "mu": 5.1, "sigma": 0.7}, cl=2.0)
+    assert two[p["mu"].name].upper == pytest.approx(ref2.merrors["mu"].upper, rel=1e-4)
+    with pytest.raises(FitError, match="not fitted"):
+        result.minos("nonexistent")
+
+
+def test_direct_calls_on_result_minuit_restore_parameters(ext_sample):
+    """Regression: result.minuit.minos() / mnprofile() / migrad() left the parameters at Minuit's last point."""
+    p, loss = zc_model("dm", ext_sample, start={"mu": 5.1})
+    result = Minuit(tol=TIGHT, strategy=2).minimize(loss)
+    before = current_values(p)
+    m = result.minuit
+    assert isinstance(m, iminuit.Minuit)
+    m.minos()
+    assert current_values(p) == before
+    m.mnprofile(p["mu"].name, size=5)
+    m.profile(p["sigma"].name, size=5)
+    m.contour(p["mu"].name, p["sigma"].name, size=5)
+    m.hesse()
+    m.migrad()
+    assert current_values(p) == before
+    np.testing.assert_allclose(float(loss.value()), np_extended_nll(ext_sample, *before.values()), rtol=1e-10)
+
+    # an exception inside Minuit's loop restores too
+    calls, value_at = [0], loss.value_at
+
+    def failing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > 5:
+            raise RuntimeError("boom")
+        return value_at(*args, **kwargs)
+
+    loss.value_at = failing
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            m.mnprofile(p["mu"].name, size=5)
+    finally:
+        del loss.value_at
+    assert calls[0] > 5 and current_values(p) == before
+
+
+def test_profile_matches_numpy_and_restores_parameters(ext_sample):
+    """FitResult.profile: the scan is the numpy NLL difference; the profile matches iminuit's on numpy."""
+    p, loss = zc_model("pr", ext_sample)
+    result = Minuit(tol=1e-4, strategy=2).minimize(loss)
+    before = current_values(p)
+    name = p["mu"].name
+    grid, delta, valid = result.profile(name, bins=7, bound=2.0, minimize=False)
+    assert current_values(p) == before and valid.all() and len(grid) == 7
+    best = [before[n] for n in NAMES]
+    fmin = np_extended_nll(ext_sample, *best)
+    expected = [np_extended_nll(ext_sample, g, *best[1:]) - fmin for g in grid]
+    np.testing.assert_allclose(delta, expected, rtol=1e-7, atol=1e-7)
+    np.testing.assert_allclose(grid[[0, -1]], before["mu"] + np.array([-2.0, 2.0]) * result.errors[name], rtol=1e-12)
+
+    grid, delta, valid = result.profile(name, bins=5, bound=(4.9, 5.1))
+    assert current_values(p) == before and valid.all()
+    ref = np_minuit(ext_sample, before)
+    rx, ry, _ = ref.mnprofile("mu", size=5, bound=(4.9, 5.1))
+    np.testing.assert_allclose(grid, rx, rtol=1e-12)
+    np.testing.assert_allclose(delta, ry - ref.fval, atol=1e-4)
+    assert delta.min() > -1e-6  # the minimum is the minimum
+    # a bound beyond a limit is clipped into it (the fit clips Minuit's points there anyway)
+    grid, _, _ = result.profile(p["sigma"].name, bins=3, bound=(0.0, 0.9))
+    assert grid[0] == 0.1 and current_values(p) == before
+
+
+def test_second_fit_does_not_change_minos_of_the_first(ext_sample):
+    """Regression: a second fit changed loss.offset, and MINOS on the first result came back wrong.
+
+    MINOS on result 1 must run with every parameter (fixed ones too) and the data as at fit 1.
+    """
+    p, loss = zc_model("of", ext_sample, start={"mu": 5.1})
+    p["lam"].floating = False
+    first = Minuit(tol=TIGHT, strategy=2).minimize(loss)
+    immediate = {k: tuple(v) for k, v in first.minos().items()}
+    offset = loss.offset
+
+    # second fit: another fixed value, another floating set, other data, other start
+    p["lam"].set_value(-0.4)
+    p["sigma"].floating = False
+    zcache.set_values([p["mu"], p["nsig"]], [4.8, 600.0])
+    second = Minuit(tol=TIGHT, strategy=2).minimize(loss)
+    assert loss.offset == offset  # fits never change the loss's own offset
+    loss.data.set_data(np_sample(99))
+    after_second = current_values(p)
+
+    again = first.minos()
+    assert current_values(p) == after_second  # restored, fixed and floating
+    np.testing.assert_array_equal(loss.data.numpy(), np_sample(99))
+    for name, (lower, upper, valid) in again.items():
+        assert valid
+        assert lower == pytest.approx(immediate[name][0], rel=1e-6)
+        assert upper == pytest.approx(immediate[name][1], rel=1e-6)
+    # and both are the numpy MINOS of fit 1's problem
+    start = {**TRUTH, "mu": 5.1}
+    ref = _np_minos(ext_sample, start, fixed=["lam"])
+    for n, q in p.items():
+        if n != "lam":
+            assert again[q.name].lower == pytest.approx(ref.merrors[n].lower, rel=1e-4), n
+            assert again[q.name].upper == pytest.approx(ref.merrors[n].upper, rel=1e-4), n
+    # the second result's MINOS sees its own state
+    assert p["sigma"].name not in second.minos()
+    assert current_values(p) == after_second
+
+
+def test_minos_and_profile_need_a_minuit_result(sample):
+    from zcache.minimize import Scipy
+
+    mu, sigma, loss = _gauss_fit(sample, "sc")
+    result = Scipy(hesse=False).minimize(loss)
+    with pytest.raises(FitError, match="Minuit"):
+        result.minos()
+    with pytest.raises(FitError, match="Minuit"):
+        result.profile("mu_sc")

@@ -248,7 +248,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
     kstar.mass.floating = kstar.width.floating = True
     loss = losses["caches + precompute"]
     try:
-        floating = [*loss.params, kstar.mass, kstar.width]
+        floating = loss.params  # follows the flags: the couplings, the K*(892) mass and width
         mass_fit = Minuit().minimize(loss, floating)
         statuses = [n.status for n in mass_fit.precompute.nodes]
         dirty = sorted(n.name for n in mass_fit.precompute.nodes if n.status == "always dirty")

@@ -12,9 +12,15 @@ data (``set_data``) never retrace. Gradients follow :func:`zcache.set_autograd_m
 automatic through caches, or central differences.
 
 A minimizer calls :meth:`BaseLoss.value_at` / :meth:`BaseLoss.value_gradient_at`,
-which set the floating parameters and evaluate in one traced call, and subtract
-:attr:`BaseLoss.offset` (the value at the starting point), so Minuit works on
-numbers of order one near the minimum.
+which set the floating parameters and evaluate in one traced call, and subtract an
+offset (the value at the starting point), so Minuit works on numbers of order one
+near the minimum. The offset belongs to the minimization that passes it
+(``offset=``): a second fit on the same loss never changes what the first fit's
+Minuit object (MINOS, profiles) sees.
+
+:attr:`BaseLoss.params`, the parameters a fit floats by default, follows the
+``floating`` flags at the time it is read, not at the time the loss was built:
+``p.floating = False`` between two fits fixes ``p`` for the next fit.
 
 Example:
     >>> import numpy as np, zcache
@@ -41,7 +47,6 @@ from ._depgraph import GRAPH
 from ._gradient import _REL_STEP, value_and_gradient
 from ._mode import Function, function
 from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values, set_vector_in_graph
-from ._tensorlike import eager_variable
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model
 
@@ -97,22 +102,30 @@ class BaseLoss:
     """What every loss offers: values, gradients and the minimizer's entry points.
 
     Subclasses implement ``_value()`` (the loss as a tensor, inside or outside a trace)
-    and set ``self.params`` (the parameters a fit floats by default).
+    and ``_loss_params()`` (every parameter the loss depends on, fixed ones included, in
+    a stable order); :attr:`params` filters them by their *current* ``floating`` flag.
     """
 
     errordef = 0.5  # a negative log-likelihood: one sigma is a change of 1/2
 
-    def __init__(self, params: Sequence[Parameter], constraints: Sequence[GaussianConstraint] | None = None):
+    def __init__(self, constraints: Sequence[GaussianConstraint] | None = None):
         self.constraints = list(constraints or [])
-        found: dict[int, Parameter] = {}
-        for p in [*params, *(q for c in self.constraints for q in c.params if q.floating)]:
-            found.setdefault(id(p), p)
-        self.params: list[Parameter] = list(found.values())
-        self._offset = eager_variable(np.float64(0.0), trainable=False, name="loss_offset")
+        # A Python float, passed to the traced calls as a tensor argument: a minimizer passes its
+        # own offset, so this default is only what value_at uses when none is given.
+        self._offset = 0.0
         self._value_fn = function(self._checked_value, wraps="loss")
         self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
-        self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function]] = {}
+        self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function, Function]] = {}
         self._precomputed: Any = None  # (key, report) of the last zcache.precompute
+
+    # -- to implement --------------------------------------------------------------------
+    def _loss_params(self) -> list[Parameter]:
+        """Every parameter of the loss (floating or not), each once, in a stable order."""
+        raise NotImplementedError
+
+    def _datasets(self) -> list[Data]:
+        """The datasets the loss reads (what a fit result snapshots to stay reproducible)."""
+        return []
 
     # -- to implement --------------------------------------------------------------------
     def _value(self) -> tf.Tensor:
@@ -129,14 +142,47 @@ class BaseLoss:
         return value
 
     # -- public --------------------------------------------------------------------------
+    def get_params(self, floating: bool | None = True) -> list[Parameter]:
+        """The parameters of the loss (model, yields where they enter, constraints), each once.
+
+        Read at call time, so they follow the current ``floating`` flags.
+
+        Parameters
+        ----------
+        floating : bool or None
+            ``True``: only floating ones (:attr:`params`); ``False``: only fixed ones;
+            ``None``: all.
+
+        Returns
+        -------
+        list of Parameter
+        """
+        return [p for p in self._loss_params() if floating is None or p.floating == floating]
+
+    @property
+    def params(self) -> list[Parameter]:
+        """The parameters a fit floats by default: those with ``floating=True`` *now*.
+
+        Computed on every access (not frozen when the loss was built), so ``p.floating = False``
+        between fits fixes ``p`` for the next :class:`zcache.minimize.Minuit` fit, exactly as
+        :func:`zcache.precompute` sees it.
+        """
+        return self.get_params(floating=True)
+
     @property
     def offset(self) -> float:
-        """Subtracted by :meth:`value_at` / :meth:`value_gradient_at` (set by the minimizer)."""
-        return float(self._offset.numpy())
+        """The default offset of :meth:`value_at` / :meth:`value_gradient_at` (``offset=None``).
+
+        Minimizers pass their own offset and never change this one.
+        """
+        return self._offset
 
     @offset.setter
     def offset(self, value: float) -> None:
-        self._offset.assign(float(value))
+        value = float(value)
+        if not np.isfinite(value):
+            raise FitError(f"the loss offset must be finite, got {value}.")
+        self._offset = value
 
     def _checked_value(self) -> tf.Tensor:
         value = self._total()
@@ -182,14 +228,16 @@ class BaseLoss:
     def _at(self, params: tuple[Parameter, ...]) -> tuple[Function, Function, Function]:
         fns = self._at_fns.get(params)
         if fns is None:
-            def value_at(x: tf.Tensor) -> tf.Tensor:
+            # The offset is an argument, not loss state: each minimization owns its offset, and
+            # as a tensor it changes without a retrace.
+            def value_at(x: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
                 _set(params, x)
-                return self._total() - self._offset
+                return self._total() - offset
 
-            def value_gradient_at(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            def value_gradient_at(x: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
                 _set(params, x)
                 value, grad = value_and_gradient(self._total, params)
-                return value - self._offset, grad
+                return value - offset, grad
 
             def hessian_at(x: tf.Tensor) -> tf.Tensor:
                 _set(params, x)
@@ -201,6 +249,9 @@ class BaseLoss:
                 function(hessian_at, wraps="loss"),
             )
         return fns
+
+    def _offset_tensor(self, offset: float | None) -> tf.Tensor:
+        return tf.constant(self._offset if offset is None else float(offset), tf.float64)
 
     def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
         # Exact second derivatives: hessian_at calls this only when every cache on the path
@@ -224,19 +275,29 @@ class BaseLoss:
                 return False
         return True
 
-    def value_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
-        """Set ``params`` to ``x`` and return the loss minus :attr:`offset`, in one traced call.
+    def value_at(self, x: Any, params: Sequence[Parameter] | None = None, offset: float | None = None) -> tf.Tensor:
+        """Set ``params`` to ``x`` and return the loss minus ``offset``, in one traced call.
 
         This is a minimizer's function call: parameters are updated in place (with
-        their checks), and nothing retraces from one ``x`` to the next.
+        their checks), and nothing retraces from one ``x`` (or ``offset``) to the next.
+
+        Parameters
+        ----------
+        x : array_like
+            One value per parameter.
+        params : sequence of Parameter, optional
+            Default: :attr:`params` (the floating parameters now).
+        offset : float, optional
+            Subtracted from the loss; default :attr:`offset`. A minimizer passes its own.
         """
         params = self._param_list(params)
-        return self._at(params)[0](tf.constant(x, tf.float64))
+        return self._at(params)[0](tf.constant(x, tf.float64), self._offset_tensor(offset))
 
-    def value_gradient_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    def value_gradient_at(self, x: Any, params: Sequence[Parameter] | None = None,
+                          offset: float | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """Like :meth:`value_at`, with the gradient."""
         params = self._param_list(params)
-        return self._at(params)[1](tf.constant(x, tf.float64))
+        return self._at(params)[1](tf.constant(x, tf.float64), self._offset_tensor(offset))
 
     def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the Hessian of the loss.
@@ -250,7 +311,11 @@ class BaseLoss:
         if self._exact_hessian_ok(params):
             return self._at(params)[2](tf.constant(x, tf.float64))
         x = np.array(x, dtype=np.float64).reshape(-1)
-        value_gradient = self._at(params)[1]
+        at, zero = self._at(params)[1], tf.constant(0.0, tf.float64)
+
+        def value_gradient(v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return at(v, zero)
+
         rows = []
         for i, p in enumerate(params):
             h = _REL_STEP * max(abs(x[i]), 1.0)
@@ -305,10 +370,7 @@ class UnbinnedNLL(BaseLoss):
             )
         self.model = model
         self.data = data
-        params = model.get_params(floating=True)
-        if not self.extended and isinstance(model._yield, Parameter):  # the yield does not enter
-            params = [p for p in params if p is not model._yield]
-        super().__init__(params, constraints)
+        super().__init__(constraints)
         model.space.select(data)  # columns must match now, not at the first fit
         self._range_message = (
             f"events of '{data.name}' lie outside {model.space!r} of '{model.name}'; cut them "
@@ -316,6 +378,17 @@ class UnbinnedNLL(BaseLoss):
         )
         self._inside = _InRange(model, data)
         _require(self._inside.value(), DataRangeError, self._range_message)
+
+    def _loss_params(self) -> list[Parameter]:
+        # Read from the model on every call: the floating flags (and so the fit's parameters)
+        # may change after the loss was built.
+        params = self.model.get_params(floating=None)
+        if not self.extended and isinstance(self.model._yield, Parameter):  # the yield does not enter
+            params = [p for p in params if p is not self.model._yield]
+        return _unique([*params, *(q for c in self.constraints for q in c.params)])
+
+    def _datasets(self) -> list[Data]:
+        return [self.data]
 
     def _value(self) -> tf.Tensor:
         checks = _require(self._inside.value(), DataRangeError, self._range_message)
@@ -356,10 +429,21 @@ class SimultaneousLoss(BaseLoss):
             if not isinstance(loss, BaseLoss):
                 raise ModelError(f"SimultaneousLoss sums zcache losses, got {loss!r}.")
             self.losses.extend(loss.losses if isinstance(loss, SimultaneousLoss) else [loss])
-        super().__init__([p for loss in self.losses for p in loss.params])
+        super().__init__()
+
+    def _loss_params(self) -> list[Parameter]:
+        return _unique([p for loss in self.losses for p in loss._loss_params()])
+
+    def _datasets(self) -> list[Data]:
+        return list({id(d): d for loss in self.losses for d in loss._datasets()}.values())
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])
+
+
+def _unique(params: Sequence[Parameter]) -> list[Parameter]:
+    """``params`` with repeats removed, first occurrence kept (shared parameters appear once)."""
+    return list({id(p): p for p in params}.values())
 
 
 class _InRange:

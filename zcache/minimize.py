@@ -6,6 +6,16 @@ sets the floating parameters and evaluates the loss in one traced call
 through caches, or numerical, following :func:`zcache.set_autograd_mode`) or, with
 ``use_gradient=False``, Minuit's own finite differences.
 
+Each minimization owns its offset (the loss at the start, subtracted so that Minuit
+works on numbers of order one), and its :class:`FitResult` remembers the state of
+the loss at the minimum: every parameter's value, fixed ones included, and the
+data. :meth:`FitResult.minos`, :meth:`FitResult.profile` and every method of
+``result.minuit`` that evaluates the loss (a :class:`FitMinuit`) put that state
+back while they run and restore the parameters (and data) as they found them, even
+on an error: later fits, ``floating`` toggles or changed fixed parameters do not
+change a result's MINOS intervals, and MINOS does not leave the parameters at the
+last point it tried.
+
 Before the fit the loss is :func:`zcache.precompute`-d for its floating
 parameters, as RooFit optimizes constant terms by default: constant parts are
 cached, parts that change on every call are bypassed. With Minuit's own or
@@ -28,21 +38,131 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import iminuit
 import numpy as np
+import tensorflow as tf
 
-from ._mode import get_autograd_mode
+from ._mode import _forbid_in_trace, get_autograd_mode
 from ._parameter import Parameter, set_values
 from ._precompute import PrecomputeReport, ensure_precomputed
 from .exceptions import FitError
 from .loss import BaseLoss
 
-__all__ = ["Minuit", "Scipy", "FitResult"]
+__all__ = ["Minuit", "Scipy", "FitResult", "FitMinuit", "MinosError"]
+
+
+class MinosError(NamedTuple):
+    """One MINOS interval, as distances from the best value.
+
+    Attributes
+    ----------
+        lower: the lower error (<= 0): the interval starts at ``value + lower``.
+        upper: the upper error (>= 0): the interval ends at ``value + upper``.
+        valid: MINOS found both crossings (no limit, call limit or new minimum in the way).
+    """
+
+    lower: float
+    upper: float
+    valid: bool
+
+
+class _FitState:
+    """The state of a loss at the end of a fit: every parameter's value and every dataset.
+
+    ``with state.active():`` puts it back for the duration (so that MINOS or a profile of
+    this fit sees the fit's fixed parameters and data, whatever happened since) and then
+    restores what was there before, also when the body raises.
+    """
+
+    def __init__(self, loss: BaseLoss, params: Sequence[Parameter], offset: float, fval: float) -> None:
+        self.loss = loss
+        # All of the loss's parameters, fixed ones included: a later fit may have moved a fixed
+        # parameter or changed the floating set; plus explicitly fitted ones outside the loss.
+        self.params = tuple({id(p): p for p in (*loss.get_params(floating=None), *params)}.values())
+        self.values = np.array([p._current() for p in self.params])
+        # read_value() holds the buffer (no copy); a later set_data assigns a new one.
+        self.data = [(d, d.variable.read_value()) for d in loss._datasets()]
+        self.offset = offset  # the minimization's own offset (what its Minuit's fval is relative to)
+        self.fval = fval  # Minuit's fval at the minimum (relative to offset)
+        self._depth = 0
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        if self._depth:  # nested (draw_mnprofile calls mnprofile): the state is already in place
+            yield
+            return
+        _forbid_in_trace("FitResult.minos / profile")
+        saved = np.array([p._current() for p in self.params])
+        swapped = []
+        for data, array in self.data:
+            now = data.variable.read_value()
+            if now.shape != array.shape or not bool(tf.reduce_all(tf.equal(now, array))):
+                swapped.append((data, now))
+        self._depth += 1
+        try:
+            for data, array in self.data:
+                if any(data is d for d, _ in swapped):
+                    data.set_data(array)
+            set_values(self.params, self.values)
+            yield
+        finally:
+            self._depth -= 1
+            # set_values writes only what differs, so restoring invalidates only what moved.
+            set_values(self.params, saved)
+            for data, now in swapped:
+                data.set_data(now)
+
+
+# iminuit methods that call the function (or its gradient / Hessian), directly or not.
+_EVALUATING = ("migrad", "hesse", "minos", "mnprofile", "profile", "contour", "mncontour", "mnmatrix", "scan",
+               "simplex", "scipy", "draw_profile", "draw_mnprofile", "draw_contour", "draw_mncontour",
+               "draw_mnmatrix", "interactive", "visualize")
+
+
+class FitMinuit(iminuit.Minuit):
+    """The ``iminuit.Minuit`` of a zcache fit (``FitResult.minuit``), safe to call after the fit.
+
+    Every method that evaluates the loss (``migrad``, ``hesse``, ``minos``, ``mnprofile``,
+    ``profile``, ``contour``, ``mncontour``, ``scan``, ``simplex``, ``scipy`` and the ``draw_*``
+    methods) runs with the loss in the state of this fit (all parameter values, fixed ones
+    included, and its data) and afterwards restores every parameter of the loss (and the
+    data) to what it was before the call, also when the method raises. Results (``values``,
+    ``merrors``, ...) stay on the Minuit object; the zcache Parameters never keep the last
+    point Minuit tried. (Calling ``minuit.fcn`` by hand is not covered: it sets parameters.)
+    """
+
+    __slots__ = ("_zcache_state",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._zcache_state: _FitState | None = None  # None while the fit itself runs
+
+
+def _restoring(name: str) -> Callable[..., Any]:
+    method = getattr(iminuit.Minuit, name)
+
+    @functools.wraps(method)
+    def wrapper(self: FitMinuit, *args: Any, **kwargs: Any) -> Any:
+        state = getattr(self, "_zcache_state", None)  # unset inside iminuit's __init__
+        if state is None:
+            return method(self, *args, **kwargs)
+        with state.active():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+for _name in _EVALUATING:
+    if hasattr(iminuit.Minuit, _name):  # older iminuit lacks some
+        setattr(FitMinuit, _name, _restoring(_name))
+del _name
 
 
 @dataclass
@@ -59,8 +179,13 @@ class FitResult:
         covariance: the covariance matrix (None without HESSE).
         params: the fitted parameters, in order.
         time: wall time of the minimization in seconds.
-        minuit: the ``iminuit.Minuit`` object, for MINOS, profiles, plots (for :class:`Scipy`:
-            scipy's ``OptimizeResult``).
+        minuit: a :class:`FitMinuit` (an ``iminuit.Minuit`` whose evaluating methods restore
+            the parameters), for MINOS, profiles, plots (for :class:`Scipy`: scipy's
+            ``OptimizeResult``).
+        precompute: the :class:`zcache.PrecomputeReport` the fit ran with (None without).
+
+    :meth:`minos` and :meth:`profile` evaluate the loss in the state it had at this fit
+    (parameters and data) and leave every parameter as it was before the call.
     """
 
     values: dict[str, float]
@@ -76,6 +201,139 @@ class FitResult:
     time: float
     minuit: Any = field(repr=False, default=None)
     precompute: PrecomputeReport | None = field(repr=False, default=None)
+    _state: _FitState | None = field(repr=False, default=None, compare=False)
+
+    def _fit_minuit(self, what: str) -> FitMinuit:
+        if not isinstance(self.minuit, FitMinuit) or self._state is None:
+            raise FitError(f"{what} needs the result of zcache.minimize.Minuit (this one has no Minuit object).")
+        return self.minuit
+
+    def _check_names(self, names: Sequence[str], what: str) -> None:
+        unknown = [n for n in names if n not in self.values]
+        if unknown:
+            raise FitError(f"{what}: {unknown} were not fitted; the fitted parameters are {list(self.values)}.")
+
+    def minos(self, *names: str, cl: float | None = None) -> dict[str, MinosError]:
+        """MINOS intervals for ``names`` (default: every fitted parameter).
+
+        Runs ``iminuit.Minuit.minos`` with the loss in the state of this fit (parameter
+        values, fixed ones included, and data), whatever was changed or fitted since,
+        and restores every parameter (and the data) afterwards, also on error.
+
+        Parameters
+        ----------
+        *names : str
+            Parameter names; none: all fitted parameters.
+        cl : float, optional
+            Confidence level (``cl >= 1``: number of sigmas); default one sigma.
+
+        Returns
+        -------
+        dict of str to MinosError
+            Name -> ``MinosError(lower, upper, valid)``, the distances of the interval's ends
+            from the best value (``lower <= 0 <= upper``). Also in ``self.minuit.merrors``.
+
+        Raises
+        ------
+        FitError
+            Not a Minuit result, an unknown name, or a minimum MINOS cannot start from.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> mu = zcache.Parameter("mu_minos", 0.2, lower=-2.0, upper=2.0)
+        >>> x = np.random.default_rng(3).normal(0.0, 1.0, 1000)
+        >>> result = Minuit().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
+        >>> lower, upper, valid = result.minos()["mu_minos"]
+        >>> valid, round(-lower, 3), round(upper, 3)          # 1 / sqrt(1000)
+        (True, 0.032, 0.032)
+        >>> float(mu.value()) == result.values["mu_minos"]   # parameters as before
+        True
+        """
+        m = self._fit_minuit("FitResult.minos")
+        self._check_names(names, "FitResult.minos")
+        try:
+            m.minos(*names, cl=cl)
+        except RuntimeError as err:  # iminuit: the minimum is not valid
+            raise FitError(f"MINOS could not run from this fit's minimum: {err}") from err
+        return {n: MinosError(float(m.merrors[n].lower), float(m.merrors[n].upper), bool(m.merrors[n].is_valid))
+                for n in (names or m.parameters)}
+
+    def profile(self, name: str, bins: int = 30, bound: float | tuple[float, float] = 2.0, *,
+                minimize: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r"""The likelihood profile (or scan) of the loss along one parameter.
+
+        ``minimize=True``: at each point the other fitted parameters are minimized again
+        (``iminuit.Minuit.mnprofile``), the profile likelihood; ``False``: they stay at
+        their best values (``iminuit.Minuit.profile``), a scan. Either runs with the loss
+        in the state of this fit and restores every parameter (and the data) afterwards.
+
+        Parameters
+        ----------
+        name : str
+            The fitted parameter to profile.
+        bins : int
+            Number of points.
+        bound : float or (float, float)
+            A number ``n``: the best value :math:`\pm n` HESSE errors; or ``(low, high)``.
+            Clipped into the parameter's limits.
+        minimize : bool
+            Profile (True) or scan (False).
+
+        Returns
+        -------
+        x : ndarray
+            The ``bins`` values of the parameter.
+        delta : ndarray
+            The loss minus its value at this fit's minimum (:math:`\Delta\mathrm{NLL}`; one
+            sigma is 0.5).
+        valid : ndarray of bool
+            Whether each minimization converged (all True for a scan).
+
+        Raises
+        ------
+        FitError
+            Not a Minuit result, or ``name`` was not fitted.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> mu = zcache.Parameter("mu_prof", 0.2, lower=-2.0, upper=2.0)
+        >>> x = np.random.default_rng(3).normal(0.0, 1.0, 1000)
+        >>> result = Minuit().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
+        >>> grid, delta, valid = result.profile("mu_prof", bins=3, bound=1.0)
+        >>> np.round(delta, 2).tolist(), bool(valid.all())   # a parabola: 1/2 at one sigma
+        ([0.5, 0.0, 0.5], True)
+        >>> float(mu.value()) == result.values["mu_prof"]
+        True
+        """
+        m = self._fit_minuit("FitResult.profile")
+        self._check_names([name], "FitResult.profile")
+        if int(bins) < 2:
+            raise ValueError(f"bins must be >= 2, got {bins!r}.")
+        if np.ndim(bound) == 0:
+            best, error = self.values[name], self.errors[name]
+            if not np.isfinite(error):
+                error = float(m.errors[name])  # no HESSE: Minuit's own estimate
+            low, high = best - float(bound) * error, best + float(bound) * error
+        else:
+            low, high = map(float, bound)
+        # The fit clips Minuit's points into the limits, so points beyond them would all be
+        # the value at the limit: keep the grid inside.
+        p = next(q for q in self._state.params if q.name == name)
+        low = low if p.lower is None else max(low, p.lower)
+        high = high if p.upper is None else min(high, p.upper)
+        if minimize:
+            x, y, status = m.mnprofile(name, size=int(bins), bound=(low, high))
+            valid = np.asarray(status, dtype=bool)
+        else:
+            x, y = m.profile(name, size=int(bins), bound=(low, high))
+            valid = np.ones(len(x), dtype=bool)
+        return np.asarray(x, dtype=float), np.asarray(y, dtype=float) - self._state.fval, valid
 
     def __str__(self) -> str:
         width = max(len(p.name) for p in self.params) if self.params else 4
@@ -119,14 +377,14 @@ class _Run:
         self.x0 = np.where(both & (x0 <= self.lower), self.lower + hair,
                            np.where(both & (x0 >= self.upper), self.upper - hair, x0))
         self.start = time.perf_counter()
-        loss.offset = 0.0
-        self.f0 = float(loss.value_at(self.x0, self.params))
+        # This minimization's own offset: passed to every call, never stored on the loss, so a
+        # later fit cannot change what this one's Minuit (MINOS, profiles) sees.
+        self.f0 = float(loss.value_at(self.x0, self.params, offset=0.0))
         if not np.isfinite(self.f0):
             raise FitError(
                 f"The loss is {self.f0} at the starting values {dict(zip(self.names, self.x0, strict=True))}; start "
                 "where the model is positive at every event (check widths and limits)."
             )
-        loss.offset = self.f0
 
 
 class Scipy:
@@ -178,13 +436,14 @@ class Scipy:
         scale = np.where(np.isfinite(diag) & (diag > 0), 1.0 / np.sqrt(np.abs(diag)), 1.0)
         # ... and divide the loss by the start's scaled gradient norm: L-BFGS-B's first step is
         # minus the gradient, which then has length one sigma at most.
-        norm = max(1.0, float(np.linalg.norm(loss.value_gradient_at(x0, params)[1].numpy() * scale)))
+        f0 = run.f0
+        norm = max(1.0, float(np.linalg.norm(loss.value_gradient_at(x0, params, offset=f0)[1].numpy() * scale)))
         ngrad, nhessian = 1, 1
 
         def fun(z: np.ndarray) -> tuple[float, np.ndarray]:
             nonlocal ngrad
             ngrad += 1
-            value, grad = loss.value_gradient_at(_clip(x0 + scale * z, lower, upper), params)
+            value, grad = loss.value_gradient_at(_clip(x0 + scale * z, lower, upper), params, offset=f0)
             value, grad = float(value) / norm, grad.numpy() * scale / norm
             if not (np.isfinite(value) and np.isfinite(grad).all()):
                 # A trial step into a region where the model vanishes at some event: report a
@@ -215,7 +474,7 @@ class Scipy:
             except np.linalg.LinAlgError:
                 valid = False
         errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
-        grad = loss.value_gradient_at(best, params)[1].numpy()
+        grad = loss.value_gradient_at(best, params, offset=f0)[1].numpy()
         return FitResult(
             values=dict(zip(run.names, map(float, best), strict=True)),
             errors=dict(zip(run.names, map(float, errors), strict=True)),
@@ -281,13 +540,13 @@ class Minuit:
         numerical = not self.use_gradient or not get_autograd_mode()
         run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
         names, lower, upper, x0 = run.names, run.lower, run.upper, run.x0
-        params = run.params
+        params, f0 = run.params, run.f0
 
         def fcn(x: np.ndarray) -> float:
-            return float(loss.value_at(_clip(x, lower, upper), params))
+            return float(loss.value_at(_clip(x, lower, upper), params, offset=f0))
 
         def grad(x: np.ndarray) -> np.ndarray:
-            return loss.value_gradient_at(_clip(x, lower, upper), params)[1].numpy()
+            return loss.value_gradient_at(_clip(x, lower, upper), params, offset=f0)[1].numpy()
 
         def hess(x: np.ndarray) -> np.ndarray:
             return loss.hessian_at(_clip(x, lower, upper), params).numpy()
@@ -295,7 +554,7 @@ class Minuit:
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         analytic = self.use_gradient
-        m = iminuit.Minuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False, name=names)
+        m = FitMinuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False, name=names)
         m.errordef = loss.errordef
         m.limits = list(zip(lower, upper, strict=True))
         m.tol = self.tol
@@ -311,6 +570,8 @@ class Minuit:
         set_values(params, best)
         has_errors = self.hesse and m.valid and m.covariance is not None
         errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
+        # From now on every evaluating method of m puts this state back and restores afterwards.
+        state = m._zcache_state = _FitState(loss, params, offset=f0, fval=float(m.fval))
         return FitResult(
             values=dict(zip(names, map(float, best), strict=True)),
             errors=dict(zip(names, map(float, errors), strict=True)),
@@ -325,4 +586,5 @@ class Minuit:
             time=elapsed,
             minuit=m,
             precompute=run.report,
+            _state=state,
         )

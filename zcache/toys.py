@@ -111,7 +111,7 @@ def run_toys(
         loss: the loss to minimize; its dataset is refilled for every toy.
         n_toys: number of toys.
         n_events: events per toy; ``None`` draws a Poisson number (extended models).
-        params: the parameters to fit (default: ``loss.params``).
+        params: the parameters to fit (default: ``loss.params``, the parameters floating at this call).
         minimizer: default ``Minuit()``.
         start: starting values for each fit (default: the generating values).
         seed: seeds zcache's sampling first, for reproducible toys.

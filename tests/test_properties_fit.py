@@ -1,0 +1,293 @@
+"""A stateful property test of the fitting layer: fits, floating toggles, MINOS, profiles.
+
+``FitMachine`` drives one extended Gauss + Exponential model (``SumPdf`` with yields on
+[0, 10], ``zcache.Parameter`` for mu, sigma, lambda and both yields) through random
+sequences of what a zfit user does between fits: fit with Minuit (precompute on / off,
+zcache's gradient or Minuit's own), refit, toggle ``floating`` on a parameter, change a
+fixed parameter, replace the data (``set_data``), ask a *previous* result for MINOS or a
+profile (through :class:`zcache.minimize.FitResult` or directly on ``result.minuit``) and
+call :func:`zcache.precompute`.
+
+Every step is checked against references that do not use zcache: a numpy NLL of the same
+model and data, minimized (and MINOS-ed) by iminuit.
+
+- after every step, ``loss.value()`` equals the numpy NLL at the current parameter values
+  (rtol 1e-10) and ``loss.params`` are the parameters whose flag is set, in model order;
+- after a fit, the fitted values equal iminuit's fit of the numpy NLL from the same start
+  with the same fixed parameters (to ``VALUE_TOL`` of the errors), the errors agree to 2 %,
+  and the fixed parameters did not move;
+- MINOS, profiles and scans of a previous result see the state of *its* fit (all parameter
+  values and the data then): a scan equals the numpy NLL differences there, a MINOS interval
+  equals iminuit's MINOS of the numpy NLL of that fit; afterwards every parameter and the
+  data are exactly as before.
+
+The model and its loss are built once per process and reset at the start of each sequence
+(traces are reused, as in a session of fits): a sequence then costs its fits, not tracing.
+``tests/stress.py --machine fit`` runs this machine for many sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import iminuit
+import numpy as np
+import pytest
+import scipy.special
+from hypothesis import HealthCheck, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import zcache
+from zcache.exceptions import FitError
+from zcache.loss import ExtendedUnbinnedNLL
+from zcache.minimize import FitResult, Minuit
+from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+LO, HI = 0.0, 10.0
+NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
+TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 250.0, "nbkg": 450.0}
+LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
+#: values a fixed parameter may be moved to (near the truth, so that fits stay well defined)
+MOVES = {"mu": (4.6, 5.4), "sigma": (0.45, 0.8), "lam": (-0.45, -0.18), "nsig": (180.0, 330.0), "nbkg": (350.0, 560.0)}
+TOL = 1e-4  # EDM tolerance of every fit, zcache's and the reference's: edm < 2e-7 ...
+VALUE_TOL = 2e-3  # ... so the two minima agree to about 1e-3 of the errors
+MINOS_REL = 3e-3  # MINOS crossings at TOL are good to ~2e-4; the two minima differ a little too
+
+
+# -- the independent reference ----------------------------------------------------------------
+def np_nll(x: np.ndarray, mu: float, sigma: float, lam: float, nsig: float, nbkg: float) -> float:
+    """Extended NLL nu - sum log(nsig g + nbkg e), g and e truncated to [LO, HI] (numpy / scipy only)."""
+    norm = scipy.special.ndtr((HI - mu) / sigma) - scipy.special.ndtr((LO - mu) / sigma)
+    gauss = np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi) * norm)
+    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
+    return float(nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo)))
+
+
+def np_sample(seed: int, nsig: int, nbkg: int) -> np.ndarray:
+    """Events of the TRUTH shapes (numpy only): a truncated normal by rejection, an exponential by inverse CDF."""
+    rng = np.random.default_rng(seed)
+    sig = rng.normal(TRUTH["mu"], TRUTH["sigma"], 2 * nsig)
+    sig = sig[(sig >= LO) & (sig <= HI)][:nsig]
+    lam = TRUTH["lam"]
+    bkg = LO + np.log1p(rng.uniform(size=nbkg) * np.expm1(lam * (HI - LO))) / lam
+    return rng.permutation(np.concatenate([sig, bkg]))
+
+
+def np_minuit(x: np.ndarray, start: dict[str, float], floating: list[str]) -> iminuit.Minuit:
+    """iminuit's fit of the numpy NLL from ``start``, the others fixed there (as zcache's Minuit fits)."""
+    m = iminuit.Minuit(lambda v: np_nll(x, *v), [start[n] for n in NAMES], name=NAMES)
+    m.errordef = 0.5
+    m.limits = [LIMITS[n] for n in NAMES]
+    m.tol = TOL
+    for n in NAMES:
+        m.fixed[n] = n not in floating
+    m.migrad()
+    if m.valid:
+        m.hesse()
+    return m
+
+
+# -- the model, built once per process ------------------------------------------------------------
+@dataclass
+class _World:
+    p: dict[str, zcache.Parameter]
+    loss: ExtendedUnbinnedNLL
+
+    def reset(self, x: np.ndarray) -> None:
+        for q in self.p.values():
+            q.floating = True
+        zcache.set_values(list(self.p.values()), [TRUTH[n] for n in NAMES])
+        self.loss.data.set_data(x)
+        self.loss.offset = 0.0
+
+
+_WORLD: _World | None = None
+
+
+def _world() -> _World:
+    global _WORLD
+    if _WORLD is None:
+        space = Space("x", LO, HI)
+        p = {n: zcache.Parameter(f"fm_{n}", TRUTH[n], *LIMITS[n]) for n in NAMES}
+        model = SumPdf([Gaussian(space, p["mu"], p["sigma"]), Exponential(space, p["lam"])],
+                       yields=[p["nsig"], p["nbkg"]], name="fm_sum")
+        data = zcache.Data(np_sample(0, 250, 450), name="fm_data", obs="x")
+        _WORLD = _World(p, ExtendedUnbinnedNLL(model, data))
+    return _WORLD
+
+
+@dataclass
+class _Fitted:
+    """A valid Minuit result and the state of the loss at its end (what MINOS must see)."""
+
+    result: FitResult
+    values: dict[str, float]
+    floating: list[str]
+    x: np.ndarray
+    reference: dict[str, tuple[float, float]] = field(default_factory=dict)  # numpy MINOS, filled lazily
+
+
+class FitMachine(RuleBasedStateMachine):
+    """Random sequences of fits, flag toggles, value and data changes, MINOS and profiles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = _world()
+        self.p, self.loss = self.world.p, self.world.loss
+        self.x = np_sample(0, 250, 450)
+        self.world.reset(self.x)
+        self.minimizer = Minuit(tol=TOL)
+        self.fitted: list[_Fitted] = []
+
+    # -- helpers ------------------------------------------------------------------------
+    def values(self) -> dict[str, float]:
+        return {n: self.p[n]._current() for n in NAMES}
+
+    def floating(self) -> list[str]:
+        return [n for n in NAMES if self.p[n].floating]
+
+    def _fit(self, minimizer: Minuit) -> None:
+        before, floating = self.values(), self.floating()
+        note(f"fit {minimizer!r} precompute={minimizer.precompute} floating={floating} from {before}")
+        if not floating:
+            with pytest.raises(FitError, match="No floating"):
+                minimizer.minimize(self.loss)
+            assert self.values() == before
+            return
+        result = minimizer.minimize(self.loss)
+        after = self.values()
+        assert set(result.values) == {self.p[n].name for n in floating}
+        for n in NAMES:
+            if n not in floating:
+                assert after[n] == before[n], f"fixed {n} moved"
+            else:
+                assert after[n] == result.values[self.p[n].name]
+        if result.precompute is not None:  # precompute followed the floating set of this fit
+            assert set(result.precompute.floating) == set(result.values)
+        if not result.valid:
+            note("zcache's fit is not valid: no comparison")
+            return
+        ref = np_minuit(self.x, before, floating)
+        assert ref.valid, "the reference fails where zcache converged"
+        for n in floating:
+            name = self.p[n].name
+            assert abs(result.values[name] - ref.values[n]) <= VALUE_TOL * ref.errors[n], (
+                n, result.values[name], ref.values[n], ref.errors[n])
+            assert result.errors[name] == pytest.approx(ref.errors[n], rel=2e-2), n
+        assert result.fmin == pytest.approx(ref.fval, abs=1e-5)
+        self.fitted.append(_Fitted(result, after, floating, self.x.copy()))
+
+    # -- rules ----------------------------------------------------------------------------
+    @rule(precompute=st.booleans(), use_gradient=st.booleans())
+    def fit(self, precompute: bool, use_gradient: bool) -> None:
+        self.minimizer = Minuit(tol=TOL, precompute=precompute, use_gradient=use_gradient)
+        self._fit(self.minimizer)
+
+    @rule()
+    def refit(self) -> None:
+        """The last minimizer again, from where the parameters are now."""
+        self._fit(self.minimizer)
+
+    @rule(name=st.sampled_from(NAMES))
+    def toggle_floating(self, name: str) -> None:
+        self.p[name].floating = not self.p[name].floating
+
+    @precondition(lambda self: any(not q.floating for q in self.p.values()))
+    @rule(data=st.data())
+    def change_fixed(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from([n for n in NAMES if not self.p[n].floating]), label="fixed")
+        value = data.draw(st.floats(*MOVES[name]), label="value")
+        self.p[name].set_value(value)
+
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), nbkg=st.integers(300, 600))
+    def new_data(self, seed: int, nsig: int, nbkg: int) -> None:
+        self.x = np_sample(seed, nsig, nbkg)
+        self.loss.data.set_data(self.x)
+
+    @rule()
+    def precompute(self) -> None:
+        report = zcache.precompute(self.loss)
+        # zcache.precompute and Minuit agree on what floats: the flags now (every parameter of
+        # this model is below a cache, so the sets are equal)
+        assert set(report.floating) == {q.name for q in self.loss.params}
+
+    @precondition(lambda self: self.fitted)
+    @rule(data=st.data(),
+          kind=st.sampled_from(["minos", "scan", "profile", "minuit.minos", "minuit.mnprofile", "minuit.hesse"]))
+    def ask_a_previous_result(self, data: st.DataObject, kind: str) -> None:
+        fitted = data.draw(st.sampled_from(self.fitted), label="result")
+        n = data.draw(st.sampled_from(fitted.floating), label="parameter")
+        name, result = self.p[n].name, fitted.result
+        before = self.values()
+        note(f"{kind} of {n} on the fit at {fitted.values}")
+        if kind == "minos":
+            lower, upper, valid = result.minos(name)[name]
+            self._check_minos(fitted, n, lower, upper, valid)
+        elif kind == "minuit.minos":
+            result.minuit.minos(name)
+            me = result.minuit.merrors[name]
+            self._check_minos(fitted, n, me.lower, me.upper, me.is_valid)
+        elif kind == "scan":
+            grid, delta, valid = result.profile(name, bins=3, bound=1.5, minimize=False)
+            at = dict(fitted.values)
+            fmin = np_nll(fitted.x, *at.values())
+            expected = [np_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
+            np.testing.assert_allclose(delta, expected, rtol=1e-7, atol=1e-7)
+            assert valid.all()
+        elif kind == "profile":
+            grid, delta, valid = result.profile(name, bins=3, bound=1.0)
+            # the profile is a minimum over the others: at most the scan, and 0 at the best value
+            at = dict(fitted.values)
+            fmin = np_nll(fitted.x, *at.values())
+            scan = [np_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
+            assert (delta <= np.array(scan) + 1e-5).all() and abs(delta[1]) < 1e-5
+        elif kind == "minuit.mnprofile":
+            result.minuit.mnprofile(name, size=3, bound=1.0)
+        else:
+            result.minuit.hesse()
+        assert self.values() == before, "parameters moved by a call on a previous result"
+        np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
+
+    def _check_minos(self, fitted: _Fitted, n: str, lower: float, upper: float, valid: bool) -> None:
+        if n not in fitted.reference:
+            ref = np_minuit(fitted.x, fitted.values, fitted.floating)
+            ref.minos(n)
+            me = ref.merrors[n]
+            fitted.reference[n] = (me.lower, me.upper) if me.is_valid else None
+        reference = fitted.reference[n]
+        if reference is None:
+            return
+        assert valid, f"MINOS of {n} invalid where the reference's is valid: {reference}"
+        assert lower == pytest.approx(reference[0], rel=MINOS_REL), (n, lower, reference)
+        assert upper == pytest.approx(reference[1], rel=MINOS_REL), (n, upper, reference)
+
+    # -- invariants -----------------------------------------------------------------------
+    @invariant()
+    def loss_value_is_the_numpy_nll(self) -> None:
+        v = self.values()
+        np.testing.assert_allclose(float(self.loss.value()), np_nll(self.x, *v.values()), rtol=1e-10)
+
+    @invariant()
+    def params_follow_the_flags(self) -> None:
+        params = self.loss.params
+        assert {id(q) for q in params} == {id(self.p[n]) for n in self.floating()}
+        assert params == [q for q in self.loss.get_params(floating=None) if q.floating]  # model order
+
+
+TestFitMachine = FitMachine.TestCase
+TestFitMachine.settings = settings(
+    max_examples=2, stateful_step_count=6, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+@pytest.mark.slow
+class TestFitMachineLong(FitMachine.TestCase):
+    """Longer sequences (``-m slow``); ``tests/stress.py`` runs many more."""
+
+    settings = settings(
+        max_examples=25, stateful_step_count=25, deadline=None, database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
