@@ -120,7 +120,8 @@ def test_numerical_gradient_whose_function_raises_leaves_parameters(mode):
     c = zcache.CachedTensor(lambda: a.value() ** 2, name="sq")
 
     def func():
-        with tf.control_dependencies([tf.debugging.assert_less(a.value(), tf.constant(1.0 + 1e-9, tf.float64), message="too far")]):
+        limit = tf.constant(1.0 + 1e-9, tf.float64)
+        with tf.control_dependencies([tf.debugging.assert_less(a.value(), limit, message="too far")]):
             return c.value() + 0.0
 
     with zcache.set_autograd_mode(False):

@@ -1102,13 +1102,12 @@ def test_fits_of_separate_models_in_threads_leave_the_modes_alone():
     process-wide graph mode at eager (precompute flipped it with set_graph_mode(False)); every
     fit equals the same fit run alone."""
     from zcache.minimize import Minuit
-
     from zcache.models import set_seed
 
     set_seed(7)
     worlds = [_fit_world(n=400) for _ in range(2)]
     alone = []
-    for model, loss in worlds:
+    for _model, loss in worlds:
         start = [p._current() for p in loss.params]
         alone.append(Minuit().minimize(loss).values)
         zcache.set_values(loss.params, start)
