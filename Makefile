@@ -29,10 +29,11 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
 
-# The stateful CacheMachine (tests/test_properties.py) for 10,000 random sequences; prints how
-# many ran and how many failed (hours on 2 cores; not part of `make test`).
+# The stateful machines, CacheMachine (tests/test_properties.py) and FitMachine
+# (tests/test_properties_fit.py) in alternating batches, for 10,000 random sequences in 2 worker
+# processes; prints sequences, failures and steps (under an hour on 2 cores; not part of `make test`).
 stress: $(STAMP)
-	$(PY) tests/stress.py --sequences 10000
+	$(PY) tests/stress.py --sequences 10000 --workers 2 --machine both
 
 # A separate environment for benchmarks, so that peers (zfit; tensorwaves: later issues) can be
 # installed there without touching the test environment. zfit and tf-keras require the

@@ -1,19 +1,31 @@
-"""``make stress``: run the stateful ``CacheMachine`` (tests/test_properties.py) for many sequences.
+"""``make stress``: run the stateful machines for many random sequences, in parallel worker processes.
 
-Each sequence is a fresh random program over the public API (parameters, data, caches of
-caches, ``@cached`` models, set_value / set_data / invalidate / clear_graph_cache, graph and
-autograd modes, eager and traced reads, gradients, bad input, temporary models that are
-dropped), checked against an uncached reference after every step. The script runs batches
-of fresh seeds until the requested number of sequences ran (or the time is up), and prints
-how many ran and how many failed; each failure is printed with its falsifying sequence.
+Machines: ``CacheMachine`` (tests/test_properties.py: parameters, data, caches of caches,
+``@cached`` models, set_value / set_data / invalidate / clear_graph_cache, graph and autograd
+modes, eager and traced reads, plain ``tf.function``, gradients and tapes, failing caches, bad
+input, threads, temporary models that are dropped) and ``FitMachine`` (the fitting layer,
+tests/test_properties_fit.py, imported lazily: skipped with a message where it does not exist).
+Every step is checked against an uncached reference.
+
+The parent process hands out *batches* (one hypothesis run of ``--batch`` fresh sequences with
+its own seed) to ``--workers`` worker processes, gathers sequences, steps and failures (each
+printed with its falsifying sequence and the seed that replays it), and stops when the requested
+number of sequences ran, the ``--minutes`` limit is reached (no batch is started that would not
+end in time), or on SIGTERM / SIGINT (the batches under way finish; a second signal stops the
+workers at once). ``--machine both`` alternates batches of the two machines: by default 20
+CacheMachine sequences of at most 10 steps, then 4 FitMachine sequences of at most 8 steps
+(a fit sequence costs about three cache sequences). Each worker runs TensorFlow with one
+intra-op thread and is replaced by a fresh process after ``--recycle`` batches.
 
 Warnings are errors, as under pytest. Shrinking is off by default so that every counted
-sequence is a generated one; pass ``--shrink`` to get a minimal failing sequence.
+sequence is a generated one; ``--replay SEED --shrink`` reruns one failing batch in this
+process and shrinks it to a minimal sequence.
 
 Usage::
 
-    make stress                                    # 10,000 sequences (hours on 2 cores)
-    .venv/bin/python tests/stress.py --sequences 200 --minutes 20
+    make stress                                          # 10,000 sequences, 2 workers, both machines
+    .venv/bin/python tests/stress.py --sequences 200 --minutes 5
+    .venv/bin/python tests/stress.py --machine cache --replay 12345 --batch 20 --shrink
 """
 
 from __future__ import annotations
@@ -21,9 +33,13 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import queue  # noqa: E402
+import random  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -32,44 +48,66 @@ import warnings  # noqa: E402
 from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import test_properties  # noqa: E402
-from hypothesis import HealthCheck, Phase, settings, stateful  # noqa: E402
-from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
-
-#: How often each rule ran (bad_value and bad_data are the bad inputs tried).
-RULE_CALLS: Counter[str] = Counter()
+TESTS = Path(__file__).resolve().parent
+MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properties_fit", "FitMachine")}
 
 
-def _count_rule_calls(cls: type) -> None:
-    """Wrap every rule of ``cls`` so that RULE_CALLS counts its calls."""
-    for name, attr in vars(cls).items():
-        rule = getattr(attr, stateful.RULE_MARKER, None)
-        if rule is None or not hasattr(rule, "function"):
-            continue
-
-        @functools.wraps(rule.function)
-        def counted(*args, __function=rule.function, __name=name, **kwargs):
-            RULE_CALLS[__name] += 1
-            return __function(*args, **kwargs)
-
-        rule.function = counted
+# == in a worker (or in this process for --replay) ========================================
+class Missing(Exception):
+    """The machine's module or class does not exist (yet)."""
 
 
-class CountedMachine(test_properties.CacheMachine):
-    """The machine, counting the sequences it starts and the steps they take."""
+_COUNTED: dict[str, type] = {}
+#: per machine: how often each rule ran (steps = their sum; bad_value/bad_data: bad inputs tried)
+RULE_CALLS: dict[str, Counter[str]] = {}
+SEQUENCES: Counter[str] = Counter()
 
-    sequences = 0
-    steps_run = 0
 
-    def __init__(self) -> None:
-        CountedMachine.sequences += 1
-        super().__init__()
+def _count_rule_calls(cls: type, calls: Counter[str]) -> None:
+    """Wrap every rule of ``cls`` (and of its bases) so that ``calls`` counts its calls."""
+    from hypothesis import stateful
 
-    def teardown(self) -> None:
-        CountedMachine.steps_run += self.steps
-        super().teardown()
+    for klass in cls.__mro__:
+        for name, attr in vars(klass).items():
+            rule = getattr(attr, stateful.RULE_MARKER, None)
+            function = getattr(rule, "function", None)
+            if function is None or getattr(function, "_stress_counted", False):
+                continue
+
+            @functools.wraps(function)
+            def counted(*args, __function=function, __name=name, **kwargs):
+                calls[__name] += 1
+                return __function(*args, **kwargs)
+
+            counted._stress_counted = True
+            rule.function = counted
+
+
+def _machine(name: str) -> type:
+    """The machine ``name``, subclassed to count its sequences; raises Missing if absent."""
+    if name not in _COUNTED:
+        module_name, class_name = MACHINES[name]
+        if str(TESTS) not in sys.path:
+            sys.path.insert(0, str(TESTS))
+        try:
+            module = __import__(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            raise Missing(f"tests/{module_name}.py does not exist") from None
+        base = getattr(module, class_name, None)
+        if base is None:
+            raise Missing(f"tests/{module_name}.py has no {class_name}")
+        calls = RULE_CALLS.setdefault(name, Counter())
+        _count_rule_calls(base, calls)
+
+        def __init__(self, __base=base, __name=name):
+            SEQUENCES[__name] += 1
+            __base.__init__(self)
+
+        # Same name as the machine: hypothesis prints it in the falsifying sequence.
+        _COUNTED[name] = type(base.__name__, (base,), {"__init__": __init__, "__module__": base.__module__})
+    return _COUNTED[name]
 
 
 def _warnings_as_errors() -> None:
@@ -80,71 +118,311 @@ def _warnings_as_errors() -> None:
     warnings.filterwarnings("ignore", message=r".*np\.find_common_type.*", category=DeprecationWarning)
 
 
-STOP = {"requested": False}
+def _setup_process(threads: int) -> None:
+    """TensorFlow with few threads (N workers share the cores), warnings as errors."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    _warnings_as_errors()
+
+
+def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> dict:
+    """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis import seed as with_seed
+    from hypothesis.stateful import run_state_machine_as_test
+
+    try:
+        cls = _machine(machine)
+    except Missing as err:
+        return {"machine": machine, "seed": seed, "missing": str(err)}
+    except Exception as err:  # noqa: BLE001 - the machine's module does not import
+        return {"machine": machine, "seed": seed, "sequences": 0, "steps": 0, "calls": {}, "seconds": 0.0,
+                "import_error": "".join(traceback.format_exception(err))}
+    calls = RULE_CALLS[machine]
+    before_calls, before_seq = sum(calls.values()), SEQUENCES[machine]
+    before = Counter(calls)
+
+    @with_seed(seed)
+    def factory():
+        return cls()
+
+    phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
+    failure = None
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        run_state_machine_as_test(factory, settings=settings(
+            max_examples=size, stateful_step_count=steps, deadline=None, database=None,
+            phases=phases, suppress_health_check=list(HealthCheck), print_blob=True,
+        ))
+    except Exception as err:  # noqa: BLE001 - a failing sequence: report it and go on
+        failure = "".join(traceback.format_exception(err, limit=-3))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    ran = SEQUENCES[machine] - before_seq
+    if shrink and failure:  # hypothesis reran the failure while shrinking: count the batch once
+        ran = min(ran, size)
+    return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
+            "calls": dict(Counter(calls) - before), "seconds": seconds, "cpu": cpu, "failure": failure}
+
+
+def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
+    """A worker process: run the batches it is given until it gets None (or the parent dies)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+    _setup_process(threads)
+    results.put({"ready": wid})
+    while True:
+        try:
+            task = tasks.get(timeout=5.0)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        if task is None:
+            return
+        result = run_batch(*task)
+        result["worker"] = wid
+        results.put(result)
+
+
+# == the parent ===========================================================================
+STOP = {"signals": 0}
 
 
 def _stop(signum: int, frame: object) -> None:
-    """SIGTERM / SIGINT (also in a background job, where SIGINT is ignored): stop after this batch.
+    """SIGTERM / SIGINT (also in a background job, where SIGINT is ignored): start no more batches.
 
-    A flag, not an exception: an exception raised here could land in any code, e.g. in a
-    garbage-collection finalizer, where Python only prints and ignores it.
+    A flag, not an exception: an exception raised here could land in any code. A second signal
+    stops the workers at once (their batches under way are not counted).
     """
-    STOP["requested"] = True
+    STOP["signals"] += 1
+
+
+class Worker:
+    def __init__(self, ctx, results, wid: int, threads: int) -> None:
+        self.wid, self.tasks = wid, ctx.Queue()
+        self.process = ctx.Process(target=_worker, args=(self.tasks, results, wid, threads), daemon=True)
+        self.process.start()
+        self.task: tuple | None = None  # the batch under way
+        self.started = 0.0
+        self.batches = 0
+
+
+class Totals:
+    def __init__(self) -> None:
+        self.sequences: Counter[str] = Counter()
+        self.steps: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self.calls: dict[str, Counter[str]] = {}
+        self.busy_seconds: Counter[str] = Counter()
+        self.cpu_seconds: Counter[str] = Counter()
+        self.batches = 0
+
+    def add(self, result: dict) -> None:
+        m = result["machine"]
+        self.batches += 1
+        self.sequences[m] += result["sequences"]
+        self.steps[m] += result["steps"]
+        self.busy_seconds[m] += result["seconds"]
+        self.cpu_seconds[m] += result.get("cpu", 0.0)
+        self.calls.setdefault(m, Counter()).update(result["calls"])
+
+    def per_sequence(self, machine: str | None = None) -> float | None:
+        """Seconds per sequence in a worker (of ``machine``; of all if None or not yet known)."""
+        if machine is not None and self.sequences[machine]:
+            return self.busy_seconds[machine] / self.sequences[machine]
+        n = sum(self.sequences.values())
+        return sum(self.busy_seconds.values()) / n if n else None
+
+
+def _print_failure(result: dict, number: int, args: argparse.Namespace) -> None:
+    m, seed = result["machine"], result["seed"]
+    text = result.get("failure") or result.get("import_error") or ""
+    print(f"[stress] FAILURE {number} ({m} machine, seed {seed}, worker {result.get('worker')}); replay with: "
+          f"{sys.executable} tests/stress.py --machine {m} --replay {seed} --batch {result.get('size', args.batch)} "
+          f"--steps {result.get('steps_max', args.steps)} --shrink\n{text}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the batches; the exit status is 1 if any sequence failed."""
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    _count_rule_calls(test_properties.CacheMachine)  # here, not at import (pytest imports this file)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=10_000, help="sequences to run in total")
-    parser.add_argument("--steps", type=int, default=25, help="steps per sequence at most")
-    parser.add_argument("--batch", type=int, default=50, help="sequences per hypothesis run (one seed)")
-    parser.add_argument("--minutes", type=float, default=None, help="stop after this many minutes")
-    parser.add_argument("--shrink", action="store_true", help="shrink failures (their shrink runs are counted apart)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--machine", choices=["cache", "fit", "both"], default="cache",
+                        help="which state machine ('both' alternates batches)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per CacheMachine sequence at most")
+    parser.add_argument("--batch", type=int, default=20, help="CacheMachine sequences per batch (one seed)")
+    parser.add_argument("--fit-steps", type=int, default=8, help="steps per FitMachine sequence at most")
+    parser.add_argument("--fit-batch", type=int, default=4,
+                        help="FitMachine sequences per batch (a fit sequence costs about 4 cache sequences)")
+    parser.add_argument("--minutes", type=float, default=None, help="start no batch that would end after this")
+    parser.add_argument("--seed", type=int, default=None, help="base seed (batch i runs seed + i); random if omitted")
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra-op threads per worker")
+    parser.add_argument("--recycle", type=int, default=50, help="restart a worker after this many batches")
+    parser.add_argument("--replay", type=int, default=None, metavar="SEED",
+                        help="run one batch with this seed in this process (with --machine, --batch, --steps)")
+    parser.add_argument("--shrink", action="store_true", help="shrink failures (with --replay: a minimal sequence)")
     args = parser.parse_args(argv)
-    _warnings_as_errors()
-    phases = [Phase.generate, Phase.shrink] if args.shrink else [Phase.generate]
+    if args.replay is not None:
+        return _replay(args)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    machines = ["cache", "fit"] if args.machine == "both" else [args.machine]
+    base_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**40)
+    steps = {"cache": args.steps, "fit": args.fit_steps}
+    batch = {"cache": args.batch, "fit": args.fit_batch}
+    shown = ", ".join(f"{m}: batches of {batch[m]}, at most {steps[m]} steps" for m in machines)
+    print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number",
+          flush=True)
+    ctx = mp.get_context("spawn")  # TensorFlow does not survive fork
+    results: mp.Queue = ctx.Queue()
+    workers = [Worker(ctx, results, i, args.threads) for i in range(args.workers)]
+    totals, failures, skipped = Totals(), 0, {}
+    ready: set[int] = set()
+    assigned = 0  # sequences handed out and not yet reported
+    next_batch = 0
     start = time.perf_counter()
-    ran = failed = shrink_runs = batches = 0
-    while ran < args.sequences:
-        if args.minutes is not None and time.perf_counter() - start > 60.0 * args.minutes:
-            print(f"[stress] time limit of {args.minutes:g} min reached", flush=True)
+    deadline = None if args.minutes is None else start + 60.0 * args.minutes
+    stop_reason = None
+    last_report = start
+
+    def ran() -> int:
+        return sum(totals.sequences.values())
+
+    while True:
+        now = time.perf_counter()
+        if stop_reason is None:
+            if STOP["signals"]:
+                stop_reason = "stopped by a signal; waiting for the batches under way"
+            elif deadline is not None and now >= deadline:
+                stop_reason = f"time limit of {args.minutes:g} min reached"
+            elif ran() >= args.sequences:
+                stop_reason = "done"
+            if stop_reason and stop_reason != "done":
+                print(f"[stress] {stop_reason}", flush=True)
+        if STOP["signals"] > 1:
+            print("[stress] second signal: stopping the workers now", flush=True)
             break
-        if STOP["requested"]:
-            print("[stress] stopped by a signal", flush=True)
+        active = [m for m in machines if m not in skipped]
+        if not active and stop_reason is None:
+            stop_reason = "no machine to run"
+        # hand out batches to idle workers
+        for w in workers:
+            if stop_reason is not None or w.task is not None or w.wid not in ready:
+                continue
+            left = args.sequences - ran() - assigned
+            if left <= 0:
+                continue
+            machine = active[next_batch % len(active)]
+            size = min(batch[machine], left)
+            per_seq = totals.per_sequence(machine)
+            if deadline is not None and per_seq is not None:  # no batch that would end after the limit
+                size = min(size, int((deadline - now) / per_seq))
+                if size < 1:
+                    continue
+            w.task = (machine, base_seed + next_batch, size, steps[machine], False)
+            w.started, next_batch = now, next_batch + 1
+            assigned += size
+            w.tasks.put(w.task)
+        if all(w.task is None for w in workers) and (stop_reason is not None or not active):
             break
-        size = min(args.batch, args.sequences - ran)
-        before = CountedMachine.sequences
-        batches += 1
         try:
-            run_state_machine_as_test(CountedMachine, settings=settings(
-                max_examples=size, stateful_step_count=args.steps, deadline=None, database=None,
-                phases=phases, suppress_health_check=list(HealthCheck), print_blob=True,
-            ))
-            ran += CountedMachine.sequences - before
-        except Exception as err:  # noqa: BLE001 - a failing sequence: report it and go on
-            failed += 1
-            if args.shrink:  # hypothesis reran the failure while shrinking; count the batch as run
-                shrink_runs += CountedMachine.sequences - before - size
-                ran += size
+            result = results.get(timeout=1.0)
+        except queue.Empty:
+            result = None
+        if result is not None and "ready" in result:
+            ready.add(result["ready"])
+        elif result is not None:
+            w = workers[result["worker"]]
+            result["size"], result["steps_max"] = w.task[2], w.task[3]
+            assigned -= w.task[2]
+            w.task, w.batches = None, w.batches + 1
+            if "missing" in result:
+                if result["machine"] not in skipped:
+                    skipped[result["machine"]] = result["missing"]
+                    print(f"[stress] skipping the {result['machine']} machine: {result['missing']}", flush=True)
             else:
-                ran += CountedMachine.sequences - before
-            print(f"[stress] FAILURE {failed} in batch {batches}:", flush=True)
-            traceback.print_exception(err, limit=-3)
-        elapsed = time.perf_counter() - start
-        print(f"[stress] {ran} sequences, {failed} failed, {CountedMachine.steps_run} steps, "
-              f"{RULE_CALLS['bad_value'] + RULE_CALLS['bad_data']} bad inputs, {elapsed / 60:.1f} min "
-              f"({elapsed / max(ran, 1):.2f} s per sequence)", flush=True)
+                totals.add(result)
+                if result.get("failure") or result.get("import_error"):
+                    failures += 1
+                    totals.failed[result["machine"]] += 1
+                    _print_failure(result, failures, args)
+                    if result.get("import_error"):
+                        skipped[result["machine"]] = "its module does not import (counted as a failure)"
+            if w.batches >= args.recycle and stop_reason is None:  # bound memory growth: a fresh process
+                w.tasks.put(None)
+                w.process.join(30)
+                ready.discard(w.wid)
+                workers[w.wid] = Worker(ctx, results, w.wid, args.threads)
+        for w in workers:  # a worker that died (killed, out of memory, crashed)
+            if not w.process.is_alive() and (w.task is not None or stop_reason is None):
+                if w.task is not None:
+                    failures += 1
+                    totals.failed[w.task[0]] += 1
+                    assigned -= w.task[2]
+                    print(f"[stress] FAILURE {failures}: worker {w.wid} died (exit code {w.process.exitcode}) "
+                          f"in the {w.task[0]} batch with seed {w.task[1]}", flush=True)
+                ready.discard(w.wid)
+                if stop_reason is None:
+                    workers[w.wid] = Worker(ctx, results, w.wid, args.threads)
+                else:
+                    w.task = None
+        if time.perf_counter() - last_report > 60.0 or (result is not None and "worker" in result):
+            last_report = time.perf_counter()
+            elapsed = last_report - start
+            per = ", ".join(f"{m} {totals.busy_seconds[m] / totals.sequences[m]:.2f} s "
+                            f"({totals.cpu_seconds[m] / totals.sequences[m]:.2f} s CPU)"
+                            for m in machines if totals.sequences[m])
+            print(f"[stress] {ran()} sequences, {failures} failed, {sum(totals.steps.values())} steps, "
+                  f"{elapsed / 60:.1f} min ({elapsed / max(ran(), 1):.2f} s per sequence; in a worker: "
+                  f"{per or '-'})", flush=True)
+
+    for w in workers:
+        if STOP["signals"] > 1:
+            w.process.terminate()
+        else:
+            w.tasks.put(None)
+    for w in workers:
+        w.process.join(30)
+        if w.process.is_alive():
+            w.process.terminate()
     elapsed = time.perf_counter() - start
-    print("[stress] rule calls: " + ", ".join(f"{name} {count}" for name, count in sorted(RULE_CALLS.items())))
-    bad = RULE_CALLS["bad_value"] + RULE_CALLS["bad_data"]
+    for m in machines:
+        calls = totals.calls.get(m, Counter())
+        if calls:
+            print(f"[stress] {m} rule calls: " + ", ".join(f"{name} {count}" for name, count in sorted(calls.items())))
+        if m in skipped:
+            print(f"[stress] {m} machine skipped: {skipped[m]}")
+    bad = sum(c["bad_value"] + c["bad_data"] for c in totals.calls.values())
     print(f"[stress] bad inputs tried (bad_value + bad_data rules): {bad}")
-    print(f"stress: {ran} sequences run (at most {args.steps} steps each, {CountedMachine.steps_run} steps in "
-          f"all), {failed} failed" + (f" ({shrink_runs} more runs while shrinking)" if args.shrink else "")
-          + f", in {elapsed / 60:.1f} min", flush=True)
-    return 1 if failed else 0
+    parts = ", ".join(f"{m} {totals.sequences[m]} of at most {steps[m]} steps" for m in machines
+                      if m not in skipped or totals.sequences[m])
+    print(f"stress: {ran()} sequences run ({parts or 'none'}; {args.workers} workers), "
+          f"{failures} failed, {sum(totals.steps.values())} steps, in {elapsed / 60:.1f} min", flush=True)
+    return 1 if failures else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """--replay SEED: one batch in this process (shrunk with --shrink), printed in full."""
+    if args.machine == "both":
+        print("stress: --replay needs --machine cache or --machine fit", file=sys.stderr)
+        return 2
+    _setup_process(args.threads)
+    start = time.perf_counter()
+    result = run_batch(args.machine, args.replay, args.batch, args.steps, args.shrink)
+    if "missing" in result:
+        print(f"stress: the {args.machine} machine is missing: {result['missing']}")
+        return 0
+    failed = int(bool(result.get("failure") or result.get("import_error")))
+    if failed:
+        result["worker"] = "-"
+        _print_failure(result, 1, args)
+    print(f"stress: {result['sequences']} sequences run ({args.machine}, seed {args.replay}), {failed} failed, "
+          f"{result['steps']} steps, in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+    return failed
 
 
 if __name__ == "__main__":

@@ -686,3 +686,43 @@ def test_cache_that_reads_parameter_variable_records_the_dependency():
     x.set_data([4.0])
     assert float(c.value()) == 12.0
     assert set(c.deps) == {p, x}
+
+
+def test_tape_that_spans_set_value_through_parameter_variable():
+    """A cache that reads p.variable (not p.value()) also gets the gradient at the forward point
+    (found by the stateful machine: 0 on a hit, or the gradient at the new value)."""
+    p = zcache.Parameter("p", 1.0)
+    c = zcache.CachedTensor(lambda: tf.sin(p.variable), name="via_variable")
+    _ = c.value()
+    with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        tape.watch(p.variable)
+        y = c.value()
+    p.set_value(2.0)
+    np.testing.assert_allclose(float(tape.gradient(y, p.variable)), np.cos(1.0), rtol=1e-14)
+
+
+@pytest.mark.parametrize("graph", [True, {"tensor": False}, False])
+def test_failed_call_puts_back_inputs_in_every_graph_mode(graph):
+    """A zcache.function that the policy runs eagerly also puts back the inputs it set before
+    it raised (found by the stateful machine: only traced calls did)."""
+    p, g = zcache.Parameter("p", 1.0), zcache.Parameter("g", 0.0)
+    x = zcache.Data(np.array([1.0, 2.0]), name="x")
+
+    def guarded():
+        with tf.control_dependencies([tf.debugging.assert_less(g.value(), tf.constant(1.0, tf.float64))]):
+            return p.value() * tf.reduce_sum(x.value())
+
+    c = zcache.CachedTensor(guarded, name="guarded")
+
+    @zcache.function
+    def f():
+        x.set_data(np.array([7.0]))
+        zcache.set_values([p], [5.0])
+        g.set_value(2.0)
+        return c.value()
+
+    assert float(c.value()) == 3.0
+    with zcache.set_graph_mode(graph), pytest.raises(tf.errors.InvalidArgumentError):
+        f()
+    assert (float(p.value()), float(g.value()), x.numpy().tolist()) == (1.0, 0.0, [1.0, 2.0])
+    assert float(c.value()) == 3.0

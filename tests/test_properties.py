@@ -21,12 +21,31 @@ gradients).
    also taken by a tape outside a traced function and compared with 4-point finite
    differences of zcache's own values (1e-6); temporary models (a ``@cached`` model, a cache
    of its cache, traced functions) are used and dropped, and their nodes must leave the
-   dependency graph, which never holds a node of a collected object.
+   dependency graph, which never holds a node of a collected object. User paths beyond
+   ``zcache.function``:
+
+   - a *plain* ``tf.function`` (autograph on and off) reading caches and taking a tape's
+     gradient: reference values and gradients, at most one trace (``PlainTraced``);
+   - set_value / set_values / set_data inside a plain ``tf.function`` (also through a
+     zcache.function inlined into it) raise ``UnmanagedTraceError`` when traced, state unchanged;
+   - guarded caches (``tf.debugging.assert_less`` under ``tf.control_dependencies``, or a Python
+     ``raise`` eagerly) read while the guard fails, eagerly, in a zcache.function, in a plain
+     tf.function, or in a zcache.function that set parameters first: the read raises, the
+     cache and the caches above it are not valid, the failed zcache.function put its inputs
+     back, and the next read after a good value is fresh;
+   - persistent (and nested) tapes that span a set_value (eager, or in the graph of a
+     zcache.function): gradient and Hessian are the reference's at the forward point;
+   - caches that read parameters as ``p.variable`` (must be recorded like ``p.value()``);
+   - ``zcache.hessian`` within one step of a limit (clipped, parameters unchanged) and a
+     numerical ``zcache.gradient`` whose function raises (parameters unchanged);
+   - once per sequence, two threads on separate small worlds (set_value and traced reads),
+     after which the graph mode and ``tf.config.functions_run_eagerly()`` are unchanged.
 5. Bad input (NaN/inf/out-of-limit values, malformed data; eager and traced) raises the
    documented error and leaves values, data and every cache's validity unchanged.
 
 Profiles: ``ci`` (default, about 40 s) and ``stress`` (``ZCACHE_HYPOTHESIS_PROFILE=stress``,
-many minutes); ``make stress`` runs ``CacheMachine`` for 10,000 sequences (tests/stress.py).
+many minutes); ``make stress`` runs ``CacheMachine`` and the fitting layer's ``FitMachine``
+for 10,000 sequences in parallel worker processes (tests/stress.py).
 Trace time grows quickly with how deeply caches nest (each read traces its dependencies
 again inside its tf.cond, each gradient traces them again in the backward pass), so the
 worlds keep nesting shallow.
@@ -34,10 +53,13 @@ worlds keep nesting shallow.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import operator
 import os
+import sys
+import threading
 import weakref
 
 import networkx as nx
@@ -67,6 +89,8 @@ from zcache.exceptions import (
     EmptyDataError,
     InvalidDataError,
     ParameterValueError,
+    UnmanagedTraceError,
+    ZCacheError,
 )
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -189,8 +213,10 @@ class Node:
     """A Parameter, Data or cache, with how zcache reads it and how the reference computes it."""
 
     def __init__(self, uid, kind, label, *, obj=None, read=None, ref=None, domain=None,
-                 leaf_ids=frozenset(), model=None, depth=0):
+                 leaf_ids=frozenset(), model=None, depth=0, below=frozenset(), guard=None):
         self.uid, self.kind, self.label = uid, kind, label
+        self.below = below  # uids of the caches it reads, transitively
+        self.guard = guard  # a guarded cache: the guard parameter's Node (see World.add_cache)
         self.depth = depth  # 0 for inputs, 1 + the deepest dependency for caches
         self.obj = obj  # the zcache object (None for a @cached method)
         self.read = read  # () -> tensor through zcache
@@ -227,6 +253,39 @@ class Traced:
         return out
 
 
+class PlainTraced:
+    """A plain ``tf.function`` (not zcache.function) that counts its Python-side traces: one at
+    most for its whole life, whatever values, data and modes change (with the graph mode False,
+    TensorFlow runs it eagerly and it does not trace)."""
+
+    def __init__(self, body, autograph):
+        self.traces = 0
+
+        def counted(*args):
+            if tf.inside_function():
+                self.traces += 1
+            return body(*args)
+
+        self.autograph = autograph
+        self.fn = tf.function(counted, autograph=autograph)
+
+    def __call__(self, *args):
+        out = self.fn(*args)
+        assert self.traces <= 1, f"a plain tf.function (autograph {self.autograph}) retraced: {self.traces} traces"
+        return out
+
+
+class GuardError(ValueError):
+    """Raised by a guarded cache's function, eagerly, when its guard parameter is too large."""
+
+
+#: A guarded cache's function fails when its guard parameter is >= GUARD_LIMIT (the machine keeps
+#: guards in [-1, 1] except inside the rule that makes them fail).
+GUARD_LIMIT = 1.5
+#: Exceptions a failing guard may raise: eagerly the assertion's or GuardError, traced TensorFlow's
+#: InvalidArgumentError or a zcache error made from it.
+GUARD_FAILURES = (tf.errors.InvalidArgumentError, GuardError, ZCacheError)
+
 _EPS = float(np.finfo(np.float64).eps)
 _REL_STEP = _EPS ** (1.0 / 3.0)
 
@@ -248,6 +307,7 @@ class World:
     def __init__(self):
         self.uids = itertools.count()
         self.nodes, self.params, self.data, self.caches, self.models = [], [], [], [], []
+        self.guards, self.guarded = [], []  # guard parameters (not in params), guarded caches
         self.values = {}  # uid -> the value this file set (the reference state)
         self.epoch = 0
         self._checkers = {}
@@ -294,28 +354,72 @@ class World:
         return self._add(Node(uid, "data", f"x{uid}[{len(array)}]", obj=x, read=x.value, domain=uid,
                               leaf_ids=frozenset({x.node_id})))
 
-    def add_cache(self, deps, tpl, declared):
+    def add_guard(self, value):
+        """A guard parameter: read by one guarded cache, kept out of ``params`` (the other rules
+        never set it), in [-1, 1] except while a rule makes its cache fail."""
+        uid = next(self.uids)
+        g = zcache.Parameter(f"g{uid}", value)
+        self.values[uid] = float(value)
+        node = Node(uid, "param", f"g{uid}", obj=g, read=g.value, leaf_ids=frozenset({g.node_id}))
+        self.guards.append(node)
+        return node
+
+    def add_cache(self, deps, tpl, declared, via_variable=False, guard=None):
+        """A CachedTensor of the template over ``deps``.
+
+        ``via_variable``: its function reads the Parameters among ``deps`` as ``p.variable`` (the
+        public attribute) instead of ``p.value()``. ``guard``: (guard Node, kind); the cache adds
+        ``0.25 * g`` and fails while ``g >= GUARD_LIMIT``: kind 'assert' with
+        ``tf.debugging.assert_less`` under ``tf.control_dependencies`` (eager and traced), kind
+        'python' with a Python ``raise`` eagerly (and the assertion when traced).
+        """
         unary, binary, final, reduce = tpl
         plan, domain = make_plan(unary, binary, reduce, [d.domain for d in deps])
         declared = declared and all(d.obj is not None for d in deps)
-        reads = [d.read for d in deps]
+        via_variable = via_variable and any(d.kind == "param" for d in deps)
+        reads = [(lambda d=d: d.obj.variable) if via_variable and d.kind == "param" else d.read for d in deps]
+        gnode, kind = guard if guard is not None else (None, None)
+        uid = next(self.uids)
 
         def func():
-            return run_plan(plan, final, reduce, [r() for r in reads], TF)
+            out = run_plan(plan, final, reduce, [r() for r in reads], TF)
+            if gnode is None:
+                return out
+            g = gnode.obj.value()
+            if kind == "python" and not tf.inside_function():
+                if float(g) >= GUARD_LIMIT:
+                    raise GuardError(f"c{uid}: guard g{gnode.uid} = {float(g)} >= {GUARD_LIMIT}")
+                return out + 0.25 * g
+            check = tf.debugging.assert_less(g, tf.constant(GUARD_LIMIT, tf.float64),
+                                             message=f"c{uid}: guard g{gnode.uid} too large")
+            with tf.control_dependencies([check]):
+                return tf.identity(out + 0.25 * g)
 
-        uid = next(self.uids)
-        cache = zcache.CachedTensor(func, deps=[d.obj for d in deps] if declared else None, name=f"c{uid}")
-        terms = [f"{u}({d.label.split('=')[0]})" + (".mean" if fm else "")
-                 for (u, _, fm), d in zip(plan, deps)]
+        dep_objs = [d.obj for d in deps] + ([gnode.obj] if gnode is not None else [])
+        cache = zcache.CachedTensor(func, deps=dep_objs if declared else None, name=f"c{uid}")
+        terms = [f"{u}({d.label.split('=')[0]}{'.variable' if via_variable and d.kind == 'param' else ''})"
+                 + (".mean" if fm else "") for (u, _, fm), d in zip(plan, deps)]
         expr = terms[0]
         for (_, op, _), t in zip(plan[1:], terms[1:]):
             expr = f"{op}({expr}, {t})"
-        label = f"c{uid}={final}({expr}){'.mean' if reduce else ''}{' [declared]' if declared else ''}"
-        return self._add(Node(
-            uid, "cache", label, obj=cache, read=cache.value, domain=domain,
-            ref=lambda env, M: run_plan(plan, final, reduce, [d.value_in(env, M) for d in deps], M),
-            leaf_ids=frozenset().union(*[d.leaf_ids for d in deps]), depth=1 + max(d.depth for d in deps),
+        label = f"c{uid}={final}({expr}){'.mean' if reduce else ''}"
+        if gnode is not None:
+            label += f" + 0.25*g{gnode.uid} [guard {kind}: g{gnode.uid} < {GUARD_LIMIT}]"
+        label += " [declared]" if declared else ""
+
+        def ref(env, M):
+            out = run_plan(plan, final, reduce, [d.value_in(env, M) for d in deps], M)
+            return out if gnode is None else out + 0.25 * gnode.value_in(env, M)
+
+        leaves = frozenset().union(*[d.leaf_ids for d in deps], gnode.leaf_ids if gnode else frozenset())
+        node = self._add(Node(
+            uid, "cache", label, obj=cache, read=cache.value, domain=domain, ref=ref, leaf_ids=leaves,
+            depth=1 + max(d.depth for d in deps), guard=gnode,
+            below=frozenset().union(*[d.below | ({d.uid} if d.kind == "cache" else set()) for d in deps]),
         ))
+        if gnode is not None:
+            self.guarded.append(node)
+        return node
 
     def add_model(self, a, b, x, k):
         m = Lineshape(a.obj, b.obj)
@@ -405,7 +509,7 @@ class World:
         for _ in range(5):  # the graph may shrink under us when the GC drops old objects
             try:
                 ids = set()
-                for n in self.params + self.data:
+                for n in self.params + self.data + self.guards:
                     ids |= nx.descendants(graph, n.obj.node_id)
                 out = {}
                 for uid in ids:
@@ -433,7 +537,7 @@ class World:
         assert not self.validity_changed(before), f"setting {p} to its current value ({how}) invalidated caches"
 
     def assert_inputs_unchanged(self):
-        for p in self.params:
+        for p in self.params + self.guards:
             assert float(p.obj.numpy()) == self.values[p.uid], f"{p} changed"
         for x in self.data:
             np.testing.assert_array_equal(x.obj.numpy(), self.values[x.uid], err_msg=f"{x} changed")
@@ -485,7 +589,99 @@ class World:
             tols.append(1e-11 * (1.0 + a_up + a_down) / (up - down))
         return np.array(grads), np.array(tols)
 
+    def reference_hessian(self):
+        """The Hessian of the sum of all caches w.r.t. ``params``: nested tapes on constants."""
+        consts = {uid: tf.constant(v, tf.float64) for uid, v in self.values.items()}
+        watched = [consts[p.uid] for p in self.params]
+        with tf.GradientTape(persistent=True) as outer:
+            outer.watch(watched)
+            with tf.GradientTape() as inner:
+                inner.watch(watched)
+                total = _sum_all([c.value_in(dict(consts), TF) for c in self.caches])
+            g = _grads(inner.gradient(total, watched), watched)
+            rows = [g[i] for i in range(len(watched))]
+        return np.array([_grads(outer.gradient(r, watched), watched).numpy() for r in rows]).reshape(
+            len(watched), len(watched))
+
     # -- reading through zcache and comparing ------------------------------------------
+    def _key(self, *extra):
+        return (*extra, tuple(c.uid for c in self.caches), tuple(p.uid for p in self.params))
+
+    def plain_reader(self, autograph, gradients):
+        """A plain ``tf.function`` (not zcache.function) reading every cache, with a tape inside."""
+        key = self._key("plain", autograph, gradients)
+        if key not in self._checkers:
+            caches, params = list(self.caches), list(self.params)
+            variables = [p.obj.variable for p in params]
+
+            def body():
+                if not gradients:
+                    return [c.read() for c in caches], tf.zeros([0], tf.float64)
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(variables)
+                    values = [c.read() for c in caches]
+                    total = _sum_all(values)
+                return values, _grads(tape.gradient(total, variables), variables)
+
+            self._checkers[key] = PlainTraced(body, autograph)
+        return self._checkers[key]
+
+    def tape_across_set_value(self, p, nested):
+        """``body(v)``: read every cache under a persistent tape (two nested ones if ``nested``),
+        then ``p.set_value(v)``, then take the gradient (and the Hessian) of what was read."""
+        caches, params = list(self.caches), list(self.params)
+
+        def body(v):
+            variables = [q.obj.variable for q in params]
+            with (tf.GradientTape(persistent=True, watch_accessed_variables=False) if nested
+                  else contextlib.nullcontext()) as outer:
+                if nested:
+                    outer.watch(variables)
+                with tf.GradientTape(persistent=True, watch_accessed_variables=False) as inner:
+                    inner.watch(variables)
+                    values = [c.read() for c in caches]
+                    total = _sum_all(values)
+                p.obj.set_value(v)
+                g = _grads(inner.gradient(total, variables), variables)
+                rows = [g[i] for i in range(len(variables))] if nested else []
+            if not nested:
+                return values, g, tf.zeros([0, 0], tf.float64)
+            return values, g, tf.stack([_grads(outer.gradient(r, variables), variables) for r in rows])
+
+        return body
+
+    def traced_tape_across_set_value(self, p, nested):
+        """The same inside a zcache.function: the set_value is in the graph, between the tapes."""
+        key = self._key("across", p.uid, nested)
+        if key not in self._checkers:
+            self._checkers[key] = Traced(self, zcache.function(self.tape_across_set_value(p, nested),
+                                                               wraps="gradient"))
+        return self._checkers[key]
+
+    def failing_reader(self, c, how):
+        """A traced function reading ``c`` (a zcache.function or a plain tf.function)."""
+        key = ("failing", c.uid, how)
+        if key not in self._checkers:
+            if how == "plain":
+                self._checkers[key] = PlainTraced(lambda: c.read(), autograph=True)
+            else:
+                self._checkers[key] = Traced(self, zcache.function(lambda: c.read(), wraps="tensor"))
+        return self._checkers[key]
+
+    def failing_setter(self, c, g, p):
+        """A zcache.function that sets ``p`` (a regular parameter, or None) and the guard ``g`` in
+        its graph, then reads ``c``: with a bad guard value the read fails after the writes."""
+        key = ("failing setter", c.uid, g.uid, None if p is None else p.uid)
+        if key not in self._checkers:
+            def body(vg, vp):
+                if p is not None:
+                    p.obj.set_value(vp)
+                g.obj.set_value(vg)
+                return c.read()
+
+            self._checkers[key] = Traced(self, zcache.function(body, wraps="tensor"))
+        return self._checkers[key]
+
     def _checker(self, gradients):
         """One traced function reading every cache (rebuilt when caches or parameters are added)."""
         caches, params = list(self.caches), list(self.params)
@@ -941,6 +1137,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.check_traced = False
         self.steps = 0
         self.dropped = []  # (weak references, node ids) of temporary models
+        self.thread_runs = 0
         self._modes = (zcache.get_graph_mode(), zcache.get_autograd_mode(), tf.config.functions_run_eagerly())
 
     def teardown(self):
@@ -978,12 +1175,23 @@ class CacheMachine(RuleBasedStateMachine):
 
     # -- caches --------------------------------------------------------------------------
     @precondition(lambda self: len(self.world.caches) < MAX_CACHES)
-    @rule(target=caches, data=st.data(), declared=st.booleans())
-    def add_cache(self, data, declared):
+    @rule(target=caches, data=st.data(), declared=st.booleans(), via_variable=st.booleans())
+    def add_cache(self, data, declared, via_variable):
+        """A cache over 1-3 dependencies; ``via_variable``: it reads parameters as ``p.variable``."""
         nodes = [n for n in self.world.nodes if n.depth < MACHINE_DEPTH]
         deps = [nodes[i] for i in data.draw(_indices(len(nodes), 3), label="deps")]
         tpl = data.draw(templates(len(deps)), label="template")
-        return self.world.add_cache(deps, tpl, declared)
+        return self.world.add_cache(deps, tpl, declared, via_variable=via_variable)
+
+    @precondition(lambda self: len(self.world.caches) < MAX_CACHES and len(self.world.guarded) < 2)
+    @rule(target=caches, data=st.data(), declared=st.booleans(), kind=st.sampled_from(["assert", "python"]),
+          g=st.floats(-1.0, 1.0, **FLOATS))
+    def add_guarded_cache(self, data, declared, kind, g):
+        """A cache whose function raises while its own guard parameter is >= GUARD_LIMIT."""
+        nodes = [n for n in self.world.nodes if n.depth < MACHINE_DEPTH]
+        deps = [nodes[i] for i in data.draw(_indices(len(nodes), 2), label="deps")]
+        tpl = data.draw(templates(len(deps)), label="template")
+        return self.world.add_cache(deps, tpl, declared, guard=(self.world.add_guard(g), kind))
 
     @precondition(lambda self: len(self.world.models) < 1 and len(self.world.caches) < MAX_CACHES)
     @rule(target=caches, a=params, b=params, x=data, k=st.integers(1, 3))
@@ -1151,6 +1359,213 @@ class CacheMachine(RuleBasedStateMachine):
         scale = sum(abs(v) for v in f.values())
         np.testing.assert_allclose(exact, numeric, rtol=1e-6, atol=1e-9 * (1.0 + scale),
                                    err_msg=f"d/d{p} differs from finite differences")
+
+    # -- plain tf.function (a trace zcache does not manage) ---------------------------------
+    @precondition(lambda self: self.world.caches)
+    @rule(autograph=st.booleans(), gradients=st.booleans())
+    def plain_tf_function(self, autograph, gradients):
+        """Caches read (and a tape's gradient taken) inside a plain tf.function: reference values
+        and gradients, and one trace at most whatever values change (PlainTraced asserts it)."""
+        w = self.world
+        values, g_tape = w.plain_reader(autograph, gradients)()
+        how = f"plain tf.function, autograph {'on' if autograph else 'off'}"
+        w.assert_values(values, how)
+        if gradients:
+            w.assert_gradient(g_tape, w.reference_gradient(), f"a tape in a {how}", traced=True)
+
+    @rule(data=st.data(), what=st.sampled_from(["set_value", "set_values", "set_data", "inlined zcache.function"]),
+          autograph=st.booleans())
+    def unmanaged_set(self, data, what, autograph):
+        """set_value / set_values / set_data inside a plain tf.function (also through a zcache.function
+        inlined into it) raise UnmanagedTraceError when traced and change nothing."""
+        w = self.world
+        p = w.params[data.draw(st.integers(0, len(w.params) - 1), label="param")]
+        x = w.data[data.draw(st.integers(0, len(w.data) - 1), label="data")]
+        inner = zcache.function(lambda t: (p.obj.set_value(t), p.obj.value())[1])
+
+        def set_data(t):
+            x.obj.set_data(t)
+            return x.obj.nevents
+
+        def set_value(t):
+            p.obj.set_value(t)
+            return p.obj.value()
+
+        def set_values(t):
+            zcache.set_values([p.obj], [t])
+            return p.obj.value()
+
+        def inlined(t):
+            return inner(t)
+
+        if what == "set_data":
+            arg = tf.constant(data.draw(GRAPH_ARRAYS, label="array"), tf.float64)
+        else:
+            arg = tf.constant(data.draw(valid_values(p), label="value"), tf.float64)
+        body = {"set_data": set_data, "set_value": set_value, "set_values": set_values}.get(what, inlined)
+        valid = w.validity()
+        fn = tf.function(body, autograph=autograph)
+        with pytest.raises(UnmanagedTraceError):
+            if tf.config.functions_run_eagerly():  # a call would not trace: trace explicitly
+                fn.get_concrete_function(arg)
+            else:
+                fn(arg)
+        w.assert_inputs_unchanged()
+        assert not w.validity_changed(valid), f"a refused {what} in a plain tf.function changed validity"
+
+    # -- caches whose function raises ------------------------------------------------------
+    @precondition(lambda self: self.world.guarded)
+    @rule(data=st.data(), how=st.sampled_from(["eager", "zcache.function", "plain tf.function", "set, then read"]),
+          same=st.booleans())
+    def guard_fails(self, data, how, same):
+        """A guarded cache read while its guard fails: the read raises, the cache (and every cache
+        above it) is not valid afterwards, inputs are as the reference says (a zcache.function that
+        set parameters before the failure restored them), and after a good value the next read
+        (the invariant) gives the fresh value, never the one from before the failure."""
+        w = self.world
+        c = w.guarded[data.draw(st.integers(0, len(w.guarded) - 1), label="guarded")]
+        g = c.guard
+        readers = [c] + [n for n in w.caches if c.uid in n.below]
+        r = readers[data.draw(st.integers(0, len(readers) - 1), label="reader")]
+        old = w.values[g.uid]
+        bad = data.draw(st.floats(GUARD_LIMIT, GUARD_LIMIT + 1.0, **FLOATS), label="bad guard")
+        if how == "set, then read":  # in one zcache.function (traced: in its graph)
+            p = data.draw(st.none() | st.sampled_from(range(len(w.params))), label="also set")
+            p = None if p is None else w.params[p]
+            vp = 0.0 if p is None else data.draw(valid_values(p), label="value")
+            fn = w.failing_setter(r, g, p)
+            with pytest.raises(GUARD_FAILURES):
+                fn(tf.constant(bad, tf.float64), tf.constant(vp, tf.float64))
+            w.assert_inputs_unchanged()  # the failed call restored p and g
+        else:
+            g.obj.set_value(bad)
+            w.values[g.uid] = bad
+            with pytest.raises(GUARD_FAILURES):
+                if how == "eager":
+                    r.read()
+                else:
+                    w.failing_reader(r, "plain" if how == "plain tf.function" else "zcache").__call__()
+        for n in (c, r):
+            assert not n.obj.is_valid, f"{n} is valid after its function failed ({how})"
+        new = old if same else data.draw(st.floats(-1.0, 1.0, **FLOATS), label="good guard")
+        g.obj.set_value(new)
+        w.values[g.uid] = new
+        w.assert_values([n.read() for n in w.caches], f"eager, after a failed read ({how})")
+
+    # -- tapes that span set_value ---------------------------------------------------------
+    @precondition(lambda self: self.world.caches)
+    @rule(p=params, data=st.data(), nested=st.booleans(), traced=st.booleans())
+    def tape_spans_set_value(self, p, data, nested, traced):
+        """Persistent tapes read the caches, p.set_value(v) follows (eager, or in the graph of a
+        zcache.function), then the gradient (nested: the Hessian) is taken: it is the reference's
+        at the forward point, where the values were read."""
+        w = self.world
+        v = data.draw(valid_values(p), label="value")
+        expected, exact = w.reference_values(), w.reference_gradient()
+        hess = w.reference_hessian() if nested else None
+        if traced:
+            values, g, h = w.traced_tape_across_set_value(p, nested)(tf.constant(v, tf.float64))
+        else:
+            values, g, h = w.tape_across_set_value(p, nested)(v)
+        w.values[p.uid] = float(v)
+        how = f"{'traced' if traced else 'eager'}, set_value between forward pass and gradient"
+        for c, got, e in zip(w.caches, values, expected):
+            np.testing.assert_allclose(_to_np(got), e, rtol=1e-12, atol=1e-12, err_msg=f"{c} ({how})")
+        w.assert_gradient(g, exact, f"persistent tape ({how})", traced)
+        if nested:
+            scale = max(1.0, float(np.max(np.abs(hess), initial=0.0)))
+            np.testing.assert_allclose(_to_np(h), hess, rtol=1e-8, atol=1e-8 * scale,
+                                       err_msg=f"nested tapes ({how}) differ from the reference Hessian; "
+                                               f"params {w.params}")
+
+    # -- Hessian at a limit, numerical gradient that raises --------------------------------
+    @precondition(lambda self: self.world.caches and any(p.obj.has_limits for p in self.world.params))
+    @rule(data=st.data(), frac=st.floats(0.0, 1.0, **FLOATS), traced=st.booleans())
+    def hessian_near_limit(self, data, frac, traced):
+        """zcache.hessian with a parameter within one step of its limit: clipped, no error, every
+        parameter left at its value, and close to the reference Hessian (one-sided differences)."""
+        w = self.world
+        limited = [p for p in w.params if p.obj.has_limits]
+        p = limited[data.draw(st.integers(0, len(limited) - 1), label="param")]
+        upper = p.obj.upper is not None and (p.obj.lower is None or data.draw(st.booleans(), label="upper"))
+        limit = p.obj.upper if upper else p.obj.lower
+        h = _REL_STEP * max(abs(limit), 1.0)
+        w.set_value(p, limit - frac * h if upper else limit + frac * h)
+        objs = [q.obj for q in w.params]
+
+        def total():
+            return _sum_all([c.read() for c in w.caches])
+
+        if traced:
+            key = w._key("hessian")
+            if key not in w._checkers:
+                w._checkers[key] = Traced(w, zcache.function(lambda: zcache.hessian(total, objs), wraps="gradient"))
+            got = w._checkers[key]()
+        else:
+            got = zcache.hessian(total, objs)
+        w.assert_inputs_unchanged()
+        ref = w.reference_hessian()
+        scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+        np.testing.assert_allclose(_to_np(got), ref, rtol=1e-3, atol=1e-4 * scale,
+                                   err_msg=f"zcache.hessian at {p} near its limit ({'traced' if traced else 'eager'})")
+
+    @precondition(lambda self: self.world.caches)
+    @rule(data=st.data(), traced=st.booleans())
+    def numerical_gradient_raises(self, data, traced):
+        """A numerical zcache.gradient whose function raises at its k-th evaluation leaves every
+        parameter at its value."""
+        w = self.world
+        k = data.draw(st.integers(1, 2 * len(w.params) + 1), label="raising call")
+        calls = [0]
+
+        def total():
+            calls[0] += 1
+            if calls[0] == k:
+                raise GuardError(f"evaluation {k} fails")
+            return _sum_all([c.read() for c in w.caches])
+
+        objs = [p.obj for p in w.params]
+        with zcache.set_autograd_mode(False), pytest.raises(GuardError):
+            if traced:
+                zcache.function(lambda: zcache.gradient(total, objs), wraps="gradient")()
+            else:
+                zcache.gradient(total, objs)
+        w.assert_inputs_unchanged()
+
+    # -- threads on separate worlds --------------------------------------------------------
+    @precondition(lambda self: self.thread_runs < 1)
+    @rule(recipes=st.lists(recipes(max_caches=2, max_depth=2, models=False), min_size=2, max_size=2),
+          changes=st.lists(st.tuples(INDEX, VALUES), min_size=2, max_size=6))
+    def threads_on_separate_worlds(self, recipes, changes):
+        """Two threads, each with its own small world, doing set_value and traced reads (checked
+        against the reference); afterwards the modes are what they were."""
+        self.thread_runs += 1
+        modes = (zcache.get_graph_mode(), tf.config.functions_run_eagerly())
+        worlds = [World.build(r) for r in recipes]
+        errors = []
+
+        def work(w):
+            try:
+                for i, v in changes:
+                    w.set_value(w.params[i % len(w.params)], v)
+                    values = w.read_traced(gradients=False)[0]
+                    w.assert_values(values, "traced, in a thread")
+            except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(err)
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)
+        try:
+            threads = [threading.Thread(target=work, args=(w,)) for w in worlds]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+        if errors:
+            raise errors[0]
+        assert (zcache.get_graph_mode(), tf.config.functions_run_eagerly()) == modes, "threads changed the modes"
 
     # -- temporary models, dropped ---------------------------------------------------------
     @rule(a=params, b=params, x=data, how=st.sampled_from(["eager", "traced", "traced gradient"]))

@@ -311,6 +311,41 @@ def note_mutation(uid: int, handled: tuple[int, ...], unchanged: Any = None) -> 
         stack[-1].unchanged.setdefault(uid, []).append(unchanged)
 
 
+def journal(obj: Any, old: Any) -> None:
+    """An eager write of ``obj`` (its value before: ``old``), inside an eagerly run :class:`Function`.
+
+    The call's journal keeps the first old value of each input, so that a call that fails can
+    put every input back, as a traced call does.
+    """
+    stack = getattr(_local, "journals", None)
+    if stack:
+        stack[-1].setdefault(obj.node_id, (obj, old))
+
+
+def _call_eagerly(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``func`` eagerly; if it raises, put back every input it wrote (first old values)."""
+    stack = getattr(_local, "journals", None)
+    if stack is None:
+        stack = _local.journals = []
+    written: dict[int, tuple[Any, Any]] = {}
+    stack.append(written)
+    try:
+        out = func(*args, **kwargs)
+    except BaseException:
+        stack.pop()
+        for obj, old in reversed(list(written.values())):
+            if hasattr(obj, "set_data"):
+                obj.set_data(old)
+            else:
+                obj.set_value(old)
+        raise
+    stack.pop()
+    if stack:  # an outer eager call may fail later: it must undo these writes as well
+        for uid, entry in written.items():
+            stack[-1].setdefault(uid, entry)
+    return out
+
+
 @contextlib.contextmanager
 def run_eagerly() -> Any:
     """On this thread only, run every :class:`Function` eagerly (process-wide modes untouched).
@@ -408,6 +443,7 @@ class Function:
         self._live_traces = 0
         # trace id -> what that trace writes (only traces that write inputs are kept)
         self._traces: dict[int, _TraceRecord] = {}
+        self._traced_now: dict[int, Any] = {}
         self._writes: dict[int, Any] = {}  # every input some live trace writes (node id keys)
         self._reads: set[int] = set()  # node ids read at the top level of its traces
         self._concrete: dict[Any, Any] = {}
@@ -427,8 +463,10 @@ class Function:
         return _state.policy[self.wraps]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if tf.inside_function() or not _state.policy[self.wraps] or getattr(_local, "eager", False):
+        if tf.inside_function():  # inlined: the trace around it handles its writes
             return self.python_function(*args, **kwargs)
+        if not _state.policy[self.wraps] or getattr(_local, "eager", False):
+            return _call_eagerly(self.python_function, *args, **kwargs)
         tf_function = self._tf_functions.get(_state.autograd)
         if tf_function is None:
             tf_function = self._tf_functions[_state.autograd] = tf.function(self._traced_body(), autograph=False)
@@ -437,6 +475,7 @@ class Function:
         # changed meanwhile (TensorFlow still runs the graph's ops in parallel).
         with INPUT_WRITES:
             data_before = self._data_before()
+            self._traced_now = {}  # data a trace made during this call writes (filled by the trace)
             try:
                 if not kwargs and all(type(a) is _EAGER_TENSOR for a in args):
                     # A minimizer's hot path: call the concrete graph for these dtypes and shapes
@@ -449,7 +488,7 @@ class Function:
                 else:
                     out, trace_id, finals = tf_function(*args, **kwargs)
             except BaseException as err:
-                self._undo_writes(data_before)
+                self._undo_writes({**self._traced_now, **(data_before or {})})
                 if isinstance(err, tf.errors.InvalidArgumentError):
                     raise _zcache_error_from(err) from None
                 raise
@@ -477,7 +516,7 @@ class Function:
     def _trace_body(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
         """The traced graph: ``(output, trace id, final parameter values)``; no writes: ``(output, None, None)``."""
         if not tf.inside_function():  # tf.config.run_functions_eagerly(True): writes are eager
-            return self.python_function(*args, **kwargs), None, None
+            return _call_eagerly(self.python_function, *args, **kwargs), None, None
         self.trace_count += 1
         self._live_traces += 1
         stack = getattr(_local, "traces", None)
@@ -499,6 +538,9 @@ class Function:
         if not record.mutations:
             return out, None, None
         self._traces[record.id] = record
+        new_data = [uid for uid in record.written("data") if uid not in self._writes]
+        with tf.init_scope():  # traced within this call: the data as they are before it runs
+            self._traced_now.update({o.node_id: o._var.read_value() for o in GRAPH.objects(new_data)})
         self._writes.update(dict.fromkeys(record.mutations))
         # The parameters' final values, read after every write of the graph (automatic
         # control dependencies keep program order per Variable): their Python mirrors.

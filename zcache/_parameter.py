@@ -21,7 +21,7 @@ from . import _mode
 from ._cached_tensor import INPUT_WRITES, invalidate_eagerly
 from ._depgraph import DATA, GRAPH, PARAMETER, record_read, substitute
 from ._mode import ModeSetter
-from ._tensorlike import TensorLike, eager_variable
+from ._tensorlike import StandIn, TensorLike, eager_variable
 from .exceptions import (
     DataDtypeError,
     DataShapeError,
@@ -115,7 +115,8 @@ class Parameter(TensorLike):
         on the parameter), as :meth:`value` does.
         """
         record_read(self)
-        return self._var
+        stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's value
+        return self._var if stand_in is None else StandIn(stand_in)
 
     @property
     def has_limits(self) -> bool:
@@ -173,6 +174,7 @@ class Parameter(TensorLike):
             old = self._current()
             changed = v != old
             if changed:
+                _mode.journal(self, old)
                 self._assign(v)
         if changed:
             _input_changed(GRAPH.dependent_caches(self.node_id))
@@ -295,7 +297,8 @@ class Data(TensorLike):
         Reading it counts as a read of the data (a cache whose function uses it depends on it).
         """
         record_read(self)
-        return self._var
+        stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
+        return self._var if stand_in is None else StandIn(stand_in)
 
     @property
     def nevents(self) -> Any:
@@ -354,6 +357,8 @@ class Data(TensorLike):
         arr = self._checked(arr)
         with _WRITES:
             old = self._var.read_value()  # keeps the old buffer alive, no copy
+            if not tf.inside_function():
+                _mode.journal(self, old)
             self._var.assign(arr)
         if tf.inside_function():
             GRAPH.input_changes += 1
@@ -454,6 +459,7 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         old = [p._current() for p in params]
         for p, v, o in zip(params, checked, old, strict=True):
             if v != o:
+                _mode.journal(p, o)
                 p._assign(v)
                 dirty.update(GRAPH.dependent_caches(p.node_id))
     _input_changed(dirty)

@@ -111,6 +111,28 @@ for _name in (
     _binary(_name)
 
 
+class StandIn(TensorLike):
+    """A tensor in a Variable's place: what ``Parameter.variable`` gives inside a backward pass.
+
+    A cache's backward pass recomputes its function at the inputs of the forward pass (see
+    ``_depgraph.substituted``); a function that reads ``param.variable`` must see that value
+    too, not the Variable's current one. It behaves like the Variable in arithmetic, in
+    TensorFlow ops and for ``value()`` / ``read_value()``.
+    """
+
+    __slots__ = ("_tensor", "name")
+
+    def __init__(self, tensor: tf.Tensor) -> None:
+        self._tensor = tensor
+        self.name = "stand-in"
+
+    def value(self) -> tf.Tensor:
+        return self._tensor
+
+    def read_value(self) -> tf.Tensor:
+        return self._tensor
+
+
 def _convert(value: TensorLike, dtype: Any = None, name: Any = None, as_ref: bool = False) -> tf.Tensor:
     out = value.value()
     if dtype is not None and out.dtype != dtype:
