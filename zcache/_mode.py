@@ -260,6 +260,9 @@ class _TraceRecord:
         self.unchanged: dict[int, list[Any]] = {}
         # (graph version, input node id -> dependent caches this trace does not invalidate)
         self.extra: tuple[int, dict[int, tuple[int, ...]]] = (-1, {})
+        # Fixed when the trace ends: the parameters whose final values the graph returns, in
+        # that order (a parameter collected later must not shift the others).
+        self.param_ids: tuple[int, ...] = ()
 
     def written(self, kind: str) -> list[int]:
         """Node ids of the inputs of ``kind`` ('parameter' or 'data') this trace writes."""
@@ -444,7 +447,9 @@ class Function:
         # trace id -> what that trace writes (only traces that write inputs are kept)
         self._traces: dict[int, _TraceRecord] = {}
         self._traced_now: dict[int, Any] = {}
-        self._writes: dict[int, Any] = {}  # every input some live trace writes (node id keys)
+        # node ids of every parameter / dataset some live trace writes
+        self._param_writes: set[int] = set()
+        self._data_writes: set[int] = set()
         self._reads: set[int] = set()  # node ids read at the top level of its traces
         self._concrete: dict[Any, Any] = {}
         _FUNCTIONS.add(self)
@@ -538,13 +543,15 @@ class Function:
         if not record.mutations:
             return out, None, None
         self._traces[record.id] = record
-        new_data = [uid for uid in record.written("data") if uid not in self._writes]
+        new_data = [uid for uid in record.written("data") if uid not in self._data_writes]
         with tf.init_scope():  # traced within this call: the data as they are before it runs
             self._traced_now.update({o.node_id: o._var.read_value() for o in GRAPH.objects(new_data)})
-        self._writes.update(dict.fromkeys(record.mutations))
+        self._data_writes.update(new_data)
         # The parameters' final values, read after every write of the graph (automatic
         # control dependencies keep program order per Variable): their Python mirrors.
         params = GRAPH.objects(record.written("parameter"))
+        record.param_ids = tuple(p.node_id for p in params)
+        self._param_writes.update(record.param_ids)
         finals = tf.stack([p._var.read_value() for p in params]) if params else None
         return out, tf.constant(record.id, tf.int64), finals
 
@@ -552,10 +559,14 @@ class Function:
         """After a call whose graph wrote inputs: mirrors, caches the trace did not know, gradients."""
         GRAPH.input_changes += 1  # a tape that spans this call must not see the new values
         untraced = record.untraced_dependents()
-        params = GRAPH.objects(record.written("parameter"))
         values = finals.numpy().tolist() if finals is not None else []
-        changed = {p.node_id for p, v in zip(params, values, strict=True) if v != p._current()}
-        for p, v in zip(params, values, strict=True):
+        changed: set[int] = set()
+        for uid, v in zip(record.param_ids, values, strict=True):
+            p = GRAPH.obj(uid)
+            if p is None:  # collected since the trace
+                continue
+            if v != p._current():
+                changed.add(uid)
             p._written_by_graph(v)
         if untraced:
             # A parameter set to the value it had invalidates nothing (data always invalidates).
@@ -567,22 +578,16 @@ class Function:
 
     def _data_before(self) -> dict[int, Any] | None:
         """The current values of the Data some trace of this function writes (to undo a failed call)."""
-        if not self._writes:
+        if not self._data_writes:
             return None
-        nodes = GRAPH.nx.nodes
-        uids = [uid for uid in self._writes if uid in nodes and nodes[uid]["kind"] == "data"]
-        if not uids:
-            return None
-        return {obj.node_id: obj._var.read_value() for obj in GRAPH.objects(uids)}
+        return {obj.node_id: obj._var.read_value() for obj in GRAPH.objects(list(self._data_writes))}
 
     def _undo_writes(self, data_before: dict[int, Any] | None) -> None:
         """A call failed: put back every input its graph may have written, invalidating dependents."""
-        if not self._writes:
+        if not self._param_writes and not self._data_writes:
             return
         dirty: set[int] = set()
-        nodes = GRAPH.nx.nodes
-        params = [uid for uid in self._writes if uid in nodes and nodes[uid]["kind"] == "parameter"]
-        for obj in GRAPH.objects(params):
+        for obj in GRAPH.objects(list(self._param_writes)):
             if obj._undo_graph_write():
                 dirty.update(GRAPH.dependent_caches(obj.node_id))
         for obj in GRAPH.objects(list(data_before or ())):
@@ -598,7 +603,8 @@ class Function:
         self._concrete = {}
         self._live_traces = 0
         self._traces = {}
-        self._writes = {}
+        self._param_writes = set()
+        self._data_writes = set()
         self._reads = set()
 
     def _depends_on(self, uids: set[int]) -> bool:
