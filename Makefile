@@ -7,7 +7,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: test demo bench lint stress clean
+.PHONY: test test-fast demo bench lint stress clean
 
 # $(call make-venv,DIR): create the virtualenv DIR if missing and install zcache[dev] into it.
 define make-venv
@@ -23,11 +23,17 @@ $(STAMP): setup.cfg pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The inner loop: tests marked slow (demos, benchmarks, toy studies, long property runs) are left out.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
 demo: $(STAMP)
 	$(PY) -m zcache.demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
+	$(PY) -m pytest -q tests/test_docstrings.py
+	$(VENV)/bin/lint-imports
 
 # The stateful machines, CacheMachine (tests/test_properties.py) and FitMachine
 # (tests/test_properties_fit.py) in alternating batches, for 10,000 random sequences in 2 worker

@@ -185,7 +185,7 @@ class _Model:
         self.cached_grad, self.uncached_grad = cached_grad, uncached_grad
         self.toggle_p, self.toggle_q = _Toggle(p), _Toggle(q)
 
-    def zcache_functions(self) -> list[zcache.Function]:
+    def zcache_functions(self) -> list[zcache.types.Function]:
         return [
             self.cached_loss, self.uncached_loss, self.variable_loss, self.cached_grad, self.uncached_grad,
         ]
@@ -449,7 +449,7 @@ def _say_gradient(rows: Rows) -> str:
     if min(r["hit / uncached"] for r in rows) > 0.95:
         parts.append(
             "So a valid cache does not make the gradient cheaper: the backward pass of a cached "
-            "value recomputes the cached function under a tape (zcache/_cached_tensor.py), which "
+            "value recomputes the cached function under a tape (zcache/_cache_gradient.py), which "
             "pays the forward work once on a hit and twice on a miss."
         )
     return " ".join(parts)

@@ -10,7 +10,7 @@ a    one model reused: per toy new data of another size (``set_data``), start va
 b    a new model per toy: new Parameters, Data, caches and traced functions per toy,
      dropped at the end of the toy (what a script that builds its model in the loop does)
 c    b with TensorFlow's ``tf.custom_gradient`` registry left as TensorFlow keeps it (zcache's
-     fix switched off): what the fix in ``zcache/_cached_tensor.py`` prevents
+     fix switched off): what the fix in ``zcache/_tf_internals.py`` prevents
 ===  ==========================================================================
 
 Each table gives the number of toys, the time per toy, the retraces after the first toy, the
@@ -37,7 +37,7 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework.func_graph import FuncGraph  # noqa: E402
 
 import zcache  # noqa: E402
-from zcache import _cached_tensor  # noqa: E402
+from zcache import _cache_gradient  # noqa: E402
 
 try:  # benchmarks/ on sys.path: run as a script or from run_all.py
     from _harness import markdown_table
@@ -114,7 +114,7 @@ class CoreFit:
 
         self.step, self.loss = step, loss
 
-    def functions(self) -> list[zcache.Function]:
+    def functions(self) -> list[zcache.types.Function]:
         return [self.step, self.loss]
 
     def caches(self) -> list[zcache.CachedTensor]:
@@ -249,12 +249,12 @@ def new_model_loop(toys: int, warmup: int, steps: int, samples: int) -> dict[str
 def _new_model_rows(cfg: Config) -> tuple[Rows, Rows]:
     fixed = new_model_loop(cfg.new_model_toys, cfg.warmup, cfg.steps, cfg.samples)
     rows = [_row("b. new model per toy", fixed["toys"], fixed["seconds"], fixed["trend"], fixed["retraces"])]
-    tie = _cached_tensor._tie_gradient_to_graph
-    _cached_tensor._tie_gradient_to_graph = lambda result: None  # TensorFlow's own behaviour
+    tie = _cache_gradient.tie_gradient_to_graph
+    _cache_gradient.tie_gradient_to_graph = lambda result: None  # TensorFlow's own behaviour
     try:
         unfixed = new_model_loop(cfg.unfixed_toys, 1, cfg.steps, cfg.samples)
     finally:
-        _cached_tensor._tie_gradient_to_graph = tie
+        _cache_gradient.tie_gradient_to_graph = tie
     rows.append(_row("c. b without zcache's registry fix", unfixed["toys"], unfixed["seconds"], unfixed["trend"],
                      unfixed["retraces"]))
     trend = [{"loop": "b", **t} for t in fixed["trend"]] + [{"loop": "c", **t} for t in unfixed["trend"]]

@@ -322,7 +322,7 @@ class JpsiGammaPi0Pi0:
         Per resonance (order of :data:`RESONANCES`).
     couplings : list of ComplexParameter
         Per entry of :data:`COUPLINGS` (real and imaginary part).
-    intensity : zcache.Function
+    intensity : zcache.types.Function
         The intensity of every event, float64 (N,).
     """
 

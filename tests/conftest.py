@@ -1,31 +1,60 @@
-"""Shared fixtures: every test starts in the default modes with no traced graphs."""
+"""Shared fixtures: every test starts in the default modes with no traced graphs.
+
+Hypothesis profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE`` (or pytest's
+``--hypothesis-profile``); without either, ``ci`` -- or ``dev`` when the run leaves the slow
+tests out (``-m "not slow"``, ``make test-fast``), so that the inner loop runs short property
+tests and state machines and ``make test`` the full ones:
+
+- ``dev``: 4 examples, state machines of at most 8 steps (seconds);
+- ``ci``: 15 examples, 15 steps (the suite's settings; ``make test``);
+- ``stress``: 400 examples, 50 steps (many minutes; ``make stress`` runs far more, in workers).
+
+No deadline in any (a first call traces TensorFlow graphs). A test with its own ``@settings``
+keeps those values and inherits the others from the profile.
+"""
 
 from __future__ import annotations
 
 import gc
+import os
+import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from helpers import graph_mode_params, save_modes
+from hypothesis import HealthCheck, settings
 
 import zcache
+
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("dev", max_examples=4, stateful_step_count=8, deadline=None, suppress_health_check=_HEALTH)
+settings.register_profile("ci", max_examples=15, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH)
+settings.register_profile(
+    "stress", max_examples=400, stateful_step_count=50, deadline=None, suppress_health_check=_HEALTH
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    """Load ``dev`` (before any test module builds its settings) when slow tests are deselected."""
+    if "HYPOTHESIS_PROFILE" in os.environ or config.getoption("--hypothesis-profile", None):
+        return
+    if re.search(r"\bnot\s+slow\b", config.getoption("markexpr", "") or ""):
+        settings.load_profile("dev")
 
 
 @pytest.fixture(autouse=True)
 def _restore_modes():
     """Restore graph/autograd modes and drop traced graphs around every test."""
-    graph, autograd = zcache.get_graph_mode(), zcache.get_autograd_mode()
-    backend = tf.config.functions_run_eagerly()
+    restore = save_modes()
     yield
-    zcache.set_graph_mode(graph, set_backend=False)
-    zcache.set_autograd_mode(autograd)
-    tf.config.run_functions_eagerly(backend)
+    restore()
     zcache.clear_graph_cache()
 
 
-@pytest.fixture(params=[True, False, "auto"], ids=["graph", "eager", "auto"])
+@pytest.fixture(params=graph_mode_params())
 def graph_mode(request):
-    """Run a test under each graph mode."""
+    """Run a test under each graph mode ([auto] only in full runs: see helpers.graph_mode_params)."""
     with zcache.set_graph_mode(request.param):
         yield request.param
 

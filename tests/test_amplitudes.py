@@ -20,6 +20,7 @@ import scipy.integrate
 import scipy.linalg
 import scipy.stats
 import tensorflow as tf
+from helpers import CHANNELS, inside_np, pair_limits, slow_modes, traced, uniform_np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,7 +49,6 @@ M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039
 MASSES = (M_D, M_K, M_PI, M_PI)
 # Lambda_c+ -> p K- pi+: three different masses, so a swapped a/b/c in a channel shows
 MASSES_LC = (2.28646, 0.938272, M_K, M_PI)
-CHANNELS = {"12": (1, 2, 3), "13": (1, 3, 2), "23": (2, 3, 1)}
 D_R, D_P = 1.5, 5.0  # default Blatt-Weisskopf radii (1/GeV)
 
 # resonances of the reference model: channels, mass, width, spin
@@ -61,11 +61,7 @@ N_MC, N_DATA = 10_000, 2000
 KS_MIN_P = 0.01
 
 
-# -- independent numpy references -----------------------------------------------------------
-def lam_np(x, y, z):
-    return (x - y - z) ** 2 - 4.0 * y * z
-
-
+# -- independent numpy references (CHANNELS, pair_limits, inside_np, uniform_np: helpers.py) -------
 def f_sq_np(spin, z):
     """von Hippel-Quigg F_L^2(z): 1, 2z/(1+z), 13z^2/((z-3)^2+9z)."""
     if spin == 0:
@@ -141,38 +137,10 @@ def columns_np(x, names, masses=MASSES, **mass_of):
     return np.column_stack(cols)
 
 
-def pair_limits(s, masses, channel):
-    """PDG range of s_bc at fixed s_ab."""
-    q, p, e_a, e_c = two_body_np(s, masses, channel)
-    e_b = np.sqrt(s) - e_a
-    return (e_b + e_c) ** 2 - (q + p) ** 2, (e_b + e_c) ** 2 - (q - p) ** 2
-
-
 def area_np(masses):
     m = masses
     return scipy.integrate.quad(lambda s: np.subtract(*pair_limits(s, masses, "12")[::-1]),
                                 (m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2, epsabs=0, epsrel=1e-12, limit=200)[0]
-
-
-def inside_np(x, masses):
-    m = masses
-    s12 = x[:, 0]
-    lo, hi = (m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2
-    s23_lo, s23_hi = pair_limits(np.clip(s12, lo, hi), masses, "12")
-    s23 = invariants_np(x, masses)["23"]
-    return (s12 >= lo) & (s12 <= hi) & (s23 >= s23_lo) & (s23 <= s23_hi)
-
-
-def uniform_np(n, masses, seed):
-    """Uniform Dalitz-plot events from numpy's own accept-reject."""
-    rng = np.random.default_rng(seed)
-    m = masses
-    (lo12, hi12), (lo13, hi13) = ((m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2), ((m[1] + m[3]) ** 2, (m[0] - m[2]) ** 2)
-    out = []
-    while sum(len(o) for o in out) < n:
-        x = np.column_stack([rng.uniform(lo12, hi12, 4 * n), rng.uniform(lo13, hi13, 4 * n)])
-        out.append(x[inside_np(x, masses)])
-    return np.concatenate(out)[:n]
 
 
 AREA = area_np(MASSES)
@@ -230,10 +198,6 @@ def d_matrix(j, theta):
     """The matrix d^j_{m'm}(theta) from wigner_small_d, m', m = j, ..., -j; theta scalar or (T,): (T, n, n)."""
     ms = np.arange(j, -j - 1, -1)
     return np.moveaxis(np.array([[wigner_small_d(j, a, b, theta).numpy() for b in ms] for a in ms]), [0, 1], [-2, -1])
-
-
-def traced(func):
-    return zcache.function(func, wraps="tensor")
 
 
 def caches_by_name(*owners):
@@ -495,7 +459,7 @@ def test_wigner_d_matrix_exponential(j):
 _J = st.sampled_from([0.5, 1, 1.5, 2, 2.5])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(j=_J, a=st.integers(0, 5), b=st.integers(0, 5), theta=st.floats(0.0, np.pi))
 def test_property_wigner_d_symmetries(j, a, b, theta):
     """d^j_{m'm}(t) = (-1)^{m-m'} d^j_{mm'}(t) = d^j_{-m,-m'}(t) and d^j_{m'm}(-t) = d^j_{mm'}(t)."""
@@ -684,6 +648,7 @@ def test_extended_amplitude_pdf(kin, mc, x_mc, x_data):
         assert {p.name for p in loss.params} == {"c_e_mag", "c_e_phase", "n_sig"}
 
 
+@slow_modes("mode", "graph")  # graph: 5 s
 def test_cached_equals_uncached_values_and_gradients(kin, mc, data, x_mc, x_data, mode):
     """Cached and uncached pdfs, NLLs and gradients agree to 1e-12 (gradients 1e-10) in graph and
     eager mode, before and after changing couplings and a resonance mass, and match numpy and
@@ -898,6 +863,7 @@ def test_sampling_follows_the_model(kin, generated):
                                                   @ np.asarray(truth)).max() ** 2
 
 
+@pytest.mark.slow  # 2.5 s
 def test_fit_recovers_couplings(kin, generated):
     """Minuit on 3000 generated events (K* and K0* couplings floating, NR fixed) recovers the truth
     within 4 sigma; the minimum and the HESSE errors are the numpy NLL's. (Eager: the traced fit is the

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # benchmark smoke tests: 32 s
 
 
 def test_benchmarks_quick(tmp_path):

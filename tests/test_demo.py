@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from zcache import demo, demo_basics
+
+pytestmark = pytest.mark.slow  # the demos end to end: 35 s
 
 
 def test_demo_basics_runs(capsys):

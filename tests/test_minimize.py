@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import HI, LIMITS, LO, NAMES, np_extended_nll, slow_modes
 
 import zcache
 from zcache.exceptions import FitError
@@ -27,6 +28,7 @@ def _gauss_fit(sample: np.ndarray, tag: str):
 
 @pytest.mark.parametrize("use_gradient, autograd", [(True, True), (True, False), (False, True)],
                          ids=["autodiff", "zcache-numerical", "minuit-numerical"])
+@slow_modes("graph_mode", "eager")  # eager: 3 s for the three
 def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, autograd):
     """mu = mean, sigma = std (ddof 0), errors sigma/sqrt(n) and sigma/sqrt(2n), with every gradient kind."""
     mu, sigma, loss = _gauss_fit(sample, "g")
@@ -45,6 +47,7 @@ def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, a
     assert (result.ngrad > 0) is use_gradient
 
 
+@slow_modes("graph_mode", "eager")  # eager: 3 s
 def test_extended_fit_recovers_yields(graph_mode):
     """Extended Gauss + Exp: the yields sum to the number of events at the minimum (a property of the extended MLE)."""
     space = Space("x", 0.0, 10.0)
@@ -142,6 +145,7 @@ def test_fit_result_fields(sample):
     assert result.minuit.valid and "Minuit(" in repr(Minuit())
 
 
+@slow_modes("graph_mode", "eager")  # eager: 8 s
 def test_scipy_agrees_with_minuit_and_the_analytic_mle(sample, graph_mode):
     """trust-constr with zcache's gradient and Hessian finds the same minimum and errors as Minuit."""
     from zcache.minimize import Scipy
@@ -163,6 +167,7 @@ def test_scipy_agrees_with_minuit_and_the_analytic_mle(sample, graph_mode):
         assert result.errors[name] == pytest.approx(reference.errors[name], rel=1e-3)
 
 
+@pytest.mark.slow  # 2 s
 def test_scipy_respects_limits(sample):
     from zcache.minimize import Scipy
 
@@ -183,17 +188,8 @@ def test_scipy_respects_limits(sample):
 import iminuit  # noqa: E402
 import scipy.stats  # noqa: E402
 
-LO, HI = 0.0, 10.0
-NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
+# (LO, HI, NAMES, LIMITS and np_extended_nll: from helpers, shared with test_properties_fit.py)
 TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 400.0, "nbkg": 800.0}
-LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
-
-
-def np_extended_nll(x, mu, sigma, lam, nsig, nbkg):
-    """nu - sum log(nsig g + nbkg e) with g, e truncated to [LO, HI] (scipy / numpy)."""
-    gauss = scipy.stats.truncnorm.pdf(x, (LO - mu) / sigma, (HI - mu) / sigma, loc=mu, scale=sigma)
-    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
-    return nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo))
 
 
 def np_sample(seed, nsig=400, nbkg=800):
@@ -252,6 +248,7 @@ def current_values(p):
     return {n: q._current() for n, q in p.items()}
 
 
+@pytest.mark.slow  # 2.6 s
 def test_floating_false_after_building_the_loss_is_not_fitted(ext_sample):
     """Regression: `param.floating = False` after the loss was built was ignored by Minuit."""
     p, loss = zc_model("ff", ext_sample, start={"mu": 5.2, "sigma": 0.7})
@@ -276,6 +273,7 @@ def test_floating_false_after_building_the_loss_is_not_fitted(ext_sample):
     assert_matches(result, reference, p)
 
 
+@pytest.mark.slow  # 6 s
 def test_floating_switching_between_fits_matches_a_fresh_loss(ext_sample):
     """Regression: fixed <-> floating between fits on one loss gives what a freshly built loss gives."""
     p, loss = zc_model("sw", ext_sample)
@@ -326,6 +324,7 @@ def _np_minos(data, start, fixed=(), cl=None):
     return ref
 
 
+@pytest.mark.slow  # 1.6 s
 def test_minos_matches_numpy_and_restores_parameters(ext_sample):
     """Regression: after MINOS the parameters held the last point Minuit evaluated."""
     p, loss = zc_model("mn", ext_sample, start={"mu": 5.1, "sigma": 0.7})
@@ -384,6 +383,7 @@ def test_direct_calls_on_result_minuit_restore_parameters(ext_sample):
     assert calls[0] > 5 and current_values(p) == before
 
 
+@pytest.mark.slow  # 2 s
 def test_profile_matches_numpy_and_restores_parameters(ext_sample):
     """FitResult.profile: the scan is the numpy NLL difference; the profile matches iminuit's on numpy."""
     p, loss = zc_model("pr", ext_sample)
@@ -410,6 +410,7 @@ def test_profile_matches_numpy_and_restores_parameters(ext_sample):
     assert grid[0] == 0.1 and current_values(p) == before
 
 
+@pytest.mark.slow  # 2.8 s
 def test_second_fit_does_not_change_minos_of_the_first(ext_sample):
     """Regression: a second fit changed loss.offset, and MINOS on the first result came back wrong.
 
@@ -460,6 +461,7 @@ def test_minos_and_profile_need_a_minuit_result(sample):
         result.profile("mu_sc")
 
 
+@pytest.mark.slow  # 1.7 s
 def test_errors_are_hesse_errors_not_migrads_estimate():
     """Regression (found by the FitMachine): Minuit skipped HESSE when MIGRAD flagged its own
     covariance accurate; that variable-metric estimate was 4 % (mu) and 9 % (sigma) off the
@@ -477,7 +479,7 @@ def test_errors_are_hesse_errors_not_migrads_estimate():
         zcache.set_values([machine.p[n] for n in fitworld.NAMES], [fitworld.TRUTH[n] for n in fitworld.NAMES])
         result = Minuit(tol=fitworld.TOL, precompute=False, use_gradient=use_gradient).minimize(machine.loss)
         best = np.array([result.values[machine.p[n].name] for n in fitworld.NAMES])
-        hess = nd.Hessian(lambda v: fitworld.np_nll(machine.x, *v), step=1e-4)(best)
+        hess = nd.Hessian(lambda v: np_extended_nll(machine.x, *v), step=1e-4)(best)
         want = np.sqrt(np.diag(np.linalg.inv(hess)))  # errordef 1/2: C = 2 * 0.5 * H^-1
         got = np.array([result.errors[machine.p[n].name] for n in fitworld.NAMES])
         np.testing.assert_allclose(got, want, rtol=1e-2)

@@ -40,7 +40,7 @@ def _is_traced(fn):
 )
 def test_policy_per_identifier(setting, expected):
     with zcache.set_graph_mode(setting):
-        assert {ident: _is_traced(ident) for ident in zcache.IDENTIFIERS} == expected
+        assert {ident: _is_traced(ident) for ident in zcache.types.IDENTIFIERS} == expected
 
 
 def test_setter_is_context_manager_and_plain_setter():
@@ -167,7 +167,7 @@ def test_methods_trace_per_instance():
     x = tf.constant(1.0, tf.float64)
     assert float(a.f(x)) == 2.0 and float(b.f(x)) == 3.0 and float(a.f(x)) == 2.0
     assert Model.f.trace_count == 2
-    assert isinstance(Model.__dict__["f"], zcache.Function)
+    assert isinstance(Model.__dict__["f"], zcache.types.Function)
 
 
 def test_clear_graph_cache_retraces_and_invalidates():
@@ -203,18 +203,20 @@ def test_trace_bound_drops_graphs_with_warning():
 
 def test_function_argument_validation():
     with pytest.raises(TypeError, match="callable"):
-        zcache.Function(42)
+        zcache.types.Function(42)
     with pytest.raises(ValueError, match="max_traces"):
         zcache.function(lambda: 1, max_traces=0)
 
 
 def test_executing_eagerly():
-    assert zcache.run.executing_eagerly()
+    from zcache._mode import executing_eagerly
+
+    assert executing_eagerly()
     inside = []
 
     @tf.function(autograph=False)
     def f():
-        inside.append(zcache.run.executing_eagerly())
+        inside.append(executing_eagerly())
         return 0
 
     f()

@@ -9,6 +9,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 import tensorflow as tf
+from helpers import traced
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,11 +51,6 @@ def exp_cdf(x, lam, lo, hi):
     if lam > 0:  # anchored at the upper end: no overflow for steep slopes
         return (np.exp(lam * (x - hi)) - np.exp(-lam * (hi - lo))) / -np.expm1(-lam * (hi - lo))
     return np.expm1(lam * (x - lo)) / np.expm1(lam * (hi - lo))
-
-
-def traced(func):
-    """``func`` as a zcache.function, traced unless the graph mode is False; call it repeatedly."""
-    return zcache.function(func, wraps="tensor")
 
 
 def pdf_cache(model, data):
@@ -878,7 +874,7 @@ def _integrate_numpy(values_at, lo, hi, panels=200):
     return float(np.sum(w * values_at(x)))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=12)
 @given(
     mu=st.floats(-2.0, 6.0), sigma=st.floats(0.2, 4.0), lam=st.floats(-2.0, 2.0), frac=st.floats(0.0, 1.0),
     slope=st.floats(-0.2, 0.2),
@@ -896,7 +892,7 @@ def test_property_pdfs_integrate_to_one(mu, sigma, lam, frac, slope):
         assert total == pytest.approx(1.0, rel=1e-9), model
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=10)
 @given(st.lists(st.tuples(st.sampled_from(["mu", "sigma", "lam", "frac"]), st.floats(0.0, 1.0)),
                 min_size=1, max_size=6))
 def test_property_cached_pdf_equals_uncached(changes):

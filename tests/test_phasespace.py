@@ -12,6 +12,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 import tensorflow as tf
+from helpers import CHANNELS, box, inside_np, lam_np, pair_limits, total_sq, traced, uniform_np
 from scipy.spatial.transform import Rotation
 
 import zcache
@@ -29,58 +30,10 @@ DECAYS = {
     "D+->K-pi+pi+": (M_D, M_K, M_PI, M_PI),
     "Lc->pK-pi+": (M_LC, M_P, M_K, M_PI),
 }
-CHANNELS = {"12": (1, 2, 3), "13": (1, 3, 2), "23": (2, 3, 1)}
 
 
-# -- independent numpy references -------------------------------------------------------------
-def lam_np(x, y, z):
-    """Källén function, written out again (not zcache.phasespace.kallen)."""
-    return (x - y - z) ** 2 - 4.0 * y * z
-
-
-def pair_limits(s, masses, channel):
-    r"""PDG range of :math:`s_{bc}` at fixed :math:`s = s_{ab}` (energies of b and c in the (ab) frame)."""
-    a, b, c = CHANNELS[channel]
-    m = masses
-    e_b = (s - m[a] ** 2 + m[b] ** 2) / (2.0 * np.sqrt(s))
-    e_c = (m[0] ** 2 - s - m[c] ** 2) / (2.0 * np.sqrt(s))
-    p_b = np.sqrt(np.maximum(e_b**2 - m[b] ** 2, 0.0))
-    p_c = np.sqrt(np.maximum(e_c**2 - m[c] ** 2, 0.0))
-    return (e_b + e_c) ** 2 - (p_b + p_c) ** 2, (e_b + e_c) ** 2 - (p_b - p_c) ** 2
-
-
-def total_sq(masses):
-    return float(np.sum(np.square(masses)))
-
-
-def inside_np(x, masses):
-    """Inside the Dalitz plot: s12 in its range and s23 between the PDG limits at that s12."""
-    s12, s13 = x[:, 0], x[:, 1]
-    m = masses
-    lo, hi = (m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2
-    ok = (s12 >= lo) & (s12 <= hi)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s23_lo, s23_hi = pair_limits(np.clip(s12, lo, hi), masses, "12")
-    s23 = total_sq(masses) - s12 - s13
-    return ok & (s23 >= s23_lo) & (s23 <= s23_hi)
-
-
-def box(masses):
-    m = masses
-    return ((m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2), ((m[1] + m[3]) ** 2, (m[0] - m[2]) ** 2)
-
-
-def uniform_np(n, masses, seed):
-    """``n`` events uniform in the Dalitz plot: numpy accept-reject in the bounding box."""
-    rng = np.random.default_rng(seed)
-    (lo12, hi12), (lo13, hi13) = box(masses)
-    out = []
-    while sum(len(o) for o in out) < n:
-        x = np.column_stack([rng.uniform(lo12, hi12, 4 * n), rng.uniform(lo13, hi13, 4 * n)])
-        out.append(x[inside_np(x, masses)])
-    return np.concatenate(out)[:n]
-
-
+# -- independent numpy references (CHANNELS, lam_np, pair_limits, total_sq, inside_np, box and
+# uniform_np: helpers.py, shared with test_amplitudes.py) ----------------------------------------
 def four_vectors(x, masses, seed=0):
     """Momenta (E, px, py, pz) of particles 1, 2, 3 in the parent's rest frame, randomly rotated."""
     m = masses
@@ -141,11 +94,6 @@ def marginal_cdf(masses, channel, density=marginal_density):
     grid = np.linspace((m[a] + m[b]) ** 2, (m[0] - m[c]) ** 2, 200_001)
     cum = scipy.integrate.cumulative_trapezoid(density(grid, masses, channel), grid, initial=0.0)
     return lambda s: np.interp(s, grid, cum / cum[-1])
-
-
-def traced(func):
-    """``func`` as a zcache.function: traced unless the graph mode is False."""
-    return zcache.function(func, wraps="tensor")
 
 
 # -- fixtures ---------------------------------------------------------------------------------

@@ -199,6 +199,56 @@ def test_precompute_of_a_model_and_of_a_callable(world):
     assert [n.name for n in report.nodes] == ["twice"] and report.nodes[0].status == "cached"
 
 
+def test_any_precomputable_object_is_a_target(world):
+    """The protocol: __zcache_evaluate__ computes what a fit reads and returns the caches read besides."""
+    from zcache._precompute import Precomputable
+
+    lam = world["lam"]
+
+    class Target:
+        def __init__(self):
+            self.read = zcache.CachedTensor(lambda: lam.value() * 2.0, name="read now")
+            self.later = zcache.CachedTensor(lambda: world["mu"].value() + lam.value(), deps=[world["mu"], lam],
+                                             name="read later")
+
+        def __zcache_evaluate__(self):
+            self.read.value()
+            return [self.later]
+
+    target = Target()
+    assert isinstance(target, Precomputable) and isinstance(world["loss"], Precomputable)
+    status = {n.name: n.status for n in zcache.precompute(target).nodes}
+    assert status == {"read now": "cached", "read later": "always dirty"}  # mu floats
+    assert target.later.stats["misses"] == 0  # returned caches are classified, not computed
+
+
+def test_the_last_report_is_remembered_weakly(world, collect):
+    """ensure_precomputed reuses the last report of the same setting; the memo and the report keep
+    neither a dropped loss nor its caches alive."""
+    import weakref
+
+    from zcache._precompute import ensure_precomputed, precomputed
+
+    loss, params = world["loss"], [world["mu"], world["sigma"]]
+    assert precomputed(loss) is None
+    report = ensure_precomputed(loss, params, keep_floating=False)
+    assert precomputed(loss) is report and ensure_precomputed(loss, params, keep_floating=False) is report
+    other = ensure_precomputed(loss, params[:1], keep_floating=False)  # another floating set
+    assert other is not report and precomputed(loss) is other
+
+    def dropped():
+        model = Gaussian(Space("x", LO, HI), zcache.Parameter("mu_drop", 5.0), 1.0)
+        temporary = UnbinnedNLL(model, zcache.Data(world["x"], obs="x"))
+        kept = zcache.precompute(temporary)
+        assert kept.caches
+        return kept, weakref.ref(temporary), [weakref.ref(c) for c in kept.caches]
+
+    kept, loss_ref, cache_refs = dropped()
+    collect()
+    assert loss_ref() is None and all(r() is None for r in cache_refs)
+    assert kept.caches == [] and kept.nodes  # the names stay
+
+
 def test_precompute_drops_only_the_graphs_that_read_changed_caches(world):
     """An unrelated traced function keeps its graph across a precompute."""
     other = zcache.Parameter("other_pc", 1.0)
@@ -221,10 +271,10 @@ def test_precompute_errors(world):
         zcache.precompute(world["loss"])
         return tf.constant(1.0)
 
-    with zcache.set_graph_mode(True), pytest.raises(zcache.IllegalInGraphModeError):
+    with zcache.set_graph_mode(True), pytest.raises(zcache.exceptions.IllegalInGraphModeError):
         inside()
     float(world["loss"].value())
     c = _caches(world["model"])["Gaussian.normalization"]
-    with pytest.raises(zcache.IllegalInGraphModeError):
+    with pytest.raises(zcache.exceptions.IllegalInGraphModeError):
         zcache.function(lambda: c.set_always_dirty(True) or tf.constant(0.0), wraps="tensor")()
     assert not c.always_dirty

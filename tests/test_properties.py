@@ -43,9 +43,10 @@ gradients).
 5. Bad input (NaN/inf/out-of-limit values, malformed data; eager and traced) raises the
    documented error and leaves values, data and every cache's validity unchanged.
 
-Profiles: ``ci`` (default, about 40 s) and ``stress`` (``ZCACHE_HYPOTHESIS_PROFILE=stress``,
-many minutes); ``make stress`` runs ``CacheMachine`` and the fitting layer's ``FitMachine``
-for 10,000 sequences in parallel worker processes (tests/stress.py).
+Hypothesis profiles (tests/conftest.py): ``ci`` (``make test``, about 25 s), ``dev`` (with
+``-m "not slow"``, seconds) and ``stress`` (``HYPOTHESIS_PROFILE=stress``, many minutes);
+``make stress`` runs ``CacheMachine`` and the fitting layer's ``FitMachine`` for 10,000 sequences
+in parallel worker processes (tests/stress.py).
 Trace time grows quickly with how deeply caches nest (each read traces its dependencies
 again inside its tf.cond, each gradient traces them again in the backward pass), so the
 worlds keep nesting shallow.
@@ -57,7 +58,6 @@ import contextlib
 import gc
 import itertools
 import operator
-import os
 import sys
 import threading
 import weakref
@@ -67,7 +67,8 @@ import numdifftools as nd
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, note, settings
+from helpers import save_modes
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.stateful import (
@@ -93,19 +94,10 @@ from zcache.exceptions import (
     ZCacheError,
 )
 
-_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile(
-    "ci", max_examples=15, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH
-)
-settings.register_profile(
-    "stress", max_examples=400, stateful_step_count=50, deadline=None, suppress_health_check=_HEALTH
-)
-settings.load_profile(os.environ.get("ZCACHE_HYPOTHESIS_PROFILE", "ci"))
-
 
 def _examples(fraction: float) -> settings:
-    """Settings for a heavier test: a fraction of the active profile's max_examples."""
-    return settings(max_examples=max(5, int(settings.default.max_examples * fraction)))
+    """Settings for a heavier test: a fraction of the active profile's max_examples (conftest.py)."""
+    return settings(max_examples=max(2, int(settings.default.max_examples * fraction)))
 
 
 # == expression templates, evaluated by zcache (TensorFlow) or by the reference (numpy) ===
@@ -1153,13 +1145,10 @@ class CacheMachine(RuleBasedStateMachine):
         self.steps = 0
         self.dropped = []  # (weak references, node ids) of temporary models
         self.thread_runs = 0
-        self._modes = (zcache.get_graph_mode(), zcache.get_autograd_mode(), tf.config.functions_run_eagerly())
+        self._restore_modes = save_modes()
 
     def teardown(self):
-        graph, autograd, backend = self._modes
-        zcache.set_graph_mode(graph, set_backend=False)
-        zcache.set_autograd_mode(autograd)
-        tf.config.run_functions_eagerly(backend)
+        self._restore_modes()
         if self.dropped:  # the traced functions held them in reference cycles
             gc.collect()
             g = zcache.dependency_graph()
@@ -1647,7 +1636,7 @@ class CacheMachine(RuleBasedStateMachine):
     @invariant()
     def dependency_graph_holds_live_objects_only(self):
         g = zcache.dependency_graph()
-        with GRAPH._lock:
+        with GRAPH.lock:
             dead = [attrs["name"] for _, attrs in g.nodes(data=True) if attrs["ref"]() is None]
         assert not dead, f"nodes of collected objects: {dead}"
         for refs, nodes in self.dropped:

@@ -28,13 +28,12 @@ The model and its loss are built once per process and reset at the start of each
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import iminuit
 import numpy as np
 import pytest
-import scipy.special
+from helpers import HI, LIMITS, LO, NAMES, np_extended_nll
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -45,10 +44,7 @@ from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import FitResult, Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
 
-LO, HI = 0.0, 10.0
-NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
 TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 250.0, "nbkg": 450.0}
-LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
 #: values a fixed parameter may be moved to (near the truth, so that fits stay well defined)
 MOVES = {"mu": (4.6, 5.4), "sigma": (0.45, 0.8), "lam": (-0.45, -0.18), "nsig": (180.0, 330.0), "nbkg": (350.0, 560.0)}
 TOL = 1e-4  # EDM tolerance of every fit, zcache's and the reference's: edm < 2e-7 ...
@@ -57,14 +53,6 @@ MINOS_REL = 3e-3  # MINOS crossings at TOL are good to ~2e-4; the two minima dif
 
 
 # -- the independent reference ----------------------------------------------------------------
-def np_nll(x: np.ndarray, mu: float, sigma: float, lam: float, nsig: float, nbkg: float) -> float:
-    """Extended NLL nu - sum log(nsig g + nbkg e), g and e truncated to [LO, HI] (numpy / scipy only)."""
-    norm = scipy.special.ndtr((HI - mu) / sigma) - scipy.special.ndtr((LO - mu) / sigma)
-    gauss = np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi) * norm)
-    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
-    return float(nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo)))
-
-
 def np_sample(seed: int, nsig: int, nbkg: int) -> np.ndarray:
     """Events of the TRUTH shapes (numpy only): a truncated normal by rejection, an exponential by inverse CDF."""
     rng = np.random.default_rng(seed)
@@ -77,7 +65,7 @@ def np_sample(seed: int, nsig: int, nbkg: int) -> np.ndarray:
 
 def np_minuit(x: np.ndarray, start: dict[str, float], floating: list[str]) -> iminuit.Minuit:
     """iminuit's fit of the numpy NLL from ``start``, the others fixed there (as zcache's Minuit fits)."""
-    m = iminuit.Minuit(lambda v: np_nll(x, *v), [start[n] for n in NAMES], name=NAMES)
+    m = iminuit.Minuit(lambda v: np_extended_nll(x, *v), [start[n] for n in NAMES], name=NAMES)
     m.errordef = 0.5
     m.limits = [LIMITS[n] for n in NAMES]
     m.tol = TOL
@@ -232,16 +220,16 @@ class FitMachine(RuleBasedStateMachine):
         elif kind == "scan":
             grid, delta, valid = result.profile(name, bins=3, bound=1.5, minimize=False)
             at = dict(fitted.values)
-            fmin = np_nll(fitted.x, *at.values())
-            expected = [np_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
+            fmin = np_extended_nll(fitted.x, *at.values())
+            expected = [np_extended_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
             np.testing.assert_allclose(delta, expected, rtol=1e-7, atol=1e-7)
             assert valid.all()
         elif kind == "profile":
             grid, delta, valid = result.profile(name, bins=3, bound=1.0)
             # the profile is a minimum over the others: at most the scan, and 0 at the best value
             at = dict(fitted.values)
-            fmin = np_nll(fitted.x, *at.values())
-            scan = [np_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
+            fmin = np_extended_nll(fitted.x, *at.values())
+            scan = [np_extended_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
             assert (delta <= np.array(scan) + 1e-5).all() and abs(delta[1]) < 1e-5
         elif kind == "minuit.mnprofile":
             result.minuit.mnprofile(name, size=3, bound=1.0)
@@ -267,7 +255,7 @@ class FitMachine(RuleBasedStateMachine):
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:
         v = self.values()
-        np.testing.assert_allclose(float(self.loss.value()), np_nll(self.x, *v.values()), rtol=1e-10)
+        np.testing.assert_allclose(float(self.loss.value()), np_extended_nll(self.x, *v.values()), rtol=1e-10)
 
     @invariant()
     def params_follow_the_flags(self) -> None:
@@ -278,7 +266,7 @@ class FitMachine(RuleBasedStateMachine):
 
 TestFitMachine = FitMachine.TestCase
 TestFitMachine.settings = settings(
-    max_examples=2, stateful_step_count=6, deadline=None, database=None,
+    max_examples=2, stateful_step_count=6, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 
@@ -288,6 +276,6 @@ class TestFitMachineLong(FitMachine.TestCase):
     """Longer sequences (``-m slow``); ``tests/stress.py`` runs many more."""
 
     settings = settings(
-        max_examples=25, stateful_step_count=25, deadline=None, database=None,
+        max_examples=25, stateful_step_count=25, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )

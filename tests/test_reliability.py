@@ -38,6 +38,7 @@ import numpy as np
 import psutil
 import pytest
 import tensorflow as tf
+from helpers import save_modes
 from tensorflow.python.framework.func_graph import FuncGraph
 
 import zcache
@@ -155,7 +156,7 @@ def graph_view(ids: set[int]) -> tuple[set[tuple[int, int]], int]:
     edges to nodes newer than the snapshot are: ``live_nodes_after``.)
     """
     g = zcache.dependency_graph()
-    with GRAPH._lock:
+    with GRAPH.lock:
         edges = {(a, b) for a, b in g.edges() if a in ids and b in ids}
         newest = max(g.nodes, default=0)
     return edges, newest
@@ -164,7 +165,7 @@ def graph_view(ids: set[int]) -> tuple[set[tuple[int, int]], int]:
 def live_nodes_after(newest: int) -> list[str]:
     """Nodes created after ``newest`` whose objects are still alive."""
     g = zcache.dependency_graph()
-    with GRAPH._lock:
+    with GRAPH.lock:
         return [a["name"] for n, a in g.nodes(data=True) if n > newest and a["ref"]() is not None]
 
 
@@ -177,7 +178,7 @@ def snapshot(w: World, extra: list[Any]) -> dict[str, Any]:
         "values": {p.name: (float(p.variable.numpy()), p._current()) for p in w.params},
         "data": {d.name: d.variable.numpy().tolist() for d in w.data},
         "valid": {c.name: c.is_valid for c in caches},
-        "stored": {c.name: c._cache.numpy().tolist() for c in caches if c.is_valid},
+        "stored": {c.name: c.state.stored.numpy().tolist() for c in caches if c.is_valid},
         "stats": {c.name: c.stats for c in w.caches},  # the cases' own caches may be read
         "edges": edges,
         "newest": newest,
@@ -452,12 +453,9 @@ PAIRS = [(case, where) for case in CASES for where in case.where]
 @pytest.fixture(autouse=True)
 def _restore_modes():
     """conftest's fixture without clear_graph_cache: the module's world is traced once (speed)."""
-    graph, autograd = zcache.get_graph_mode(), zcache.get_autograd_mode()
-    backend = tf.config.functions_run_eagerly()
+    restore = save_modes()
     yield
-    zcache.set_graph_mode(graph, set_backend=False)
-    zcache.set_autograd_mode(autograd)
-    tf.config.run_functions_eagerly(backend)
+    restore()
 
 
 @pytest.fixture(scope="module")
@@ -710,6 +708,7 @@ def _numerical(m: Toy) -> Any:
         return zcache.function(lambda: zcache.gradient(lambda: tf.reduce_sum(m.density()), [m.mu]))()
 
 
+@pytest.mark.slow  # 1.9 s
 def test_dropped_objects_leave_the_dependency_graph():
     """One model per way of using it; after dropping them, no object and no node is left."""
     g = zcache.dependency_graph()
@@ -758,7 +757,7 @@ def test_no_node_of_a_collected_object_survives_in_the_graph():
         Toy(seed).density()
     _collect()
     g = zcache.dependency_graph()
-    with GRAPH._lock:
+    with GRAPH.lock:
         assert all(attrs["ref"]() is not None for _, attrs in g.nodes(data=True))
 
 
@@ -785,6 +784,7 @@ def test_garbage_collection_during_a_graph_traversal_is_safe():
     assert GRAPH.dependent_caches(p.node_id) == ()
 
 
+@pytest.mark.slow  # 2.2 s
 def test_a_kept_function_does_not_keep_its_graphs_after_reset():
     """Traced graphs are released by clear_graph_cache (TensorFlow's gradient registry held them)."""
     zcache.clear_graph_cache()
@@ -861,6 +861,7 @@ class CoreFit:
         return float(np.mean(0.5 * ((x - mu) / sigma) ** 2) + np.log(sigma * np.sqrt(2.0 * np.pi)))
 
 
+@pytest.mark.slow  # memory growth, 3 s
 def test_toy_loop_never_retraces_and_memory_stays_bounded():
     fit = CoreFit()
     for i in range(3):  # warm up: the traces, TensorFlow's caches, the allocator
@@ -880,6 +881,7 @@ def test_toy_loop_never_retraces_and_memory_stays_bounded():
     assert growth < 25.0, f"RSS grew by {growth:.1f} MiB over 150 toys"
 
 
+@pytest.mark.slow  # memory growth, 5 s
 def test_new_model_per_toy_keeps_memory_bounded():
     """The zfit #624 pattern: a new model, data and traced function per toy, all dropped."""
     def toy(i: int) -> None:
@@ -1042,6 +1044,7 @@ def _fit_world(n: int = 300):
     return model, ExtendedUnbinnedNLL(model, model.sample(n))
 
 
+@pytest.mark.slow  # memory growth, 5 s
 def test_fit_toy_loop_never_retraces_and_memory_stays_bounded():
     """run_toys (generate, precomputed Minuit fit with gradient and Hessian): no retrace, nothing kept."""
     from zcache.toys import run_toys
@@ -1059,6 +1062,7 @@ def test_fit_toy_loop_never_retraces_and_memory_stays_bounded():
     assert growth < 25.0, f"RSS grew by {growth:.1f} MiB over 60 fitted toys"
 
 
+@pytest.mark.slow  # memory growth, 6 s
 def test_new_fitted_model_per_toy_keeps_memory_bounded():
     """zfit #624 with the fitting layer: a new model, loss and Minuit fit per toy, all dropped."""
     from zcache.minimize import Minuit
@@ -1097,6 +1101,7 @@ def test_traced_miss_branch_is_traced_once_until_clear_graph_cache():
         second()
 
 
+@pytest.mark.slow  # 2.4 s
 def test_fits_of_separate_models_in_threads_leave_the_modes_alone():
     """Regression (issue 10, symptom 8): two threads fitting their own models could leave the
     process-wide graph mode at eager (precompute flipped it with set_graph_mode(False)); every

@@ -12,6 +12,7 @@ from zcache.models import Exponential, Gaussian, Space, SumPdf
 from zcache.toys import ToyResult, run_toys
 
 
+@pytest.mark.slow  # toy study
 def test_fifty_extended_toys_trace_each_function_once():
     """Generation and fit reuse one graph each: new data sizes and values never retrace."""
     space = Space("x", 0.0, 10.0)
@@ -31,6 +32,7 @@ def test_fifty_extended_toys_trace_each_function_once():
     assert float(mu.value()) == 5.0 and float(nsig.value()) == 150.0  # back at the truth
 
 
+@pytest.mark.slow  # toy study
 def test_pulls_are_standard_normal_over_200_toys():
     """Fit results agree with the generating values within errors: pull means ~0, widths ~1."""
     mu = zcache.Parameter("mu_pull", 0.5, lower=-2.0, upper=3.0)

@@ -5,6 +5,9 @@ per distinct argument values". Arguments must be hashable: numbers, strings,
 tuples, or zcache objects (keyed by identity, and added as dependencies). Raw
 tensors and numpy arrays cannot be tracked, so they are refused: wrap them in
 :class:`zcache.Data`.
+
+The caches an instance owns (from ``@cached`` methods and :meth:`Cachable.cache_value`)
+are listed by :func:`caches_of`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ._parameter import Data, Parameter
 from ._tensorlike import TensorLike
 from .exceptions import InvalidDependencyError, UncacheableArgumentError
 
-__all__ = ["cached", "Cachable"]
+__all__ = ["cached", "Cachable", "caches_of"]
 
 _ZOBJ = (Parameter, Data, CachedTensor)
 _CACHES_ATTR = "_zcache_caches"
@@ -66,33 +69,83 @@ def _instance_caches(instance: Any) -> dict[Any, CachedTensor]:
     return caches
 
 
+def caches_of(obj: Any) -> list[CachedTensor]:
+    """The caches ``obj`` owns: one per ``@cached`` method and argument values, and per ``cache_value`` key.
+
+    Parameters
+    ----------
+    obj : object
+        Any instance (a :class:`Cachable` or an object with ``@cached`` methods).
+
+    Returns
+    -------
+    list of CachedTensor
+        A new list, in the order the caches were created; empty for an object without caches.
+
+    Examples
+    --------
+    >>> import tensorflow as tf, zcache
+    >>> from zcache._cachable import caches_of
+    >>> class Box:
+    ...     def __init__(self):
+    ...         self.a = zcache.Parameter("a_box", 2.0)
+    ...     @zcache.cached
+    ...     def area(self):
+    ...         return self.a.value() ** 2
+    >>> box = Box()
+    >>> caches_of(box), float(box.area())
+    ([], 4.0)
+    >>> [c.name for c in caches_of(box)]
+    ['Box.area']
+    """
+    return list(vars(obj).get(_CACHES_ATTR, {}).values()) if hasattr(obj, "__dict__") else []
+
+
 def cached(method: Callable[..., Any] | None = None, *, deps: Any = None, name: Callable[..., str] | None = None) -> Any:
     """Cache a method's result per instance and per distinct argument values.
 
-    Args:
-        method: the method (when used as ``@zcache.cached`` without arguments).
-        deps: ``None`` (discover what the method reads), a sequence of attribute
-            names, or a callable ``deps(self) -> list``. zcache objects passed as
-            arguments are always dependencies.
-        name: optional ``name(self, *args, **kwargs) -> str`` labelling each cache (reports,
-            ``zcache.to_dot``); default ``'<Class>.<method>'``.
+    Parameters
+    ----------
+    method : callable, optional
+        The method (when used as ``@zcache.cached`` without arguments).
+    deps : None, sequence of str or callable, optional
+        ``None`` (discover what the method reads), a sequence of attribute names, or a
+        callable ``deps(self) -> list``. zcache objects passed as arguments are always
+        dependencies.
+    name : callable, optional
+        ``name(self, *args, **kwargs) -> str`` labelling each cache (reports,
+        ``zcache.to_dot``); default ``'<Class>.<method>'``.
 
-    Example:
-        >>> import numpy as np, tensorflow as tf, zcache
-        >>> class Gauss:
-        ...     def __init__(self):
-        ...         self.mu = zcache.Parameter("mu_g", 0.0)
-        ...         self.sigma = zcache.Parameter("sigma_g", 1.0, lower=0.01)
-        ...     @zcache.cached
-        ...     def shape(self, x):
-        ...         z = (x.value() - self.mu.value()) / self.sigma.value()
-        ...         return tf.exp(-0.5 * z * z)
-        >>> g, x = Gauss(), zcache.Data(np.array([0.0, 1.0]), name="xg")
-        >>> np.round(g.shape(x).numpy(), 4).tolist()
-        [1.0, 0.6065]
-        >>> _ = g.shape(x); _ = g.sigma.set_value(2.0)
-        >>> np.round(g.shape(x).numpy(), 4).tolist()
-        [1.0, 0.8825]
+    Returns
+    -------
+    callable
+        The wrapped method (or, without ``method``, a decorator). Each call returns the
+        cached value, a tensor.
+
+    Raises
+    ------
+    InvalidDependencyError
+        ``deps`` is none of the above, or names an attribute the instance lacks.
+    UncacheableArgumentError
+        A call passes an argument that cannot key a cache (a tensor, an array, an unhashable value).
+
+    Examples
+    --------
+    >>> import numpy as np, tensorflow as tf, zcache
+    >>> class Gauss:
+    ...     def __init__(self):
+    ...         self.mu = zcache.Parameter("mu_g", 0.0)
+    ...         self.sigma = zcache.Parameter("sigma_g", 1.0, lower=0.01)
+    ...     @zcache.cached
+    ...     def shape(self, x):
+    ...         z = (x.value() - self.mu.value()) / self.sigma.value()
+    ...         return tf.exp(-0.5 * z * z)
+    >>> g, x = Gauss(), zcache.Data(np.array([0.0, 1.0]), name="xg")
+    >>> np.round(g.shape(x).numpy(), 4).tolist()
+    [1.0, 0.6065]
+    >>> _ = g.shape(x); _ = g.sigma.set_value(2.0)
+    >>> np.round(g.shape(x).numpy(), 4).tolist()
+    [1.0, 0.8825]
     """
     if method is None:
         return lambda m: cached(m, deps=deps, name=name)
@@ -146,27 +199,34 @@ def _make_cache(self: Any, method: Callable[..., Any], args: tuple, kwargs: dict
             )
         declared = [getattr(self, name) for name in deps]
     cache = CachedTensor(compute, deps=declared, name=where)
-    cache._add_deps(_zcache_objects((args, kwargs)))
+    cache.add_dependencies(_zcache_objects((args, kwargs)))
     return cache
 
 
 class Cachable:
     """Mixin for model classes: dependency listing and ad-hoc caching.
 
-    Example:
-        >>> import tensorflow as tf, zcache
-        >>> class Model(zcache.Cachable):
-        ...     def __init__(self):
-        ...         self.c = zcache.Parameter("c_m", 2.0)
-        ...     def norm(self):
-        ...         return self.cache_value(lambda: tf.sqrt(self.c.value()))
-        >>> m = Model()
-        >>> round(float(m.norm()), 6), [p.name for p in m.get_deps()]
-        (1.414214, ['c_m'])
+    Examples
+    --------
+    >>> import tensorflow as tf, zcache
+    >>> class Model(zcache.Cachable):
+    ...     def __init__(self):
+    ...         self.c = zcache.Parameter("c_m", 2.0)
+    ...     def norm(self):
+    ...         return self.cache_value(lambda: tf.sqrt(self.c.value()))
+    >>> m = Model()
+    >>> round(float(m.norm()), 6), [p.name for p in m.get_deps()]
+    (1.414214, ['c_m'])
     """
 
     def get_deps(self) -> list[Any]:
-        """Parameters, Data and CachedTensors held in attributes (also of nested Cachables), in order."""
+        """Parameters, Data and CachedTensors held in attributes (also of nested Cachables), in order.
+
+        Returns
+        -------
+        list
+            Each object once, in attribute order (the caches the instance owns left out).
+        """
         found: dict[int, Any] = {}
 
         def walk(obj: Any, seen: set[int]) -> None:
@@ -194,6 +254,26 @@ class Cachable:
 
         The cache is keyed by ``key`` or, by default, by ``func``'s code and the
         values it closes over, so calling this again from the same line reuses it.
+
+        Parameters
+        ----------
+        func : callable
+            Zero-argument callable returning a tensor.
+        deps : iterable of Parameter, Data or CachedTensor, optional
+            Declared dependencies; ``None`` discovers them (see :class:`zcache.CachedTensor`).
+        key : hashable, optional
+            What identifies the cache among this instance's; default: ``func``'s code and
+            closure values.
+
+        Returns
+        -------
+        tf.Tensor
+            The cached value.
+
+        Raises
+        ------
+        UncacheableArgumentError
+            Without ``key``, ``func`` closes over a value that cannot key a cache.
         """
         if key is None:
             cells = tuple(c.cell_contents for c in (getattr(func, "__closure__", None) or ()))

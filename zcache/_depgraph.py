@@ -11,7 +11,7 @@ references to its dependencies, so a node never outlives what it depends on.
 
 Dependencies are declared (``deps=[...]``) or discovered: while a cache's
 function runs, every zcache object that is read reports itself to the innermost
-active :func:`recording` block.
+active ``recording`` block (:mod:`zcache._context`).
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ import itertools
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import networkx as nx
 
+from ._context import CONTEXT
 from .exceptions import DependencyCycleError
 
-__all__ = [
-    "DependencyGraph", "GRAPH", "record_read", "recording", "substituted", "substitute", "dependency_graph",
-    "to_dot",
-]
+__all__ = ["CACHE", "DATA", "GRAPH", "PARAMETER", "DependencyGraph", "dependency_graph", "to_dot"]
 
 PARAMETER = "parameter"
 DATA = "data"
@@ -52,12 +49,12 @@ class _GraphLock:
 
     def __enter__(self) -> None:
         self._rlock.acquire()
-        _local.graph_depth = getattr(_local, "graph_depth", 0) + 1
+        CONTEXT.graph_depth += 1
 
     def __exit__(self, *exc: object) -> None:
         try:
-            _local.graph_depth -= 1
-            if not _local.graph_depth:
+            CONTEXT.graph_depth -= 1
+            if not CONTEXT.graph_depth:
                 self._purge()
         finally:
             self._rlock.release()
@@ -69,7 +66,8 @@ class DependencyGraph:
     def __init__(self) -> None:
         self.nx = nx.DiGraph()
         self._pending: list[int] = []  # nodes of collected objects, removed on leaving the lock
-        self._lock = _GraphLock(self._purge)
+        #: Held while the graph is read or changed; collected objects' nodes wait for it.
+        self.lock = _GraphLock(self._purge)
         self._ids = itertools.count(1)
         # Bumped on every structural change; memoized traversals are keyed by it.
         self.version = 0
@@ -82,7 +80,7 @@ class DependencyGraph:
 
     # -- structure -------------------------------------------------------------------
     def add_node(self, obj: Any, kind: str, name: str) -> int:
-        with self._lock:
+        with self.lock:
             uid = next(self._ids)
             self.nx.add_node(uid, ref=weakref.ref(obj), kind=kind, name=name, always_dirty=False)
             self._changed()
@@ -92,12 +90,12 @@ class DependencyGraph:
     def _remove_node(self, uid: int) -> None:
         """Finalizer of a node's object: remove the node now, or when this thread leaves the graph."""
         self._pending.append(uid)
-        if not getattr(_local, "graph_depth", 0):
-            with self._lock:
+        if not CONTEXT.graph_depth:
+            with self.lock:
                 pass  # leaving the lock removes the pending nodes
 
     def _purge(self) -> None:
-        _local.graph_depth = getattr(_local, "graph_depth", 0) + 1  # finalizers run here defer too
+        CONTEXT.graph_depth += 1  # finalizers run here defer too
         try:
             while self._pending:
                 uid = self._pending.pop()
@@ -105,16 +103,24 @@ class DependencyGraph:
                     self.nx.remove_node(uid)
                     self._changed()
         finally:
-            _local.graph_depth -= 1
+            CONTEXT.graph_depth -= 1
 
     def add_edges(self, deps: Iterable[int], dependent: int) -> None:
         """Add ``dep -> dependent`` for every dep, all or nothing.
 
+        Parameters
+        ----------
+        deps : iterable of int
+            The node ids of the dependencies.
+        dependent : int
+            The node id of the dependent cache.
+
         Raises
         ------
-            DependencyCycleError: if any edge would close a cycle; the graph is unchanged.
+        DependencyCycleError
+            If any edge would close a cycle; the graph is unchanged.
         """
-        with self._lock:
+        with self.lock:
             deps = [d for d in deps if not self.nx.has_edge(d, dependent)]
             if not deps:
                 return
@@ -131,7 +137,7 @@ class DependencyGraph:
 
     def set_always_dirty(self, uid: int, always_dirty: bool) -> None:
         """Mark a cache as bypassed: traversals go through it, invalidation skips it."""
-        with self._lock:
+        with self.lock:
             if uid in self.nx and self.nx.nodes[uid]["always_dirty"] != always_dirty:
                 self.nx.nodes[uid]["always_dirty"] = always_dirty
                 self._changed()
@@ -151,12 +157,12 @@ class DependencyGraph:
 
     def has_path(self, source: int, target: int) -> bool:
         """Whether ``target`` depends on ``source`` (directly or transitively)."""
-        with self._lock:
+        with self.lock:
             return nx.has_path(self.nx, source, target)
 
     def _memoized(self, key: str, uid: int, compute) -> tuple[Any, ...]:
         memo_key = (key, uid)
-        with self._lock:
+        with self.lock:
             hit = self._memo.get(memo_key)
             if hit is None:
                 hit = self._memo[memo_key] = tuple(compute())
@@ -209,72 +215,12 @@ class DependencyGraph:
         return out
 
     def caches(self) -> list[Any]:
-        with self._lock:
+        with self.lock:
             uids = [n for n, kind in self.nx.nodes(data="kind") if kind == CACHE]
         return self.objects(uids)
 
 
 GRAPH = DependencyGraph()
-
-
-# -- automatic dependency discovery ----------------------------------------------------
-_local = threading.local()
-
-
-def _stack() -> list[set[Any]]:
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
-@contextmanager
-def recording() -> Iterator[set[Any]]:
-    """Collect every zcache object read inside the block (innermost block only)."""
-    reads: set[Any] = set()
-    stack = _stack()
-    stack.append(reads)
-    try:
-        yield reads
-    finally:
-        stack.pop()
-
-
-def record_read(obj: Any) -> None:
-    """Report that ``obj`` was read; called by ``value()`` of every zcache object."""
-    stack = getattr(_local, "stack", None)
-    if stack:
-        stack[-1].add(obj)
-
-
-@contextmanager
-def substituted(values: dict[int, Any]) -> Iterator[None]:
-    """Inside the block, reading the input ``uid`` gives ``values[uid]`` (a tensor), not its Variable.
-
-    A cache's backward pass recomputes its function at the inputs of its *forward* pass:
-    an input changed in between (a persistent tape that spans a ``set_value``) must not
-    leak into the gradient. Caches read inside the block recompute instead of reading
-    their stored value (which belongs to the current inputs).
-    """
-    stack = getattr(_local, "substitutions", None)
-    if stack is None:
-        stack = _local.substitutions = []
-    stack.append(values)
-    try:
-        yield
-    finally:
-        stack.pop()
-
-
-def substitute(uid: int) -> Any:
-    """The tensor that stands in for input ``uid`` in a :func:`substituted` block, else None."""
-    stack = getattr(_local, "substitutions", None)
-    return stack[-1].get(uid) if stack else None
-
-
-def substituting() -> bool:
-    """Whether a :func:`substituted` block is open on this thread."""
-    return bool(getattr(_local, "substitutions", None))
 
 
 # -- public views ------------------------------------------------------------------------
@@ -285,13 +231,19 @@ def dependency_graph() -> nx.DiGraph:
     ('parameter', 'data' or 'cache'), ``name`` and ``ref`` (a weak reference to the
     object). Treat it as read-only.
 
-    Example:
-        >>> import zcache
-        >>> mu = zcache.Parameter("mu", 1.0)
-        >>> sq = zcache.CachedTensor(lambda: mu.value() ** 2, name="sq")
-        >>> _ = sq.value()
-        >>> zcache.dependency_graph().has_edge(mu.node_id, sq.node_id)
-        True
+    Returns
+    -------
+    networkx.DiGraph
+        The graph itself, not a copy.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> mu = zcache.Parameter("mu", 1.0)
+    >>> sq = zcache.CachedTensor(lambda: mu.value() ** 2, name="sq")
+    >>> _ = sq.value()
+    >>> zcache.dependency_graph().has_edge(mu.node_id, sq.node_id)
+    True
     """
     return GRAPH.nx
 
@@ -306,19 +258,30 @@ def to_dot(graph: nx.DiGraph | None = None) -> str:
     Parameters are ellipses, data are boxes (cylinders), caches are rounded
     boxes labelled with their hit/miss counts.
 
-    Example:
-        >>> import zcache
-        >>> p = zcache.Parameter("p_dot", 2.0)
-        >>> c = zcache.CachedTensor(lambda: p.value() + 1.0, name="c_dot")
-        >>> _ = c.value()
-        >>> dot = zcache.to_dot()
-        >>> "p_dot" in dot and "c_dot" in dot and "->" in dot
-        True
+    Parameters
+    ----------
+    graph : networkx.DiGraph, optional
+        A subgraph of :func:`dependency_graph`; ``None`` renders the whole graph.
+
+    Returns
+    -------
+    str
+        The DOT source, ending with a newline.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> p = zcache.Parameter("p_dot", 2.0)
+    >>> c = zcache.CachedTensor(lambda: p.value() + 1.0, name="c_dot")
+    >>> _ = c.value()
+    >>> dot = zcache.to_dot()
+    >>> "p_dot" in dot and "c_dot" in dot and "->" in dot
+    True
     """
     g = GRAPH.nx if graph is None else graph
     shapes = {PARAMETER: "ellipse", DATA: "cylinder", CACHE: "box"}
     lines = ["digraph zcache {", "  rankdir=LR;", '  node [fontname="Helvetica"];']
-    with GRAPH._lock:  # finalizers wait while the graph is listed
+    with GRAPH.lock:  # finalizers wait while the graph is listed
         nodes, edges = list(g.nodes(data=True)), list(g.edges())
     for uid, attrs in nodes:
         kind = attrs.get("kind", "")

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import differentiating
+from ._context import differentiating
 from ._mode import get_autograd_mode
-from ._parameter import Parameter, set_values
+from ._parameter import Parameter, backing_variable, set_values
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
 
 _EPS = float(np.finfo(np.float64).eps)
-_REL_STEP = _EPS ** (1.0 / 3.0)
+REL_STEP = _EPS ** (1.0 / 3.0)
 
 
 def _check_params(params: Sequence[Parameter]) -> list[Parameter]:
@@ -51,24 +51,41 @@ def value_and_gradient(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Value of ``sum(func())`` and its gradient w.r.t. ``params`` (float64 vector).
 
-    Args:
-        func: zero-argument callable reading the parameters.
-        params: the parameters to differentiate by.
-        numerical: force numerical (``True``) or automatic (``False``) gradients;
-            ``None`` follows :func:`zcache.get_autograd_mode`.
+    Parameters
+    ----------
+    func : callable
+        Zero-argument callable reading the parameters; its result is summed to a scalar.
+    params : sequence of Parameter
+        The parameters to differentiate by.
+    numerical : bool, optional
+        Force numerical (``True``) or automatic (``False``) gradients; ``None`` follows
+        :func:`zcache.get_autograd_mode`.
 
-    Example:
-        >>> import zcache
-        >>> a = zcache.Parameter("a_g", 3.0)
-        >>> v, g = zcache.value_and_gradient(lambda: a.value() ** 2, [a])
-        >>> float(v), g.numpy().tolist()
-        (9.0, [6.0])
+    Returns
+    -------
+    value : tf.Tensor
+        The scalar ``sum(func())``.
+    gradient : tf.Tensor
+        Its gradient, a float64 vector with one entry per parameter.
+
+    Raises
+    ------
+    TypeError
+        If an entry of ``params`` is not a :class:`Parameter`.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> a = zcache.Parameter("a_g", 3.0)
+    >>> v, g = zcache.value_and_gradient(lambda: a.value() ** 2, [a])
+    >>> float(v), g.numpy().tolist()
+    (9.0, [6.0])
     """
     params = _check_params(params)
     use_numerical = (not get_autograd_mode()) if numerical is None else numerical
     if use_numerical:
         return _numerical(func, params)
-    variables = [p._var for p in params]
+    variables = [backing_variable(p) for p in params]
     with differentiating(params):  # caches attach gradients for these parameters only
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
@@ -81,19 +98,40 @@ def value_and_gradient(
 def gradient(func: Callable[[], Any], params: Sequence[Parameter], numerical: bool | None = None) -> tf.Tensor:
     """Gradient of ``sum(func())`` w.r.t. ``params``, honouring the autograd mode.
 
-    Example:
-        >>> import zcache
-        >>> a = zcache.Parameter("a_n", 2.0)
-        >>> with zcache.set_autograd_mode(False):
-        ...     round(float(zcache.gradient(lambda: a.value() ** 3, [a])[0]), 6)
-        12.0
+    Parameters
+    ----------
+    func : callable
+        Zero-argument callable reading the parameters; its result is summed to a scalar.
+    params : sequence of Parameter
+        The parameters to differentiate by.
+    numerical : bool, optional
+        Force numerical (``True``) or automatic (``False``) gradients; ``None`` follows
+        :func:`zcache.get_autograd_mode`.
+
+    Returns
+    -------
+    tf.Tensor
+        A float64 vector with one entry per parameter.
+
+    Raises
+    ------
+    TypeError
+        If an entry of ``params`` is not a :class:`Parameter`.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> a = zcache.Parameter("a_n", 2.0)
+    >>> with zcache.set_autograd_mode(False):
+    ...     round(float(zcache.gradient(lambda: a.value() ** 3, [a])[0]), 6)
+    12.0
     """
     return value_and_gradient(func, params, numerical)[1]
 
 
 def _steps(p: Parameter, x0: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """The two points of a central difference around ``x0``, clipped into the limits (one-sided there)."""
-    h = _REL_STEP * tf.maximum(tf.abs(x0), 1.0)
+    h = REL_STEP * tf.maximum(tf.abs(x0), 1.0)
     x_up = x0 + h if p.upper is None else tf.minimum(x0 + h, p.upper)
     x_down = x0 - h if p.lower is None else tf.maximum(x0 - h, p.lower)
     return x_up, x_down
@@ -106,7 +144,7 @@ def _restoring(params: list[Parameter]) -> Iterator[list[tf.Tensor]]:
     Inside a trace nothing can run after a failure: the zcache.function whose call fails
     puts back what its graph wrote instead.
     """
-    x0 = [p._var.read_value() for p in params]
+    x0 = [backing_variable(p).read_value() for p in params]
     try:
         yield x0
     finally:
@@ -138,12 +176,30 @@ def hessian(func: Callable[[], Any], params: Sequence[Parameter]) -> tf.Tensor:
     Works through caches in eager and traced code (so do nested tapes, which give
     exact second derivatives; this helper needs only first-order gradients).
 
-    Example:
-        >>> import zcache
-        >>> a, b = zcache.Parameter("a_h", 1.0), zcache.Parameter("b_h", 2.0)
-        >>> h = zcache.hessian(lambda: a.value() ** 2 * b.value(), [a, b]).numpy()
-        >>> [[round(float(v), 5) for v in row] for row in h]
-        [[4.0, 2.0], [2.0, 0.0]]
+    Parameters
+    ----------
+    func : callable
+        Zero-argument callable reading the parameters; its result is summed to a scalar.
+    params : sequence of Parameter
+        The parameters to differentiate by.
+
+    Returns
+    -------
+    tf.Tensor
+        The symmetric float64 matrix, one row and column per parameter.
+
+    Raises
+    ------
+    TypeError
+        If an entry of ``params`` is not a :class:`Parameter`.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> a, b = zcache.Parameter("a_h", 1.0), zcache.Parameter("b_h", 2.0)
+    >>> h = zcache.hessian(lambda: a.value() ** 2 * b.value(), [a, b]).numpy()
+    >>> [[round(float(v), 5) for v in row] for row in h]
+    [[4.0, 2.0], [2.0, 0.0]]
     """
     params = _check_params(params)
     rows = []

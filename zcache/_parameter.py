@@ -17,29 +17,38 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from . import _mode
-from ._cached_tensor import INPUT_WRITES, invalidate_eagerly
-from ._depgraph import DATA, GRAPH, PARAMETER, record_read, substitute
-from ._mode import ModeSetter
-from ._tensorlike import StandIn, TensorLike, eager_variable
+from ._cache_state import invalidate_eagerly
+from ._context import ENGINE_LOCK, record_read, substitute
+from ._depgraph import DATA, GRAPH, PARAMETER
+from ._graph_checks import marked
+from ._restorer import Restorer
+from ._tensorlike import StandIn, TensorLike
+from ._tf_internals import eager_variable
+from ._trace import journal, note_mutation, require_managed_trace
 from .exceptions import (
     DataDtypeError,
     DataShapeError,
     EmptyDataError,
+    IllegalInGraphModeError,
     InvalidDataError,
     ParameterValueError,
 )
 
-__all__ = ["Parameter", "Data", "set_values"]
+__all__ = [
+    "Data",
+    "Parameter",
+    "backing_variable",
+    "refresh_mirrors",
+    "set_values",
+    "set_vector_in_graph",
+    "undo_graph_writes",
+]
 
-#: Prefix of in-graph assertion messages; zcache.function turns them back into zcache errors.
-GRAPH_ERROR_MARK = "[zcache:{}] "
-
-#: Held by eager writes, so that a Parameter's Variable and its Python mirror change together
-#: (two threads setting one parameter could otherwise leave a stale mirror: a later set_value
-#: of the mirrored value would then be skipped), and so that a cache's last attempt at an eager
-#: miss reads consistent inputs (see CachedTensor.value).
-_WRITES = INPUT_WRITES
+# Eager writes hold the engine lock (see _context), so that a Parameter's Variable and its
+# Python mirror change together (two threads setting one parameter could otherwise leave a
+# stale mirror: a later set_value of the mirrored value would then be skipped), and so that
+# no cache flags valid a value computed from an input that changed meanwhile.
+_WRITES = ENGINE_LOCK
 
 
 def _input_changed(uids: set[int] | tuple[int, ...]) -> None:
@@ -52,22 +61,33 @@ def _input_changed(uids: set[int] | tuple[int, ...]) -> None:
 class Parameter(TensorLike):
     r"""A float64 scalar, backed by a ``tf.Variable``, that caches depend on.
 
-    Args:
-        name: a label for error messages, reports and the dependency graph.
-        value: the initial value.
-        lower, upper: optional limits; values outside raise :class:`ParameterValueError`.
-        floating: whether a fit (and :func:`zcache.precompute`) treats it as free.
+    Parameters
+    ----------
+    name : str
+        A label for error messages, reports and the dependency graph.
+    value : float
+        The initial value.
+    lower, upper : float, optional
+        Limits; values outside raise :class:`ParameterValueError`.
+    floating : bool, default True
+        Whether a fit (and :func:`zcache.precompute`) treats it as free.
 
-    Example:
-        >>> import zcache
-        >>> mu = zcache.Parameter("mu", 1.5, lower=0.0, upper=10.0)
-        >>> float(mu.value())
-        1.5
-        >>> with mu.set_value(2.5):
-        ...     float(mu.value())
-        2.5
-        >>> float(mu.value())   # restored on exit
-        1.5
+    Raises
+    ------
+    ParameterValueError
+        If a limit is NaN, ``lower >= upper``, or ``value`` is not a finite scalar inside the limits.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> mu = zcache.Parameter("mu", 1.5, lower=0.0, upper=10.0)
+    >>> float(mu.value())
+    1.5
+    >>> with mu.set_value(2.5):
+    ...     float(mu.value())
+    2.5
+    >>> float(mu.value())   # restored on exit
+    1.5
     """
 
     def __init__(
@@ -94,7 +114,7 @@ class Parameter(TensorLike):
         initial = self._checked(value)
         self._var = eager_variable(np.float64(initial), name=_tf_name(name))
         # Python copy of the value, saving a device read per set_value. Graphs write the
-        # Variable only inside a zcache.function (see _mode.require_managed_trace), which
+        # Variable only inside a zcache.function (see _trace.require_managed_trace), which
         # refreshes the mirror after each call from the graph's final values.
         self._mirror: float = initial
         self.node_id = GRAPH.add_node(self, PARAMETER, name)
@@ -153,19 +173,26 @@ class Parameter(TensorLike):
             )
         return v
 
-    def set_value(self, value: Any) -> ModeSetter:
+    def set_value(self, value: Any) -> Restorer:
         """Set a new value and invalidate every cache that depends on this parameter.
 
         Works eagerly and inside a trace (then the invalidation happens in the graph,
         when the assignment runs). Setting the current value invalidates nothing.
 
+        Parameters
+        ----------
+        value : float or scalar tensor
+            The new value.
+
         Returns
         -------
-            An object that, used as a context manager, restores the previous value on exit.
+        Restorer
+            Used as a context manager, it restores the previous value on exit.
 
         Raises
         ------
-            ParameterValueError: NaN/inf, outside the limits, or not a scalar; value unchanged.
+        ParameterValueError
+            If the value is NaN/inf, outside the limits, or not a scalar; the value is unchanged.
         """
         if tf.inside_function():
             return self._set_value_in_graph(value)
@@ -174,37 +201,30 @@ class Parameter(TensorLike):
             old = self._current()
             changed = v != old
             if changed:
-                _mode.journal(self, old)
+                journal(self, old)
                 self._assign(v)
         if changed:
             _input_changed(GRAPH.dependent_caches(self.node_id))
-        return ModeSetter(lambda: self.set_value(old))
+        return Restorer(lambda: self.set_value(old))
 
     def _current(self) -> float:
+        return self._mirror
+
+    def __float__(self) -> float:
+        """The current value as a Python float (no device read; eager only)."""
+        if tf.inside_function():
+            raise IllegalInGraphModeError(
+                f"float(Parameter '{self.name}') inside a trace would bake the current value into the "
+                "graph; use param.value() (a tensor) there."
+            )
         return self._mirror
 
     def _assign(self, v: float) -> None:
         self._var.assign(v)
         self._mirror = v
 
-    def _written_by_graph(self, v: float) -> None:
-        """After a zcache.function call that wrote this parameter in its graph: ``v`` is its value."""
-        with _WRITES:
-            self._mirror = v
-
-    def _undo_graph_write(self) -> bool:
-        """After a failed zcache.function call: put back the value it had before (the mirror).
-
-        Returns whether the Variable had been changed (its dependents are then stale).
-        """
-        with _WRITES:
-            if float(self._var.numpy()) == self._mirror:
-                return False
-            self._var.assign(self._mirror)
-        return True
-
-    def _set_value_in_graph(self, value: Any) -> ModeSetter:
-        _mode.require_managed_trace(f"Parameter '{self.name}'.set_value")
+    def _set_value_in_graph(self, value: Any) -> Restorer:
+        require_managed_trace(f"Parameter '{self.name}'.set_value")
         value = tf.convert_to_tensor(value, dtype=tf.float64)
         if value.shape.rank not in (None, 0):
             raise ParameterValueError(
@@ -213,7 +233,7 @@ class Parameter(TensorLike):
         static = tf.get_static_value(value)
         if static is not None:  # a constant: refuse it now, with the eager message
             self._checked(static)
-        mark = GRAPH_ERROR_MARK.format("ParameterValueError") + f"Parameter '{self.name}': "
+        mark = marked(ParameterValueError, f"Parameter '{self.name}': ")
         fix = " Pass a finite value within the limits, or widen them."
         checks = [tf.debugging.assert_all_finite(value, mark + "value is not finite; unchanged." + fix)]
         if self.lower is not None:
@@ -226,8 +246,8 @@ class Parameter(TensorLike):
                 message=mark + f"value is above the upper limit {self.upper}; unchanged." + fix))
         return self._write_in_graph(value, checks)
 
-    def _write_in_graph(self, value: tf.Tensor, checks: list[Any]) -> ModeSetter:
-        _mode.require_managed_trace(f"Parameter '{self.name}'.set_value")
+    def _write_in_graph(self, value: tf.Tensor, checks: list[Any]) -> Restorer:
+        require_managed_trace(f"Parameter '{self.name}'.set_value")
         # The Python mirror stays: the managed zcache.function refreshes it from the graph's
         # final values after each call (and restores the Variable from it if the call fails).
         GRAPH.input_changes += 1  # gradients taken across this write must not see it
@@ -237,8 +257,8 @@ class Parameter(TensorLike):
             self._var.assign(value)
             unchanged = tf.equal(old, value)
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, unchanged))
-        _mode.note_mutation(self.node_id, handled, unchanged)
-        return ModeSetter(lambda: self.set_value(old))
+        note_mutation(self.node_id, handled, unchanged)
+        return Restorer(lambda: self.set_value(old))
 
 
 class Data(TensorLike):
@@ -247,21 +267,30 @@ class Data(TensorLike):
     ``set_data`` may change the number of events without retracing any function.
     Floating data are stored as float64, integers as int64.
 
-    Args:
-        array: array-like of rank >= 1, at least one event, all values finite.
-        name: a label for reports and the dependency graph.
-        obs: names of the observables, one per column (a single name for rank-1
-            data); models pick their columns by name. ``None``: columns in the
-            order of the model's observables.
+    Parameters
+    ----------
+    array : array_like
+        Rank >= 1, at least one event, all values finite.
+    name : str, optional
+        A label for reports and the dependency graph (default ``"data"``).
+    obs : str or sequence of str, optional
+        Names of the observables, one per column (a single name for rank-1 data); models
+        pick their columns by name. ``None``: columns in the order of the model's observables.
 
-    Example:
-        >>> import numpy as np, zcache
-        >>> x = zcache.Data(np.array([1.0, 2.0, 3.0]), name="x")
-        >>> x.nevents
-        3
-        >>> _ = x.set_data(np.array([4.0, 5.0]))
-        >>> x.numpy().tolist()
-        [4.0, 5.0]
+    Raises
+    ------
+    DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
+        If ``array`` (or ``obs``) is not usable as a dataset.
+
+    Examples
+    --------
+    >>> import numpy as np, zcache
+    >>> x = zcache.Data(np.array([1.0, 2.0, 3.0]), name="x")
+    >>> x.nevents
+    3
+    >>> _ = x.set_data(np.array([4.0, 5.0]))
+    >>> x.numpy().tolist()
+    [4.0, 5.0]
     """
 
     _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
@@ -338,19 +367,26 @@ class Data(TensorLike):
             )
         return arr
 
-    def set_data(self, array: Any) -> ModeSetter:
+    def set_data(self, array: Any) -> Restorer:
         """Replace the data (any number of events) and invalidate every dependent cache.
+
+        Parameters
+        ----------
+        array : array_like or tf.Tensor
+            The new events, with the event shape of the current data.
 
         Returns
         -------
-            An object that, used as a context manager, restores the previous data on exit.
+        Restorer
+            Used as a context manager, it restores the previous data on exit.
 
         Raises
         ------
-            DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError: data unchanged.
+        DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
+            If ``array`` is not usable; the data are unchanged.
         """
         if tf.inside_function():
-            _mode.require_managed_trace(f"Data '{self.name}'.set_data")
+            require_managed_trace(f"Data '{self.name}'.set_data")
             if isinstance(array, (tf.Tensor, tf.Variable)):
                 return self._set_data_in_graph(array)
         arr = _as_array(array, self.name)
@@ -358,29 +394,17 @@ class Data(TensorLike):
         with _WRITES:
             old = self._var.read_value()  # keeps the old buffer alive, no copy
             if not tf.inside_function():
-                _mode.journal(self, old)
+                journal(self, old)
             self._var.assign(arr)
         if tf.inside_function():
             GRAPH.input_changes += 1
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
-            _mode.note_mutation(self.node_id, handled)
+            note_mutation(self.node_id, handled)
         else:
             _input_changed(GRAPH.dependent_caches(self.node_id))
-        return ModeSetter(lambda: self.set_data(old))
+        return Restorer(lambda: self.set_data(old))
 
-    def _undo_graph_write(self, before: tf.Tensor) -> bool:
-        """After a failed zcache.function call: put back ``before`` (the data before the call).
-
-        Returns whether the Variable had been changed (its dependents are then stale).
-        """
-        with _WRITES:
-            now = self._var.read_value()
-            if now.shape == before.shape and bool(tf.reduce_all(tf.equal(now, before))):
-                return False
-            self._var.assign(before)
-        return True
-
-    def _set_data_in_graph(self, tensor: Any) -> ModeSetter:
+    def _set_data_in_graph(self, tensor: Any) -> Restorer:
         tensor = tf.convert_to_tensor(tensor)
         if tensor.shape.rank is not None and (
             tensor.shape.rank != 1 + len(self.event_shape)
@@ -399,41 +423,60 @@ class Data(TensorLike):
         where = f"Data '{self.name}': "
         checks = [tf.debugging.assert_greater(
             tf.shape(tensor)[0], 0,
-            message=GRAPH_ERROR_MARK.format("EmptyDataError") + where + "no events; data unchanged. "
-            "A likelihood over no events is undefined: skip the empty sample instead.")]
+            message=marked(EmptyDataError, where + "no events; data unchanged. "
+            "A likelihood over no events is undefined: skip the empty sample instead."))]
         if self.np_dtype.kind in "fc":
             checks.append(tf.debugging.assert_all_finite(
-                tensor, GRAPH_ERROR_MARK.format("InvalidDataError") + where
-                + "NaN or infinite values; data unchanged. Remove or fix those events first."))
+                tensor, marked(InvalidDataError, where
+                               + "NaN or infinite values; data unchanged. Remove or fix those events first.")))
         GRAPH.input_changes += 1
         old = self._var.read_value()
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
-        _mode.note_mutation(self.node_id, handled)
-        return ModeSetter(lambda: self.set_data(old))
+        note_mutation(self.node_id, handled)
+        return Restorer(lambda: self.set_data(old))
 
 
 def _invalidate_in_graph(uid: int, unchanged: tf.Tensor | None) -> list[Any]:
     """Add flag writes for the dependents of ``uid`` to the graph being traced."""
     caches = GRAPH.objects(GRAPH.dependent_caches(uid))
     for cache in caches:
-        cache._invalidate_in_graph(unchanged)
+        cache.state.invalidate_in_graph(unchanged)
     return caches
 
 
-def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> ModeSetter:
+def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> Restorer:
     """Set several parameters at once, invalidating each dependent cache once.
 
     This is what a minimizer calls on every step. All values are checked before
     any is written, so a bad value leaves every parameter unchanged.
 
-    Example:
-        >>> import zcache
-        >>> a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 2.0)
-        >>> _ = zcache.set_values([a, b], [3.0, 4.0])
-        >>> float(a.value()), float(b.value())
-        (3.0, 4.0)
+    Parameters
+    ----------
+    params : sequence of Parameter
+        The parameters to set.
+    values : sequence of float
+        One value per parameter, in the same order.
+
+    Returns
+    -------
+    Restorer
+        Used as a context manager, it restores the previous values on exit.
+
+    Raises
+    ------
+    ParameterValueError
+        If the numbers of parameters and values differ, or a value is invalid; nothing is
+        changed.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> a, b = zcache.Parameter("a", 1.0), zcache.Parameter("b", 2.0)
+    >>> _ = zcache.set_values([a, b], [3.0, 4.0])
+    >>> float(a.value()), float(b.value())
+    (3.0, 4.0)
     """
     params = list(params)
     if not tf.inside_function():
@@ -452,18 +495,18 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         raise ParameterValueError(f"set_values got {len(params)} parameters but {len(values)} values.")
     if tf.inside_function():
         setters = [p.set_value(v) for p, v in zip(params, values, strict=True)]
-        return ModeSetter(lambda: [s.restore() for s in reversed(setters)])
+        return Restorer(lambda: [s.restore() for s in reversed(setters)])
     checked = [p._checked(v) for p, v in zip(params, values, strict=True)]
     dirty: set[int] = set()
     with _WRITES:
         old = [p._current() for p in params]
         for p, v, o in zip(params, checked, old, strict=True):
             if v != o:
-                _mode.journal(p, o)
+                journal(p, o)
                 p._assign(v)
                 dirty.update(GRAPH.dependent_caches(p.node_id))
     _input_changed(dirty)
-    return ModeSetter(lambda: set_values(params, old))
+    return Restorer(lambda: set_values(params, old))
 
 
 def _obs_names(obs: Any, event_shape: tuple[int, ...], name: str) -> tuple[str, ...]:
@@ -488,8 +531,8 @@ def set_vector_in_graph(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
     upper = tf.constant([np.inf if p.upper is None else p.upper for p in params], tf.float64)
     ok = tf.reduce_all(tf.math.is_finite(x) & (x >= lower) & (x <= upper))
     names = ", ".join(p.name for p in params)
-    check = tf.debugging.assert_equal(ok, tf.constant(True), message=GRAPH_ERROR_MARK.format("ParameterValueError")
-                                      + f"a value for one of ({names}) is NaN or outside its limits; all unchanged.")
+    check = tf.debugging.assert_equal(ok, tf.constant(True), message=marked(
+        ParameterValueError, f"a value for one of ({names}) is NaN or outside its limits; all unchanged."))
     for i, p in enumerate(params):
         p._write_in_graph(x[i], [check])
 
@@ -508,3 +551,47 @@ def _as_array(array: Any, name: str) -> np.ndarray:
 def _tf_name(name: str) -> str:
     cleaned = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
     return cleaned if cleaned and cleaned[0].isalnum() else f"v{cleaned}"
+
+
+# -- the write protocol of zcache.function (engine use) ---------------------------------------
+def backing_variable(obj: Parameter | Data) -> tf.Variable:
+    """The ``tf.Variable`` behind ``obj``, read neither as a dependency nor substituted.
+
+    For the engine (gradients, snapshots); users read ``obj.variable``.
+    """
+    return obj._var
+
+
+def refresh_mirrors(params: list[Parameter], values: list[float]) -> set[int]:
+    """After a graph wrote ``params``: their final ``values``. Returns the ids of those that changed."""
+    changed: set[int] = set()
+    for p, v in zip(params, values, strict=True):
+        if v != p._mirror:
+            changed.add(p.node_id)
+        with _WRITES:
+            p._mirror = v
+    return changed
+
+
+def undo_graph_writes(params: list[Parameter], data_before: dict[int, tuple[Data, tf.Tensor]]) -> set[int]:
+    """After a failed ``zcache.function`` call: put back every input its graph may have written.
+
+    Parameters get their Python mirror (the value before the call), data the snapshot in
+    ``data_before`` (node id -> (data, tensor)). Returns the ids of the caches that depend
+    on an input that had changed (now stale).
+    """
+    dirty: set[int] = set()
+    for p in params:
+        with _WRITES:
+            if float(p._var.numpy()) == p._mirror:
+                continue
+            p._var.assign(p._mirror)
+        dirty.update(GRAPH.dependent_caches(p.node_id))
+    for data, before in data_before.values():
+        with _WRITES:
+            now = data._var.read_value()
+            if now.shape == before.shape and bool(tf.reduce_all(tf.equal(now, before))):
+                continue
+            data._var.assign(before)
+        dirty.update(GRAPH.dependent_caches(data.node_id))
+    return dirty

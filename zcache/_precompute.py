@@ -20,61 +20,138 @@ floating parameter (the sum itself) changes on every step and stays always dirty
 
 Cached nodes stay under invalidation: a fixed parameter changed later by the
 user invalidates exactly the cached parts that depend on it.
+
+What a target is evaluated by is a small protocol, :class:`Precomputable` (one
+method, ``__zcache_evaluate__``), which losses and models implement; a
+:class:`~zcache.CachedTensor` or a zero-argument callable is a target too. The last
+report of each target is kept here, weakly keyed by the target (and holding its caches
+weakly): :func:`ensure_precomputed` (what minimizers call) reuses it, :func:`precomputed`
+returns it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import networkx as nx
 
 from ._cached_tensor import CachedTensor
-from ._depgraph import CACHE, GRAPH, recording
-from ._mode import _forbid_in_trace, drop_traces, get_autograd_mode, run_eagerly
+from ._context import recording, run_eagerly
+from ._depgraph import CACHE, GRAPH
+from ._function import drop_traces
+from ._mode import get_autograd_mode
 from ._parameter import Parameter
+from ._trace import forbid_in_trace
 
-__all__ = ["precompute", "PrecomputeReport", "NodeReport"]
+__all__ = [
+    "precompute",
+    "PrecomputeReport",
+    "NodeReport",
+    "Precomputable",
+    "ensure_precomputed",
+    "precomputed",
+]
 
 CACHED, INNER, FLOATING, DIRTY = "cached", "cached (inner)", "cached (floating)", "always dirty"
 
 
+@runtime_checkable
+class Precomputable(Protocol):
+    """What :func:`precompute` evaluates a target by: losses and models implement it.
+
+    ``__zcache_evaluate__()`` is called eagerly (on this thread), while zcache records the
+    zcache objects read at the top level. It computes what a fit of the object reads (a loss
+    its value; a model its normalization) and returns the caches a fit reads besides, which
+    need not be computed now (a model's per-dataset ``pdf`` caches). :func:`precompute`
+    classifies the caches recorded and returned, and all their cache ancestors.
+
+    Examples
+    --------
+    >>> import tensorflow as tf, zcache
+    >>> class Shape:
+    ...     def __init__(self):
+    ...         self.width = zcache.Parameter("width_proto", 2.0, floating=False)
+    ...         self.area = zcache.CachedTensor(lambda: self.width.value() ** 2, name="area")
+    ...         self.spare = zcache.CachedTensor(lambda: 2.0 * self.width.value(), name="spare")
+    ...     def __zcache_evaluate__(self):
+    ...         self.area.value()          # read now: recorded
+    ...         return [self.spare]        # read by a fit later: classified too
+    >>> shape = Shape()
+    >>> isinstance(shape, Precomputable)
+    True
+    >>> sorted((n.name, n.status) for n in zcache.precompute(shape).nodes)
+    [('area', 'cached'), ('spare', 'cached')]
+    """
+
+    def __zcache_evaluate__(self) -> Iterable[CachedTensor]:
+        """Compute what a fit reads, eagerly; return the caches it reads besides (may be empty)."""
+        ...
+
+
 @dataclass(frozen=True)
 class NodeReport:
-    """One cache in a :class:`PrecomputeReport`."""
+    """One cache in a :class:`PrecomputeReport`.
+
+    Attributes
+    ----------
+    name : str
+        The cache's name.
+    status : str
+        ``'cached'`` (highest constant), ``'cached (inner)'``, ``'cached (floating)'`` or
+        ``'always dirty'``.
+    nbytes : int
+        Bytes its stored value holds.
+    depends_on : tuple of str
+        The parameters and data it depends on (transitively).
+    floating : tuple of str
+        The floating parameters among them.
+    """
 
     name: str
-    status: str  # 'cached' (highest constant), 'cached (inner)', 'cached (floating)' or 'always dirty'
+    status: str
     nbytes: int
-    depends_on: tuple[str, ...]  # parameters and data it depends on (transitively)
-    floating: tuple[str, ...]  # the floating parameters among them
+    depends_on: tuple[str, ...]
+    floating: tuple[str, ...]
 
 
 @dataclass
 class PrecomputeReport:
     """What :func:`precompute` did; ``undo()`` restores the previous setting.
 
+    The report holds its caches weakly: it never keeps a dropped model's caches (and their
+    stored values) alive, so :attr:`caches`, :attr:`cached` and :attr:`always_dirty` list the
+    caches still alive, and ``undo()`` restores those.
+
     Attributes
     ----------
-        nodes: one :class:`NodeReport` per cache, highest first.
-        floating: names of the parameters treated as floating.
+    nodes : list of NodeReport
+        One :class:`NodeReport` per cache, highest first.
+    floating : tuple of str
+        Names of the parameters treated as floating.
     """
 
     nodes: list[NodeReport]
     floating: tuple[str, ...]
-    _previous: dict[int, tuple[CachedTensor, bool]] = field(repr=False, default_factory=dict)
-    _caches: list[CachedTensor] = field(repr=False, default_factory=list)
+    _previous: dict[int, tuple[weakref.ref[CachedTensor], bool]] = field(init=False, repr=False, default_factory=dict)
+    _caches: list[weakref.ref[CachedTensor]] = field(init=False, repr=False, default_factory=list)
+
+    @property
+    def caches(self) -> list[CachedTensor]:
+        """Every cache classified (kept and bypassed) and still alive, in the graph's order, inputs first."""
+        return [c for c in (ref() for ref in self._caches) if c is not None]
 
     @property
     def cached(self) -> list[CachedTensor]:
         """The caches kept (highest and inner)."""
-        return [c for c in self._caches if not c.always_dirty]
+        return [c for c in self.caches if not c.always_dirty]
 
     @property
     def always_dirty(self) -> list[CachedTensor]:
         """The caches bypassed."""
-        return [c for c in self._caches if c.always_dirty]
+        return [c for c in self.caches if c.always_dirty]
 
     @property
     def total_bytes(self) -> int:
@@ -83,10 +160,11 @@ class PrecomputeReport:
 
     def undo(self) -> None:
         """Switch every cache back to what it was before :func:`precompute` (drops traced graphs)."""
-        _forbid_in_trace("PrecomputeReport.undo")
+        forbid_in_trace("PrecomputeReport.undo")
         changed = []
-        for cache, was_dirty in self._previous.values():
-            if cache.always_dirty != was_dirty:
+        for ref, was_dirty in self._previous.values():
+            cache = ref()
+            if cache is not None and cache.always_dirty != was_dirty:
                 cache.set_always_dirty(was_dirty)
                 changed.append(cache)
         self._previous = {}
@@ -105,28 +183,64 @@ class PrecomputeReport:
         return "\n".join(lines)
 
 
+# target -> (setting, report) of its last precompute. Weakly keyed, and a report holds its
+# caches weakly, so the memo keeps nothing alive and delays no collection: a dropped loss, its
+# model and their caches are collected together, in one pass.
+_REPORTS: weakref.WeakKeyDictionary[Any, tuple[tuple, PrecomputeReport]] = weakref.WeakKeyDictionary()
+
+
+def precomputed(target: Any) -> PrecomputeReport | None:
+    """The report of the last :func:`precompute` of ``target``.
+
+    Parameters
+    ----------
+    target : object
+        The precompute target (a loss, say).
+
+    Returns
+    -------
+    PrecomputeReport or None
+        None when ``target`` was never precomputed (or cannot be weakly referenced). A report
+        undone since is still returned.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache._precompute import precomputed
+    >>> p = zcache.Parameter("p_memo", 2.0, floating=False)
+    >>> square = zcache.CachedTensor(lambda: p.value() ** 2, name="square")
+    >>> precomputed(square) is None
+    True
+    >>> report = zcache.precompute(square)
+    >>> precomputed(square) is report
+    True
+    """
+    entry = _lookup(target)
+    return None if entry is None else entry[1]
+
+
+def _lookup(target: Any) -> tuple[tuple, PrecomputeReport] | None:
+    try:
+        return _REPORTS.get(target)
+    except TypeError:  # not weakly referenceable (or not hashable): never remembered
+        return None
+
+
 def _evaluate(target: Any) -> set[Any]:
     """Run ``target`` eagerly once, returning the zcache objects it read at the top level."""
-    from .loss import BaseLoss
-    from .models import Model
-
     # Eager on this thread only: flipping the process-wide graph mode here raced with fits in
     # other threads and could leave the whole process eager.
     with run_eagerly(), recording() as reads:
-        if isinstance(target, BaseLoss):
-            target._total()
-        elif isinstance(target, Model):
-            target.normalization()
-            reads.update(getattr(target, "_zcache_caches", {}).values())
-            for sub in target._submodels():
-                reads.update(_evaluate(sub))
+        if isinstance(target, Precomputable):
+            reads.update(target.__zcache_evaluate__())
         elif isinstance(target, CachedTensor):
             target.value()
         elif callable(target):
             target()
         else:
             raise TypeError(
-                f"precompute takes a loss, a model, a CachedTensor or a zero-argument callable, got {target!r}."
+                "precompute takes a loss, a model (any object with __zcache_evaluate__, see "
+                f"zcache.types.Precomputable), a CachedTensor or a zero-argument callable, got {target!r}."
             )
     return reads
 
@@ -144,33 +258,49 @@ def precompute(
 ) -> PrecomputeReport:
     """Cache the sub-expressions of ``target`` that no floating parameter touches.
 
-    Args:
-        target: a loss, a model, a CachedTensor or a zero-argument callable.
-        floating: the parameters a fit will move; default: those with ``floating=True``.
-        keep_floating: keep caches that depend on floating parameters (pays with
-            numerical gradients); ``None``: keep them iff the autograd mode is off.
-        keep_inner: keep constant caches below the highest ones.
+    Parameters
+    ----------
+    target : loss, model, Precomputable, CachedTensor or callable
+        What a fit evaluates: a loss, a model (any :class:`Precomputable`), a
+        CachedTensor or a zero-argument callable.
+    floating : sequence of Parameter, optional
+        The parameters a fit will move; default: those with ``floating=True`` among the
+        target's inputs.
+    keep_floating : bool, optional
+        Keep caches that depend on floating parameters (pays with numerical gradients);
+        ``None``: keep them iff the autograd mode is off.
+    keep_inner : bool
+        Keep constant caches below the highest ones.
 
     Returns
     -------
-        A :class:`PrecomputeReport` (print it; ``.undo()`` reverts).
+    PrecomputeReport
+        What was classified how (print it; ``.undo()`` reverts).
 
-    Example:
-        >>> import numpy as np, zcache
-        >>> from zcache.models import Space, Gaussian, Exponential, SumPdf
-        >>> from zcache.loss import UnbinnedNLL
-        >>> s = Space("x", 0.0, 10.0)
-        >>> mu = zcache.Parameter("mu_p", 5.0)
-        >>> model = SumPdf([Gaussian(s, mu, 1.0), Exponential(s, -0.2)], fracs=[0.5])
-        >>> loss = UnbinnedNLL(model, zcache.Data(np.linspace(0.5, 9.5, 100)))
-        >>> report = zcache.precompute(loss)
-        >>> sorted((n.status, n.name) for n in report.nodes)[0]      # the exponential: data and fixed lam only
-        ('always dirty', 'Gaussian._cached_pdf')
-        >>> [n.name for n in report.nodes if n.status == "cached"]
-        ['Exponential._cached_pdf', 'data in range']
-        >>> report.undo()
+    Raises
+    ------
+    TypeError
+        ``target`` is none of the above.
+    IllegalInGraphModeError
+        Called inside a trace.
+
+    Examples
+    --------
+    >>> import numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian, Exponential, SumPdf
+    >>> from zcache.loss import UnbinnedNLL
+    >>> s = Space("x", 0.0, 10.0)
+    >>> mu = zcache.Parameter("mu_p", 5.0)
+    >>> model = SumPdf([Gaussian(s, mu, 1.0), Exponential(s, -0.2)], fracs=[0.5])
+    >>> loss = UnbinnedNLL(model, zcache.Data(np.linspace(0.5, 9.5, 100)))
+    >>> report = zcache.precompute(loss)
+    >>> sorted((n.status, n.name) for n in report.nodes)[0]      # the exponential: data and fixed lam only
+    ('always dirty', 'Gaussian._cached_pdf')
+    >>> [n.name for n in report.nodes if n.status == "cached"]
+    ['Exponential._cached_pdf', 'data in range']
+    >>> report.undo()
     """
-    _forbid_in_trace("zcache.precompute")
+    forbid_in_trace("zcache.precompute")
     if keep_floating is None:
         keep_floating = not get_autograd_mode()
     reads = _evaluate(target)
@@ -226,15 +356,40 @@ def precompute(
             depends_on=tuple(sorted(GRAPH.name(n) for n in inputs)),
             floating=tuple(sorted(floating_of[c.node_id])),
         ))
-    report = PrecomputeReport(nodes, tuple(p.name for p in floating), previous, caches)
-    if hasattr(target, "_precomputed"):
-        target._precomputed = (_key(target, floating, keep_floating, keep_inner), report)
+    report = PrecomputeReport(nodes, tuple(p.name for p in floating))
+    # Weakly: a report (kept by a fit result, or remembered for its loss) must not keep the
+    # caches of a dropped model alive, nor delay their collection.
+    report._previous = {uid: (weakref.ref(c), dirty) for uid, (c, dirty) in previous.items()}
+    report._caches = [weakref.ref(c) for c in caches]
+    try:
+        _REPORTS[target] = (_key(target, floating, keep_floating, keep_inner), report)
+    except TypeError:  # not weakly referenceable (or not hashable): nothing to remember
+        pass
     return report
 
 
 def ensure_precomputed(target: Any, floating: Sequence[Parameter], keep_floating: bool) -> PrecomputeReport:
-    """:func:`precompute` unless ``target`` already has this exact setting (no eager pass, no retrace)."""
-    previous = getattr(target, "_precomputed", None)
+    """:func:`precompute` unless ``target`` already has this exact setting (no eager pass, no retrace).
+
+    The setting is the floating parameters, ``keep_floating``, ``keep_inner=True`` and the
+    dependency graph's version. A target that cannot be weakly referenced is precomputed on
+    every call.
+
+    Parameters
+    ----------
+    target : object
+        As for :func:`precompute`.
+    floating : sequence of Parameter
+        The parameters the fit moves.
+    keep_floating : bool
+        As for :func:`precompute`.
+
+    Returns
+    -------
+    PrecomputeReport
+        The remembered report, or a new one.
+    """
+    previous = _lookup(target)
     if previous is not None and previous[0] == _key(target, floating, keep_floating, True):
         return previous[1]
     return precompute(target, floating, keep_floating=keep_floating)

@@ -115,7 +115,7 @@ class StandIn(TensorLike):
     """A tensor in a Variable's place: what ``Parameter.variable`` gives inside a backward pass.
 
     A cache's backward pass recomputes its function at the inputs of the forward pass (see
-    ``_depgraph.substituted``); a function that reads ``param.variable`` must see that value
+    ``_context.substituted``); a function that reads ``param.variable`` must see that value
     too, not the Variable's current one. It behaves like the Variable in arithmetic, in
     TensorFlow ops and for ``value()`` / ``read_value()``.
     """
@@ -141,29 +141,3 @@ def _convert(value: TensorLike, dtype: Any = None, name: Any = None, as_ref: boo
 
 
 tf.register_tensor_conversion_function(TensorLike, _convert)
-
-
-def _skip_autograph() -> None:
-    """Let a plain ``tf.function`` (autograph on by default) call zcache's code as Python.
-
-    zcache branches on Python state while tracing, as ``zcache.function`` (autograph off)
-    does; converting it gains nothing and breaks (e.g. on networkx's dispatch wrappers).
-    """
-    try:
-        from tensorflow.python.autograph.core import config
-    except ImportError:  # pragma: no cover - another TensorFlow layout: autograph converts us
-        return
-    config.CONVERSION_RULES = (config.DoNotConvert(__name__.split(".")[0]), *config.CONVERSION_RULES)
-
-
-_skip_autograph()
-
-
-def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
-    """Create a ``tf.Variable`` in the eager context, even while a function is traced.
-
-    Lifting is disabled (a documented ``tf.Variable`` argument) so that creating a
-    cache's storage during the first trace does not make ``tf.function`` trace twice.
-    """
-    with tf.init_scope():
-        return tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)

@@ -40,18 +40,19 @@ with Blatt-Weisskopf factors :math:`F_L(z=(qd)^2)`: :math:`F_0^2 = 1`,
 identical particles give several channels (e.g. ``("12", "13")`` in
 :math:`D^+\to K^-\pi^+\pi^+`); their amplitudes are added (Bose symmetry).
 
-Example:
-    >>> import zcache
-    >>> from zcache.phasespace import DalitzKinematics
-    >>> from zcache.amplitudes import Resonance, NonResonant, CoherentSum, ComplexParameter, AmplitudePdf
-    >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
-    >>> kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="K*(892)")
-    >>> amp = CoherentSum([(ComplexParameter("c_nr", 1.0, floating=False), NonResonant(kin)),
-    ...                    (ComplexParameter("c_kst", 0.3 + 0.2j), kstar)])
-    >>> pdf = AmplitudePdf(amp, kin.sample(20_000, name="mc"))
-    >>> data = pdf.sample(500)
-    >>> data.nevents, data.obs
-    (500, ('s12', 's13'))
+Examples
+--------
+>>> import zcache
+>>> from zcache.phasespace import DalitzKinematics
+>>> from zcache.amplitudes import Resonance, NonResonant, CoherentSum, ComplexParameter, AmplitudePdf
+>>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
+>>> kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="K*(892)")
+>>> amp = CoherentSum([(ComplexParameter("c_nr", 1.0, floating=False), NonResonant(kin)),
+...                    (ComplexParameter("c_kst", 0.3 + 0.2j), kstar)])
+>>> pdf = AmplitudePdf(amp, kin.sample(20_000, name="mc"))
+>>> data = pdf.sample(500)
+>>> data.nevents, data.obs
+(500, ('s12', 's13'))
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ import numpy as np
 import tensorflow as tf
 
 from ._cachable import Cachable, cached
-from ._parameter import Data, Parameter
+from ._graph_checks import require
+from ._parameter import Data, Parameter, set_values
 from .exceptions import ModelError
-from .loss import _require
-from .models import Model, _as_parameter, rng
+from .models import Model, as_parameter
 from .phasespace import DalitzKinematics
+from .sampling import accept_reject
 
 __all__ = [
     "ComplexParameter",
@@ -103,13 +105,31 @@ class ComplexParameter:
     ``polar=True``: :math:`c = r e^{i\phi}` with ``mag`` (:math:`r \ge 0`) and ``phase``;
     ``polar=False``: :math:`c = a + i b` with ``real`` and ``imag``.
 
-    Example:
-        >>> from zcache.amplitudes import ComplexParameter
-        >>> c = ComplexParameter("c1", 1j)
-        >>> [p.name for p in c.params], round(float(c.mag.value()), 12)
-        (['c1_mag', 'c1_phase'], 1.0)
-        >>> abs(complex(c) - 1j) < 1e-15
-        True
+    Parameters
+    ----------
+    name : str
+        The coupling's name; its parameters are ``<name>_mag`` / ``<name>_phase`` (polar)
+        or ``<name>_re`` / ``<name>_im``.
+    value : complex
+        The starting value (finite).
+    polar : bool
+        Magnitude and phase (True) or real and imaginary part (False).
+    floating : bool
+        Whether both parameters float.
+
+    Raises
+    ------
+    ModelError
+        ``value`` is not a finite complex number.
+
+    Examples
+    --------
+    >>> from zcache.amplitudes import ComplexParameter
+    >>> c = ComplexParameter("c1", 1j)
+    >>> [p.name for p in c.params], round(float(c.mag.value()), 12)
+    (['c1_mag', 'c1_phase'], 1.0)
+    >>> abs(complex(c) - 1j) < 1e-15
+    True
     """
 
     def __init__(self, name: str, value: complex, *, polar: bool = True, floating: bool = True):
@@ -134,20 +154,30 @@ class ComplexParameter:
         return f"<ComplexParameter '{self.name}' {complex(self):.6g}>"
 
     def __complex__(self) -> complex:
-        a, b = (p._current() for p in self.params)
+        a, b = (float(p) for p in self.params)
         return cmath.rect(a, b) if self.polar else complex(a, b)
 
     def value(self) -> tf.Tensor:
-        """The coupling as a complex128 scalar tensor."""
+        """The coupling as a tensor.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128 scalar.
+        """
         a, b = (p.value() for p in self.params)
         if self.polar:
             return tf.complex(a * tf.cos(b), a * tf.sin(b))
         return tf.complex(a, b)
 
     def set_value(self, value: complex) -> None:
-        """Set both real parameters from a complex number (checked as one step)."""
-        from ._parameter import set_values
+        """Set both real parameters from a complex number (checked as one step).
 
+        Parameters
+        ----------
+        value : complex
+            The new coupling.
+        """
         value = complex(value)
         set_values(self.params, [abs(value), cmath.phase(value)] if self.polar else [value.real, value.imag])
 
@@ -156,7 +186,25 @@ class ComplexParameter:
 # line shapes and angular functions (pure TF)
 # ---------------------------------------------------------------------------------------
 def blatt_weisskopf_sq(spin: int, z: Any) -> tf.Tensor:
-    r"""Blatt-Weisskopf :math:`F_L^2(z)`, :math:`z = (q d)^2`, for :math:`L \le 2` (von Hippel-Quigg)."""
+    r"""Blatt-Weisskopf :math:`F_L^2(z)`, :math:`z = (q d)^2`, for :math:`L \le 2` (von Hippel-Quigg).
+
+    Parameters
+    ----------
+    spin : int
+        :math:`L`: 0, 1 or 2.
+    z : float or tf.Tensor
+        :math:`(q d)^2`.
+
+    Returns
+    -------
+    tf.Tensor
+        float64, like ``z``.
+
+    Raises
+    ------
+    ModelError
+        Spin above 2.
+    """
     z = tf.convert_to_tensor(z, tf.float64)
     if spin == 0:
         return tf.ones_like(z)
@@ -172,14 +220,25 @@ def relativistic_breit_wigner(
 ) -> tf.Tensor:
     r"""Relativistic Breit-Wigner :math:`1/(m_0^2 - s - i m_0 \Gamma(s))` with a mass-dependent width.
 
-    Args:
-        s: squared invariant mass of the pair.
-        mass, width: :math:`m_0, \Gamma_0`.
-        q, q0: breakup momentum at :math:`s` and at :math:`m_0^2`.
-        spin: :math:`L`.
-        radius: :math:`d` of the Blatt-Weisskopf factor (1/GeV when momenta are in GeV).
-
     At :math:`s = m_0^2` the value is :math:`i/(m_0\Gamma_0)`.
+
+    Parameters
+    ----------
+    s : float or tf.Tensor
+        Squared invariant mass of the pair.
+    mass, width : float or tf.Tensor
+        :math:`m_0, \Gamma_0`.
+    q, q0 : float or tf.Tensor
+        Breakup momentum at :math:`s` and at :math:`m_0^2`.
+    spin : int
+        :math:`L`.
+    radius : float
+        :math:`d` of the Blatt-Weisskopf factor (1/GeV when momenta are in GeV).
+
+    Returns
+    -------
+    tf.Tensor
+        complex128, like ``s``.
     """
     s = tf.convert_to_tensor(s, tf.float64)
     q = tf.convert_to_tensor(q, tf.float64)
@@ -199,7 +258,25 @@ def relativistic_breit_wigner(
 
 
 def legendre(spin: int, x: Any) -> tf.Tensor:
-    r"""Legendre polynomial :math:`P_L(x) = d^L_{00}(\arccos x)`, :math:`L \le 2`."""
+    r"""Legendre polynomial :math:`P_L(x) = d^L_{00}(\arccos x)`, :math:`L \le 2`.
+
+    Parameters
+    ----------
+    spin : int
+        :math:`L`: 0, 1 or 2.
+    x : float or tf.Tensor
+        :math:`\cos\theta`.
+
+    Returns
+    -------
+    tf.Tensor
+        float64, like ``x``.
+
+    Raises
+    ------
+    ModelError
+        Spin above 2.
+    """
     x = tf.convert_to_tensor(x, tf.float64)
     if spin == 0:
         return tf.ones_like(x)
@@ -219,11 +296,31 @@ def wigner_small_d(j: float, m1: float, m2: float, theta: Any) -> tf.Tensor:
               {(j+m-s)!\,s!\,(m'-m+s)!\,(j-m'-s)!}
               \cos^{2j+m-m'-2s}\tfrac{\theta}{2}\,\sin^{m'-m+2s}\tfrac{\theta}{2}.
 
-    Example:
-        >>> import numpy as np
-        >>> from zcache.amplitudes import wigner_small_d
-        >>> round(float(wigner_small_d(1, 0, 0, np.pi / 3)), 12)      # cos(theta)
-        0.5
+    Parameters
+    ----------
+    j : float
+        The spin (integer or half-integer, >= 0).
+    m1, m2 : float
+        :math:`m'` and :math:`m`, with :math:`|m| \le j` and :math:`j - m` integer.
+    theta : float or tf.Tensor
+        The angle.
+
+    Returns
+    -------
+    tf.Tensor
+        float64, like ``theta``.
+
+    Raises
+    ------
+    ModelError
+        Indices that are not (half-)integers or not a valid combination.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zcache.amplitudes import wigner_small_d
+    >>> round(float(wigner_small_d(1, 0, 0, np.pi / 3)), 12)      # cos(theta)
+    0.5
     """
     for v in (j, m1, m2):
         if not float(2 * v).is_integer():
@@ -254,6 +351,20 @@ class Amplitude(Cachable):
     Subclasses implement ``_compute(x)`` (``x``: (N, 2) tensor of Dalitz variables,
     returning a complex128 (N,) tensor) and set ``params`` (name -> Parameter).
     :meth:`column` caches the result per :class:`zcache.Data`.
+
+    Parameters
+    ----------
+    kinematics : zcache.phasespace.DalitzKinematics
+        The decay.
+    params : dict of str to Parameter
+        The amplitude's parameters by name.
+    name : str
+        A label (caches and reports); distinct within a :class:`CoherentSum`.
+
+    Raises
+    ------
+    ModelError
+        ``kinematics`` is not a DalitzKinematics.
     """
 
     def __init__(self, kinematics: DalitzKinematics, params: dict[str, Parameter], name: str):
@@ -267,7 +378,18 @@ class Amplitude(Cachable):
         return f"<{type(self).__name__} '{self.name}'>"
 
     def column(self, data: Any) -> tf.Tensor:
-        """:math:`A_k` at each event: cached per :class:`zcache.Data`, computed for tensors."""
+        """:math:`A_k` at each event: cached per :class:`zcache.Data`, computed for tensors.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (N,).
+        """
         if isinstance(data, Data):
             return self._cached_column(data)
         return self._compute(tf.convert_to_tensor(data, tf.float64))
@@ -281,7 +403,15 @@ class Amplitude(Cachable):
 
 
 class NonResonant(Amplitude):
-    """A constant amplitude, :math:`A(x) = 1` (non-resonant three-body decay)."""
+    """A constant amplitude, :math:`A(x) = 1` (non-resonant three-body decay).
+
+    Parameters
+    ----------
+    kinematics : zcache.phasespace.DalitzKinematics
+        The decay.
+    name : str
+        A label.
+    """
 
     def __init__(self, kinematics: DalitzKinematics, *, name: str = "NR"):
         super().__init__(kinematics, {}, name)
@@ -293,19 +423,28 @@ class NonResonant(Amplitude):
 class Resonance(Amplitude):
     r"""A resonance in one or more two-body channels: barrier factors x angular term x Breit-Wigner.
 
-    Args:
-        kinematics: the decay's :class:`~zcache.phasespace.DalitzKinematics`.
-        channel: '12', '13' or '23', or several (added: Bose symmetry for identical particles).
-        mass, width: :math:`m_0, \Gamma_0` (Parameters, or numbers: fixed).
-        spin: 0, 1 or 2.
-        radius: Blatt-Weisskopf radius of the resonance's decay vertex (default 1.5 /GeV).
-        parent_radius: the same for the parent's decay vertex (default 5 /GeV).
-        name: label (caches and reports).
+    Parameters
+    ----------
+    kinematics : zcache.phasespace.DalitzKinematics
+        The decay.
+    channel : str or sequence of str
+        '12', '13' or '23', or several (added: Bose symmetry for identical particles).
+    mass, width : Parameter or float
+        :math:`m_0, \Gamma_0` (Parameters, or numbers: fixed).
+    spin : int
+        0, 1 or 2.
+    radius : float
+        Blatt-Weisskopf radius of the resonance's decay vertex (default 1.5 /GeV).
+    parent_radius : float
+        The same for the parent's decay vertex (default 5 /GeV).
+    name : str, optional
+        Label (caches and reports); default ``'R<channel>'``.
 
     Raises
     ------
-        ModelError: spin above 2, unknown channel, or a pole mass outside the channel's
-            kinematic range (then :math:`q_0` or :math:`p_0` does not exist).
+    ModelError
+        Spin above 2, unknown channel, or a pole mass outside the channel's kinematic range
+        (then :math:`q_0` or :math:`p_0` does not exist).
     """
 
     def __init__(
@@ -331,7 +470,7 @@ class Resonance(Amplitude):
         ranges = [tuple(math.sqrt(v) for v in kinematics.s_range(ch)) for ch in channels]
         # the pole must stay inside every channel's range (q0, p0 exist): the mass's limits
         self._mass_range = (max(r[0] for r in ranges), min(r[1] for r in ranges))
-        m0 = mass._current() if isinstance(mass, Parameter) else mass
+        m0 = float(mass) if isinstance(mass, Parameter) else mass
         lo, hi = self._mass_range
         try:
             inside = lo < float(m0) < hi
@@ -344,8 +483,8 @@ class Resonance(Amplitude):
             )
         super().__init__(
             kinematics,
-            {"mass": _as_parameter(mass, f"{name}_mass", lower=self._mass_range[0], upper=self._mass_range[1]),
-             "width": _as_parameter(width, f"{name}_width", lower=0.0)},
+            {"mass": as_parameter(mass, f"{name}_mass", lower=self._mass_range[0], upper=self._mass_range[1]),
+             "width": as_parameter(width, f"{name}_width", lower=0.0)},
             name,
         )
         self.channels = channels
@@ -366,7 +505,7 @@ class Resonance(Amplitude):
         kin = self.kinematics
         m0, g0 = self.mass.value(), self.width.value()
         lo, hi = self._mass_range
-        checks = _require(
+        checks = require(
             tf.logical_and(m0 > lo, m0 < hi), ModelError,
             f"Resonance '{self.name}': its mass left the channels' range ({lo:g}, {hi:g}), where the "
             "breakup momenta at the pole are undefined; give the mass Parameter limits inside this range.",
@@ -400,11 +539,20 @@ class Resonance(Amplitude):
 class CoherentSum(Cachable):
     r""":math:`A(x) = \sum_k c_k A_k(x)` with complex couplings, and its intensity :math:`|A|^2`.
 
-    Args:
-        components: ``(coupling, amplitude)`` pairs; a coupling is a
-            :class:`ComplexParameter` or a complex number (fixed).
-        cache: ``False`` builds the same sum with no caches at all (the uncached
-            reference: every evaluation recomputes every column and integral).
+    Parameters
+    ----------
+    components : sequence of (ComplexParameter or complex, Amplitude)
+        ``(coupling, amplitude)`` pairs; a coupling is a :class:`ComplexParameter` or a
+        complex number (fixed).
+    cache : bool
+        ``False`` builds the same sum with no caches at all (the uncached reference: every
+        evaluation recomputes every column and integral).
+
+    Raises
+    ------
+    ModelError
+        No components, a component that is not a pair, amplitudes of different kinematics,
+        or repeated amplitude names.
     """
 
     def __init__(self, components: Sequence[tuple[Any, Amplitude]], *, cache: bool = True):
@@ -434,14 +582,30 @@ class CoherentSum(Cachable):
         return len(self.amplitudes)
 
     def get_params(self, floating: bool | None = True) -> list[Parameter]:
-        """Couplings' and amplitudes' parameters, each once."""
+        """Couplings' and amplitudes' parameters, each once.
+
+        Parameters
+        ----------
+        floating : bool or None
+            ``True`` only floating ones, ``False`` only fixed ones, ``None`` all.
+
+        Returns
+        -------
+        list of Parameter
+        """
         found: dict[int, Parameter] = {}
         for p in [*(q for c in self.couplings for q in c.params), *(q for a in self.amplitudes for q in a.params.values())]:
             found.setdefault(id(p), p)
         return [p for p in found.values() if floating is None or p.floating == floating]
 
     def coupling_vector(self) -> tf.Tensor:
-        """:math:`c`, complex128 of shape (K,)."""
+        """:math:`c`, the couplings.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K,).
+        """
         if all(c.polar for c in self.couplings):  # one cos and one sin for all (fewer scalar ops)
             mag = tf.stack([c.mag.value() for c in self.couplings])
             phase = tf.stack([c.phase.value() for c in self.couplings])
@@ -450,7 +614,18 @@ class CoherentSum(Cachable):
 
     # -- per event ----------------------------------------------------------------------
     def amplitude_matrix(self, data: Any) -> tf.Tensor:
-        r"""The (N, K) matrix :math:`A_k(x_i)`: cached per :class:`zcache.Data` (unless ``cache=False``)."""
+        r"""The matrix :math:`A_k(x_i)`: cached per :class:`zcache.Data` (unless ``cache=False``).
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (N, K).
+        """
         if isinstance(data, Data) and self.cache:
             return self._cached_matrix(data)
         x = self.kinematics.space.select(data) if isinstance(data, Data) else tf.convert_to_tensor(data, tf.float64)
@@ -461,11 +636,33 @@ class CoherentSum(Cachable):
         return tf.stack([a.column(data) for a in self.amplitudes], axis=1)
 
     def amplitude(self, data: Any) -> tf.Tensor:
-        r""":math:`A(x_i) = \sum_k c_k A_k(x_i)`, complex (N,)."""
+        r""":math:`A(x_i) = \sum_k c_k A_k(x_i)`.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (N,).
+        """
         return tf.linalg.matvec(self.amplitude_matrix(data), self.coupling_vector())
 
     def intensity(self, data: Any) -> tf.Tensor:
-        r""":math:`|A(x_i)|^2`, float64 (N,)."""
+        r""":math:`|A(x_i)|^2`.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
         a = self.amplitude(data)
         return tf.math.real(a) ** 2 + tf.math.imag(a) ** 2
 
@@ -480,6 +677,21 @@ class CoherentSum(Cachable):
 
         Each entry is a cache of its own, and so is the matrix: moving one component's
         parameters recomputes its column and its K entries only.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The phase-space (integration) sample.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K, K).
+
+        Raises
+        ------
+        ModelError
+            ``mc`` is not a :class:`zcache.Data`.
         """
         if not isinstance(mc, Data):
             raise ModelError(f"integral_matrix needs the phase-space sample as a zcache.Data, got {type(mc).__name__}.")
@@ -497,7 +709,18 @@ class CoherentSum(Cachable):
         return tf.stack([tf.stack(r) for r in rows])
 
     def norm(self, mc: Data) -> tf.Tensor:
-        r""":math:`\langle |A|^2 \rangle_{MC} = c^T I c^*` (float64 scalar)."""
+        r""":math:`\langle |A|^2 \rangle_{MC} = c^T I c^*`.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The phase-space (integration) sample.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         m = self.integral_matrix(mc)
         c = self.coupling_vector()
         value = tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :])
@@ -510,15 +733,26 @@ class CoherentSum(Cachable):
 class AmplitudePdf(Model):
     r"""The density :math:`|A(x)|^2 / (V\,\langle|A|^2\rangle_{MC})` over the Dalitz plot.
 
-    Args:
-        amplitude: a :class:`CoherentSum`.
-        phasespace: the integration sample (uniform in the Dalitz plot, e.g.
-            ``kinematics.sample(n)``), a :class:`zcache.Data`.
-        name: label.
-        extended: a yield makes the model extended.
-
     Works with every loss, minimizer and toy loop of zcache (it is a
-    :class:`zcache.models.Model` on a :class:`~zcache.phasespace.DalitzSpace`).
+    :class:`zcache.models.Model` on a :class:`~zcache.phasespace.DalitzSpace`). Sampling is
+    accept-reject (:func:`zcache.sampling.accept_reject`) under ``_FMAX_SAFETY`` times the
+    intensity's maximum over the phase-space sample; an event above it raises ModelError.
+
+    Parameters
+    ----------
+    amplitude : CoherentSum
+        The amplitude.
+    phasespace : zcache.Data
+        The integration sample (uniform in the Dalitz plot, e.g. ``kinematics.sample(n)``).
+    name : str, optional
+        Label; default ``'AmplitudePdf'``.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        ``amplitude`` is not a CoherentSum, or ``phasespace`` not a Data inside the plot.
     """
 
     def __init__(self, amplitude: CoherentSum, phasespace: Data, *, name: str | None = None, extended: Any = None):
@@ -538,11 +772,22 @@ class AmplitudePdf(Model):
             raise ModelError(f"AmplitudePdf: the phase-space sample '{phasespace.name}' has events outside the Dalitz plot.")
 
     def _own_params(self) -> list[Parameter]:
-        return [*self.amplitude.get_params(None), *([self._yield] if self._yield is not None else [])]
+        return [*self.amplitude.get_params(None), *super()._own_params()]  # Model's: the yield
 
     # densities
     def pdf(self, data: Any) -> tf.Tensor:
-        """The normalized density per event (cached per dataset unless ``cache=False``)."""
+        """The normalized density per event (cached per dataset unless ``cache=False``).
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
         if isinstance(data, Data) and not self.amplitude.cache:
             return self._pdf(data)
         return super().pdf(data)
@@ -556,13 +801,30 @@ class AmplitudePdf(Model):
         return self.amplitude.intensity(x)
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
-        r""":math:`\sum_i \log|A(x_i)|^2 - N \log(V \langle|A|^2\rangle)`: no per-event division."""
+        r""":math:`\sum_i \log|A(x_i)|^2 - N \log(V \langle|A|^2\rangle)`: no per-event division.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data))
         n = tf.cast(tf.shape(intensity)[0], tf.float64)
         return tf.reduce_sum(tf.math.log(intensity)) - n * tf.math.log(self.normalization())
 
     def normalization(self) -> tf.Tensor:
-        r""":math:`V \langle |A|^2 \rangle_{MC}` (through the cached integral matrix)."""
+        r""":math:`V \langle |A|^2 \rangle_{MC}` (through the cached integral matrix).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         if not self.amplitude.cache:
             return self._norm()
         return self._cached_norm()
@@ -591,35 +853,33 @@ class AmplitudePdf(Model):
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
         kin = self.amplitude.kinematics
         (lo12, hi12), (lo13, hi13) = kin.s_range("12"), kin.s_range("13")
-        fmax = self._fmax()
-        batch = tf.maximum(8 * n, 8192)
-        gen = rng()
-
-        def body(count: tf.Tensor, parts: tf.TensorArray, i: tf.Tensor) -> tuple:
-            x = tf.stack([gen.uniform([batch], lo12, hi12, dtype=tf.float64),
-                          gen.uniform([batch], lo13, hi13, dtype=tf.float64)], axis=1)
-            x = tf.boolean_mask(x, kin.inside(x))
-            u = gen.uniform(tf.shape(x)[:1], 0.0, 1.0, dtype=tf.float64) * fmax
-            intensity = self.amplitude.intensity(x)
-            # an event above the envelope would be under-sampled: refuse rather than bias
-            checks = _require(
-                tf.reduce_max(tf.concat([intensity, [0.0]], 0)) <= fmax, ModelError,
+        # an event above the envelope would be under-sampled: refuse rather than bias (no raises)
+        return accept_reject(
+            n, (lo12, lo13), (hi12, hi13), self.amplitude.intensity, self._fmax(),
+            inside=kin.inside,
+            batch=lambda n, accepted, proposed: tf.maximum(8 * n, 8192),
+            over_message=(
                 f"sampling '{self.name}': |A|^2 exceeded the envelope ({_FMAX_SAFETY:g} x its maximum over the "
-                f"phase-space sample '{self.phasespace.name}'); use a larger phase-space sample.",
-            )
-            with tf.control_dependencies(checks):
-                keep = tf.boolean_mask(x, u < intensity)
-            return count + tf.shape(keep, out_type=tf.int64)[0], parts.write(i, keep), i + 1
-
-        parts = tf.TensorArray(tf.float64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None, 2])
-        _, parts, _ = tf.while_loop(
-            lambda count, parts, i: count < n, body, [tf.constant(0, tf.int64), parts, tf.constant(0)]
+                f"phase-space sample '{self.phasespace.name}'); use a larger phase-space sample."
+            ),
         )
-        return parts.concat()[:n]
 
 
 def fit_fractions(amplitude: CoherentSum, mc: Data) -> np.ndarray:
-    r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*` of each component (numpy, (K,))."""
+    r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*` of each component.
+
+    Parameters
+    ----------
+    amplitude : CoherentSum
+        The amplitude, at the couplings to evaluate.
+    mc : zcache.Data
+        The phase-space (integration) sample.
+
+    Returns
+    -------
+    ndarray
+        float64, shape (K,); they sum to one without interference.
+    """
     m = amplitude.integral_matrix(mc).numpy()
     c = amplitude.coupling_vector().numpy()
     total = float(np.real(c @ m @ np.conj(c)))

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance, fit_fractions
-from zcache.demo_basics import _median_ms
+from zcache.demo_basics import median_ms
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import set_seed
@@ -54,7 +54,19 @@ def _say(text: str = "", end: str = "\n") -> None:
 
 
 def build_model(n_mc: int) -> dict[str, Any]:
-    """Kinematics, amplitudes, couplings, the phase-space sample and two PDFs (cached, uncached)."""
+    """Kinematics, amplitudes, couplings, the phase-space sample and two PDFs (cached, uncached).
+
+    Parameters
+    ----------
+    n_mc : int
+        Events of the phase-space (integration) sample.
+
+    Returns
+    -------
+    dict
+        ``kinematics``, ``mc``, ``sum`` (the cached CoherentSum), ``pdf``, ``pdf_uncached``
+        (the same amplitude without caches) and ``couplings``.
+    """
     kin = DalitzKinematics(M_D, M_K, M_PI, M_PI, names=("K-", "pi+", "pi+"))
     mc = kin.sample(n_mc, name="phsp")
     components = [(ComplexParameter("NR", 1.0, floating=False), NonResonant(kin))]
@@ -81,7 +93,7 @@ def _fit(loss: UnbinnedNLL, start: np.ndarray, precompute: bool) -> Any:
 def _cache_table(report: Any) -> str:
     lines = [f"    {'cache':<32}{'status':<17}{'hits':>7}{'misses':>8}{'MB':>9}"]
     for node in report.nodes:
-        cache = next(c for c in report._caches if c.name == node.name)
+        cache = next(c for c in report.caches if c.name == node.name)
         s = cache.stats
         lines.append(f"    {node.name:<32}{node.status:<17}{s['hits']:>7}{s['misses']:>8}{cache.nbytes / 1e6:>9.2f}")
     return "\n".join(lines)
@@ -140,10 +152,10 @@ def _plot_graph(path: Path, report: Any) -> None:
     import networkx as nx
 
     g = zcache.dependency_graph()
-    keep = {c.node_id for c in report._caches}
+    keep = {c.node_id for c in report.caches}
     keep |= {a for uid in list(keep) for a in nx.ancestors(g, uid)}
     sub = g.subgraph(keep).copy()
-    status = {c.node_id: n.status for n in report.nodes for c in report._caches if c.name == n.name}
+    status = {c.node_id: n.status for n in report.nodes for c in report.caches if c.name == n.name}
     for layer, nodes in enumerate(nx.topological_generations(sub)):
         for n in nodes:
             sub.nodes[n]["layer"] = layer
@@ -169,7 +181,27 @@ def _plot_graph(path: Path, report: Any) -> None:
 
 def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "demo_output",
          n_simulation: int = 3, plots: bool = True) -> dict[str, Any]:
-    """Run the amplitude demo; returns the fit results and timings (for tests)."""
+    """Run the amplitude demo, printing each step.
+
+    Parameters
+    ----------
+    n_events : int
+        Events of the generated data.
+    n_mc : int
+        Events of the phase-space sample.
+    out_dir : str or Path
+        Folder for the DOT file and the PNGs.
+    n_simulation : int
+        New datasets of the simulation pipeline (step 5).
+    plots : bool
+        Write the PNGs (needs matplotlib).
+
+    Returns
+    -------
+    dict
+        The fit results and timings, the precompute report, fit fractions, the truth, the
+        files written and the integral caches' misses over the simulation (for tests).
+    """
     t_start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +228,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
     }
     losses["caches + precompute"] = losses["caches, no precompute"]
     params = losses["no caches"].params
-    truth_values = np.array([p._current() for p in params])
+    truth_values = np.array([float(p) for p in params])
     rng = np.random.default_rng(7)
     start = truth_values + np.where([p.name.endswith("_mag") for p in params], 0.15 * truth_values, 0.3) \
         * rng.uniform(-1, 1, len(params))
@@ -211,7 +243,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
         t_first = time.perf_counter() - t0
         second = _fit(loss, start, precompute)  # warm: no tracing
         x = np.array([second.values[p.name] for p in params])
-        t_eval = _median_ms(lambda loss=loss, x=x: loss.value_gradient_at(x), repeats=20)
+        t_eval = median_ms(lambda loss=loss, x=x: loss.value_gradient_at(x), repeats=20)
         results[label], timings[label] = second, (t_first, second.time, t_eval)
         _say(f"first fit {t_first:6.2f} s (with tracing), warm fit {second.time:6.2f} s, "
              f"loss+gradient {t_eval:7.2f} ms, nfcn {second.nfcn}, valid {second.valid}")
@@ -253,7 +285,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
         statuses = [n.status for n in mass_fit.precompute.nodes]
         dirty = sorted(n.name for n in mass_fit.precompute.nodes if n.status == "always dirty")
         x = np.array([mass_fit.values[p.name] for p in floating])
-        t_mass = _median_ms(lambda: loss.value_gradient_at(x, floating), repeats=10)
+        t_mass = median_ms(lambda: loss.value_gradient_at(x, floating), repeats=10)
         _say(f"\n    floating the K*(892) mass and width too ({len(floating)} parameters): "
              f"m = {mass_fit.values[kstar.mass.name]:.5f} +- {mass_fit.errors[kstar.mass.name]:.5f} (truth "
              f"{RESONANCES[0][1]}), width = {mass_fit.values[kstar.width.name]:.5f} +- "
@@ -267,7 +299,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
         zcache.set_values(loss.params, [values[p.name] for p in loss.params])
 
     _say(f"\n[5/6] simulation pipeline: {n_simulation} new datasets at fixed parameters (set_data, no retrace)")
-    integrals = [c for c in report._caches if c.name.startswith("I[")]
+    integrals = [c for c in report.caches if c.name.startswith("I[")]
     misses_before = sum(c.stats["misses"] for c in integrals)
     sim_loss = losses["caches + precompute"]
     sim_loss.value()  # traced once here, then reused for every dataset

@@ -19,7 +19,20 @@ import tensorflow as tf
 import zcache
 
 
-def _median_ms(fn, repeats: int = 30) -> float:
+def median_ms(fn, repeats: int = 30) -> float:
+    """The median wall time of ``fn()`` in milliseconds, after one warm-up call.
+
+    Parameters
+    ----------
+    fn : callable
+        Called without arguments.
+    repeats : int
+        Timed calls.
+
+    Returns
+    -------
+    float
+    """
     fn()
     times = []
     for _ in range(repeats):
@@ -30,7 +43,21 @@ def _median_ms(fn, repeats: int = 30) -> float:
 
 
 def build(n_events: int = 200_000, seed: int = 1):
-    """The demo model: returns (parameters, data, caches, cached loss, uncached loss)."""
+    """The demo model: a signal line shape times an efficiency, plus a background.
+
+    Parameters
+    ----------
+    n_events : int
+        Events of the (uniform) data.
+    seed : int
+        Seed of the data.
+
+    Returns
+    -------
+    tuple
+        (parameters by name, data, caches by name, cached loss, uncached loss); the losses
+        are ``zcache.function`` objects.
+    """
     rng = np.random.default_rng(seed)
     x = zcache.Data(rng.uniform(0.0, 10.0, n_events), name="x")
     mass = zcache.Parameter("mass", 5.0, lower=0.0, upper=10.0, floating=False)
@@ -86,7 +113,15 @@ def _fit_model(space, lam, tag: str):
 
 
 def fit_section(n_events: int = 100_000, n_toys: int = 20) -> None:
-    """Part 2: fit with and without precompute, then toys."""
+    """Part 2: fit with and without precompute, then toys.
+
+    Parameters
+    ----------
+    n_events : int
+        Events of the fitted dataset.
+    n_toys : int
+        Toys of the toy study.
+    """
     from zcache.loss import ExtendedUnbinnedNLL
     from zcache.minimize import Minuit
     from zcache.models import Space
@@ -128,11 +163,21 @@ def fit_section(n_events: int = 100_000, n_toys: int = 20) -> None:
     toys = run_toys(toy_model, toy_loss, n_toys=n_toys, seed=2)
     print(f"\n  toy study, ~{toy_events} events per toy (Poisson):\n  " + str(toys).replace("\n", "\n  "))
     traces = [f.trace_count for f in toy_loss.functions() if f.trace_count]
-    print(f"  traces over {n_toys} toys: loss functions {traces}, sampler {toy_model._sampler.trace_count}")
+    print(f"  traces over {n_toys} toys: loss functions {traces}, sampler {toy_model.sampler.trace_count}")
 
 
 def main(n_events: int = 200_000, n_fit_events: int = 100_000, n_toys: int = 20) -> None:
-    """Run the demo and print what the caches did."""
+    """Run the demo and print what the caches did.
+
+    Parameters
+    ----------
+    n_events : int
+        Events of part 1.
+    n_fit_events : int
+        Events of the fit in part 2.
+    n_toys : int
+        Toys in part 2.
+    """
     print(f"zcache demo: {n_events} events, TensorFlow {tf.__version__}\n")
     params, x, caches, cached_loss, uncached_loss = build(n_events)
     steps = [
@@ -154,8 +199,8 @@ def main(n_events: int = 200_000, n_fit_events: int = 100_000, n_toys: int = 20)
           " (value and data changes never retrace)")
 
     slope, frac = params["slope"], params["frac"]
-    t_hit = _median_ms(cached_loss)
-    t_uncached = _median_ms(uncached_loss)
+    t_hit = median_ms(cached_loss)
+    t_uncached = median_ms(uncached_loss)
     state = {"i": 0}
 
     def vary_slope():
@@ -168,8 +213,8 @@ def main(n_events: int = 200_000, n_fit_events: int = 100_000, n_toys: int = 20)
         frac.set_value(0.4 + 1e-4 * (state["i"] % 100))
         return cached_loss()
 
-    t_slope = _median_ms(vary_slope)
-    t_frac = _median_ms(vary_frac)
+    t_slope = median_ms(vary_slope)
+    t_frac = median_ms(vary_frac)
     print("\n  timings (graph mode, median of 30):")
     print(f"    uncached loss                          {t_uncached:8.3f} ms")
     print(f"    cached loss, nothing changed           {t_hit:8.3f} ms  ({t_uncached / t_hit:5.1f}x faster)")

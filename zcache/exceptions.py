@@ -33,17 +33,17 @@ __all__ = [
     "FitError",
     "ZCacheWarning",
     "RetracingWarning",
+    "TensorFlowInternalsWarning",
     "UndeclaredDependencyWarning",
 ]
 
 
 class ZCacheError(Exception):
-    """Root of all zcache errors."""
+    """Root of all zcache errors.
 
-    # Autograph (a plain tf.function's default) re-raises errors from converted code as a
-    # StagingError unless they carry this attribute: a zcache error keeps its name and type.
-    # TensorFlow-internal hook, pinned by test_reliability's autograph tests.
-    ag_pass_through = True
+    Raised inside a plain ``tf.function`` (autograph on), a zcache error keeps its type
+    (see ``zcache._tf_internals``).
+    """
 
 
 class ParameterValueError(ZCacheError, ValueError):
@@ -129,6 +129,10 @@ class ZCacheWarning(UserWarning):
 
 class RetracingWarning(ZCacheWarning):
     """A ``zcache.function`` traced more graphs than its bound; old graphs were dropped."""
+
+
+class TensorFlowInternalsWarning(ZCacheWarning):
+    """A TensorFlow internal that zcache relies on is missing (see ``design/architecture.md``)."""
 
 
 class UndeclaredDependencyWarning(ZCacheWarning):

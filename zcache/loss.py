@@ -22,16 +22,21 @@ Minuit object (MINOS, profiles) sees.
 ``floating`` flags at the time it is read, not at the time the loss was built:
 ``p.floating = False`` between two fits fixes ``p`` for the next fit.
 
-Example:
-    >>> import numpy as np, zcache
-    >>> from zcache.models import Space, Gaussian
-    >>> from zcache.loss import UnbinnedNLL
-    >>> mu = zcache.Parameter("mu_l", 0.0)
-    >>> model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
-    >>> loss = UnbinnedNLL(model, zcache.Data(np.array([-0.5, 0.5, 1.0])))
-    >>> v, g = loss.value_gradient()
-    >>> round(float(g[0]), 10)      # -(sum of x - n mu) / sigma^2
-    -1.0
+A loss is a :func:`zcache.precompute` target (it implements ``__zcache_evaluate__``,
+see :class:`zcache.types.Precomputable`), and precompute remembers its last report
+for it, so a minimizer precomputes again only when the setting changed.
+
+Examples
+--------
+>>> import numpy as np, zcache
+>>> from zcache.models import Space, Gaussian
+>>> from zcache.loss import UnbinnedNLL
+>>> mu = zcache.Parameter("mu_l", 0.0)
+>>> model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
+>>> loss = UnbinnedNLL(model, zcache.Data(np.array([-0.5, 0.5, 1.0])))
+>>> v, g = loss.value_gradient()
+>>> round(float(g[0]), 10)      # -(sum of x - n mu) / sigma^2
+-1.0
 """
 
 from __future__ import annotations
@@ -42,25 +47,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import CachedTensor, evaluation
+from ._cached_tensor import CachedTensor
+from ._context import evaluation
 from ._depgraph import GRAPH
-from ._gradient import _REL_STEP, value_and_gradient
-from ._mode import Function, function
-from ._parameter import GRAPH_ERROR_MARK, Data, Parameter, set_values, set_vector_in_graph
+from ._function import Function, function
+from ._gradient import REL_STEP, value_and_gradient
+from ._graph_checks import require
+from ._parameter import Data, Parameter, set_values, set_vector_in_graph
+from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model
 
 __all__ = ["BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint"]
-
-
-def _require(ok: tf.Tensor, error: type[Exception], message: str) -> list[Any]:
-    """Raise ``error`` eagerly if ``ok`` is False; inside a trace, return the check op."""
-    if tf.inside_function():
-        mark = GRAPH_ERROR_MARK.format(error.__name__)
-        return [tf.debugging.assert_equal(ok, tf.constant(True), message=mark + message)]
-    if not bool(ok):
-        raise error(message)
-    return []
 
 
 def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
@@ -73,12 +71,27 @@ def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
 class GaussianConstraint:
     r"""A Gaussian penalty :math:`\tfrac12\sum_j ((\theta_j - \mu_j)/\sigma_j)^2` on parameters.
 
-    Example:
-        >>> import zcache
-        >>> from zcache.loss import GaussianConstraint
-        >>> p = zcache.Parameter("p_c", 1.5)
-        >>> float(GaussianConstraint([p], [1.0], [0.5]).value())
-        0.5
+    Parameters
+    ----------
+    params : sequence of Parameter
+        The constrained parameters :math:`\theta_j`.
+    observed : sequence of float
+        Their measured values :math:`\mu_j`, one per parameter.
+    sigma : sequence of float
+        Their uncertainties :math:`\sigma_j > 0`, one per parameter.
+
+    Raises
+    ------
+    ModelError
+        Not Parameters, not one value and one sigma per parameter, or a sigma not positive.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.loss import GaussianConstraint
+    >>> p = zcache.Parameter("p_c", 1.5)
+    >>> float(GaussianConstraint([p], [1.0], [0.5]).value())
+    0.5
     """
 
     def __init__(self, params: Sequence[Parameter], observed: Sequence[float], sigma: Sequence[float]):
@@ -93,7 +106,13 @@ class GaussianConstraint:
             raise ModelError(f"GaussianConstraint: every sigma must be positive, got {self.sigma}.")
 
     def value(self) -> tf.Tensor:
-        """The penalty at the current parameter values."""
+        """The penalty at the current parameter values.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         values = tf.stack([p.value() for p in self.params])
         return 0.5 * tf.reduce_sum(tf.square((values - self.observed) / self.sigma))
 
@@ -101,9 +120,15 @@ class GaussianConstraint:
 class BaseLoss:
     """What every loss offers: values, gradients and the minimizer's entry points.
 
-    Subclasses implement ``_value()`` (the loss as a tensor, inside or outside a trace)
-    and ``_loss_params()`` (every parameter the loss depends on, fixed ones included, in
-    a stable order); :attr:`params` filters them by their *current* ``floating`` flag.
+    Subclasses implement ``_value()`` (the loss as a tensor, inside or outside a trace),
+    ``_loss_params()`` (every parameter the loss depends on, fixed ones included, in
+    a stable order) and, if they read data, :meth:`datasets`; :attr:`params` filters the
+    parameters by their *current* ``floating`` flag.
+
+    Parameters
+    ----------
+    constraints : sequence of GaussianConstraint, optional
+        Penalties added to the loss.
     """
 
     errordef = 0.5  # a negative log-likelihood: one sigma is a change of 1/2
@@ -116,15 +141,20 @@ class BaseLoss:
         self._value_fn = function(self._checked_value, wraps="loss")
         self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
         self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function, Function]] = {}
-        self._precomputed: Any = None  # (key, report) of the last zcache.precompute
 
     # -- to implement --------------------------------------------------------------------
     def _loss_params(self) -> list[Parameter]:
         """Every parameter of the loss (floating or not), each once, in a stable order."""
         raise NotImplementedError
 
-    def _datasets(self) -> list[Data]:
-        """The datasets the loss reads (what a fit result snapshots to stay reproducible)."""
+    def datasets(self) -> list[Data]:
+        """The datasets the loss reads (what a fit result snapshots to stay reproducible).
+
+        Returns
+        -------
+        list of zcache.Data
+            Each dataset once.
+        """
         return []
 
     # -- to implement --------------------------------------------------------------------
@@ -134,6 +164,14 @@ class BaseLoss:
     def _total(self) -> tf.Tensor:
         with evaluation():  # a bypassed cache read twice in the loss is computed once
             return self._total_unscoped()
+
+    def __zcache_evaluate__(self) -> tuple[()]:
+        """The precompute protocol (:class:`zcache.types.Precomputable`): the loss's value.
+
+        Every cache a fit reads is read by the value, so nothing is returned besides.
+        """
+        self._total()
+        return ()
 
     def _total_unscoped(self) -> tf.Tensor:
         value = self._value()
@@ -186,7 +224,7 @@ class BaseLoss:
 
     def _checked_value(self) -> tf.Tensor:
         value = self._total()
-        checks = _require(
+        checks = require(
             tf.math.is_finite(value), FitError,
             f"the loss of '{type(self).__name__}' is NaN or infinite at the current parameter values: a "
             "width may be <= 0 or the model zero at an event. Check the parameters and their limits.",
@@ -197,11 +235,17 @@ class BaseLoss:
         return value
 
     def value(self) -> tf.Tensor:
-        """The loss at the current parameter values (float64 scalar).
+        """The loss at the current parameter values.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
 
         Raises
         ------
-            FitError: the value is NaN or infinite.
+        FitError
+            The value is NaN or infinite.
         """
         return self._value_fn()
 
@@ -212,7 +256,20 @@ class BaseLoss:
         return params
 
     def value_gradient(self, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """The loss and its gradient w.r.t. ``params`` (default: :attr:`params`)."""
+        """The loss and its gradient, in one traced call.
+
+        Parameters
+        ----------
+        params : sequence of Parameter, optional
+            The parameters to differentiate by; default :attr:`params`.
+
+        Returns
+        -------
+        value : tf.Tensor
+            float64 scalar.
+        gradient : tf.Tensor
+            float64, one entry per parameter.
+        """
         params = self._param_list(params)
         fn = self._gradient_fns.get(params)
         if fn is None:
@@ -222,7 +279,18 @@ class BaseLoss:
         return fn()
 
     def gradient(self, params: Sequence[Parameter] | None = None) -> tf.Tensor:
-        """The gradient w.r.t. ``params`` (default: :attr:`params`)."""
+        """The gradient of the loss.
+
+        Parameters
+        ----------
+        params : sequence of Parameter, optional
+            The parameters to differentiate by; default :attr:`params`.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, one entry per parameter.
+        """
         return self.value_gradient(params)[1]
 
     def _at(self, params: tuple[Parameter, ...]) -> tuple[Function, Function, Function]:
@@ -265,12 +333,13 @@ class BaseLoss:
         return 0.5 * (hess + tf.transpose(hess))
 
     def _exact_hessian_ok(self, params: tuple[Parameter, ...]) -> bool:
-        if self._precomputed is None:  # caches not yet created or classified: play safe
+        report = precomputed(self)
+        if report is None:  # caches not yet created or classified: play safe
             return False
         ids = {p.node_id for p in params}
         # The caches this loss reads (those precompute classified); others, e.g. a sampler's
         # envelope, do not enter the loss.
-        for cache in self._precomputed[1]._caches:
+        for cache in report.caches:
             if not cache.always_dirty and ids.intersection(GRAPH.ancestor_parameters(cache.node_id)):
                 return False
         return True
@@ -289,13 +358,35 @@ class BaseLoss:
             Default: :attr:`params` (the floating parameters now).
         offset : float, optional
             Subtracted from the loss; default :attr:`offset`. A minimizer passes its own.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
         """
         params = self._param_list(params)
         return self._at(params)[0](tf.constant(x, tf.float64), self._offset_tensor(offset))
 
     def value_gradient_at(self, x: Any, params: Sequence[Parameter] | None = None,
                           offset: float | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """Like :meth:`value_at`, with the gradient."""
+        """Like :meth:`value_at`, with the gradient.
+
+        Parameters
+        ----------
+        x : array_like
+            One value per parameter.
+        params : sequence of Parameter, optional
+            Default: :attr:`params` (the floating parameters now).
+        offset : float, optional
+            Subtracted from the loss; default :attr:`offset`. A minimizer passes its own.
+
+        Returns
+        -------
+        value : tf.Tensor
+            float64 scalar, the loss minus ``offset``.
+        gradient : tf.Tensor
+            float64, one entry per parameter.
+        """
         params = self._param_list(params)
         return self._at(params)[1](tf.constant(x, tf.float64), self._offset_tensor(offset))
 
@@ -306,6 +397,18 @@ class BaseLoss:
         bypassed for these parameters (after :func:`zcache.precompute`); otherwise central
         differences of exact gradients, each a call of the traced :meth:`value_gradient_at`,
         so no larger graph is ever built: the step is clipped into the limits.
+
+        Parameters
+        ----------
+        x : array_like
+            One value per parameter; the parameters are left there.
+        params : sequence of Parameter, optional
+            Default: :attr:`params` (the floating parameters now).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (n, n), symmetric.
         """
         params = self._param_list(params)
         if self._exact_hessian_ok(params):
@@ -318,7 +421,7 @@ class BaseLoss:
 
         rows = []
         for i, p in enumerate(params):
-            h = _REL_STEP * max(abs(x[i]), 1.0)
+            h = REL_STEP * max(abs(x[i]), 1.0)
             up, down = x.copy(), x.copy()
             up[i] = x[i] + h if p.upper is None else min(x[i] + h, p.upper)
             down[i] = x[i] - h if p.lower is None else max(x[i] - h, p.lower)
@@ -330,7 +433,12 @@ class BaseLoss:
         return tf.constant(0.5 * (hess + hess.T))
 
     def functions(self) -> list[Function]:
-        """The traced functions this loss has created (for trace-count checks)."""
+        """The traced functions this loss has created (for trace-count checks).
+
+        Returns
+        -------
+        list of zcache.types.Function
+        """
         return [self._value_fn, *self._gradient_fns.values(), *(f for pair in self._at_fns.values() for f in pair)]
 
     def __add__(self, other: BaseLoss) -> SimultaneousLoss:
@@ -342,15 +450,23 @@ class BaseLoss:
 class UnbinnedNLL(BaseLoss):
     r"""Unbinned negative log-likelihood :math:`-\sum_i \log p(x_i)` of ``model`` on ``data``.
 
-    Args:
-        model: a :class:`zcache.models.Model`.
-        data: a :class:`zcache.Data`; every event must lie inside the model's space.
-        constraints: optional :class:`GaussianConstraint` objects.
+    Parameters
+    ----------
+    model : zcache.models.Model
+        The density.
+    data : zcache.Data
+        The events; every event must lie inside the model's space.
+    constraints : sequence of GaussianConstraint, optional
+        Penalties added to the loss.
 
     Raises
     ------
-        DataRangeError: events outside the model's range (now, or after a ``set_data``
-            when the loss is evaluated).
+    ModelError
+        ``model`` is not a Model, ``data`` not a Data (or without the model's columns), or
+        the loss is extended and the model is not.
+    DataRangeError
+        Events outside the model's range (now, or after a ``set_data`` when the loss is
+        evaluated).
     """
 
     extended = False
@@ -377,21 +493,29 @@ class UnbinnedNLL(BaseLoss):
             "(e.g. data[model.space.inside(data)]) or widen the space."
         )
         self._inside = _InRange(model, data)
-        _require(self._inside.value(), DataRangeError, self._range_message)
+        require(self._inside.value(), DataRangeError, self._range_message)
 
     def _loss_params(self) -> list[Parameter]:
         # Read from the model on every call: the floating flags (and so the fit's parameters)
         # may change after the loss was built.
         params = self.model.get_params(floating=None)
-        if not self.extended and isinstance(self.model._yield, Parameter):  # the yield does not enter
-            params = [p for p in params if p is not self.model._yield]
+        yield_parameter = self.model.yield_parameter
+        if not self.extended and yield_parameter is not None:  # the yield does not enter
+            params = [p for p in params if p is not yield_parameter]
         return _unique([*params, *(q for c in self.constraints for q in c.params)])
 
-    def _datasets(self) -> list[Data]:
+    def datasets(self) -> list[Data]:
+        """The loss's dataset.
+
+        Returns
+        -------
+        list of zcache.Data
+            ``[self.data]``.
+        """
         return [self.data]
 
     def _value(self) -> tf.Tensor:
-        checks = _require(self._inside.value(), DataRangeError, self._range_message)
+        checks = require(self._inside.value(), DataRangeError, self._range_message)
         with tf.control_dependencies(checks):
             nll = -self.model.sum_log_pdf(self.data)
         if self.extended:
@@ -402,7 +526,24 @@ class UnbinnedNLL(BaseLoss):
 
 
 class ExtendedUnbinnedNLL(UnbinnedNLL):
-    r"""Extended unbinned NLL: adds the Poisson term :math:`\nu - N\log\nu` for the yield :math:`\nu`."""
+    r"""Extended unbinned NLL: adds the Poisson term :math:`\nu - N\log\nu` for the yield :math:`\nu`.
+
+    Parameters
+    ----------
+    model : zcache.models.Model
+        An extended density (its yield is :math:`\nu`).
+    data : zcache.Data
+        The events; every event must lie inside the model's space.
+    constraints : sequence of GaussianConstraint, optional
+        Penalties added to the loss.
+
+    Raises
+    ------
+    ModelError
+        As for :class:`UnbinnedNLL`, or the model is not extended.
+    DataRangeError
+        Events outside the model's range.
+    """
 
     extended = True
 
@@ -410,17 +551,28 @@ class ExtendedUnbinnedNLL(UnbinnedNLL):
 class SimultaneousLoss(BaseLoss):
     """The sum of several losses (shared parameters appear once).
 
-    Example:
-        >>> import numpy as np, zcache
-        >>> from zcache.models import Space, Gaussian
-        >>> from zcache.loss import UnbinnedNLL
-        >>> mu = zcache.Parameter("mu_s", 0.0)
-        >>> s = Space("x", -5.0, 5.0)
-        >>> a = UnbinnedNLL(Gaussian(s, mu, 1.0), zcache.Data(np.array([0.5])))
-        >>> b = UnbinnedNLL(Gaussian(s, mu, 2.0), zcache.Data(np.array([1.0])))
-        >>> total = a + b
-        >>> [p.name for p in total.params], bool(abs(float(total.value()) - float(a.value()) - float(b.value())) < 1e-12)
-        (['mu_s'], True)
+    Parameters
+    ----------
+    losses : sequence of BaseLoss
+        The losses; a SimultaneousLoss among them contributes its parts.
+
+    Raises
+    ------
+    ModelError
+        Something in ``losses`` is not a zcache loss.
+
+    Examples
+    --------
+    >>> import numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.loss import UnbinnedNLL
+    >>> mu = zcache.Parameter("mu_s", 0.0)
+    >>> s = Space("x", -5.0, 5.0)
+    >>> a = UnbinnedNLL(Gaussian(s, mu, 1.0), zcache.Data(np.array([0.5])))
+    >>> b = UnbinnedNLL(Gaussian(s, mu, 2.0), zcache.Data(np.array([1.0])))
+    >>> total = a + b
+    >>> [p.name for p in total.params], bool(abs(float(total.value()) - float(a.value()) - float(b.value())) < 1e-12)
+    (['mu_s'], True)
     """
 
     def __init__(self, losses: Sequence[BaseLoss]):
@@ -434,8 +586,14 @@ class SimultaneousLoss(BaseLoss):
     def _loss_params(self) -> list[Parameter]:
         return _unique([p for loss in self.losses for p in loss._loss_params()])
 
-    def _datasets(self) -> list[Data]:
-        return list({id(d): d for loss in self.losses for d in loss._datasets()}.values())
+    def datasets(self) -> list[Data]:
+        """The datasets of all parts, each once.
+
+        Returns
+        -------
+        list of zcache.Data
+        """
+        return list({id(d): d for loss in self.losses for d in loss.datasets()}.values())
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])

@@ -22,18 +22,19 @@ cached, parts that change on every call are bypassed. With Minuit's own or
 zcache's numerical gradient (one parameter moved per call) the floating parts
 stay cached, so each step recomputes only what the moved parameter touches.
 
-Example:
-    >>> import numpy as np, zcache
-    >>> from zcache.models import Space, Gaussian
-    >>> from zcache.loss import UnbinnedNLL
-    >>> from zcache.minimize import Minuit
-    >>> mu = zcache.Parameter("mu_fit", 0.5, lower=-2.0, upper=2.0)
-    >>> sigma = zcache.Parameter("sigma_fit", 1.5, lower=0.1, upper=5.0)
-    >>> x = np.random.default_rng(1).normal(0.0, 1.0, 2000)
-    >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x))
-    >>> result = Minuit().minimize(loss)
-    >>> result.valid, bool(abs(result.values["mu_fit"] - x.mean()) < 1e-3), round(result.errors["mu_fit"], 2)
-    (True, True, 0.02)
+Examples
+--------
+>>> import numpy as np, zcache
+>>> from zcache.models import Space, Gaussian
+>>> from zcache.loss import UnbinnedNLL
+>>> from zcache.minimize import Minuit
+>>> mu = zcache.Parameter("mu_fit", 0.5, lower=-2.0, upper=2.0)
+>>> sigma = zcache.Parameter("sigma_fit", 1.5, lower=0.1, upper=5.0)
+>>> x = np.random.default_rng(1).normal(0.0, 1.0, 2000)
+>>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x))
+>>> result = Minuit().minimize(loss)
+>>> result.valid, bool(abs(result.values["mu_fit"] - x.mean()) < 1e-3), round(result.errors["mu_fit"], 2)
+(True, True, 0.02)
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ import iminuit
 import numpy as np
 import tensorflow as tf
 
-from ._mode import _forbid_in_trace, get_autograd_mode
+from ._mode import get_autograd_mode
 from ._parameter import Parameter, set_values
 from ._precompute import PrecomputeReport, ensure_precomputed
+from ._trace import forbid_in_trace
 from .exceptions import FitError
 from .loss import BaseLoss
 
@@ -63,9 +65,12 @@ class MinosError(NamedTuple):
 
     Attributes
     ----------
-        lower: the lower error (<= 0): the interval starts at ``value + lower``.
-        upper: the upper error (>= 0): the interval ends at ``value + upper``.
-        valid: MINOS found both crossings (no limit, call limit or new minimum in the way).
+    lower : float
+        The lower error (<= 0): the interval starts at ``value + lower``.
+    upper : float
+        The upper error (>= 0): the interval ends at ``value + upper``.
+    valid : bool
+        MINOS found both crossings (no limit, call limit or new minimum in the way).
     """
 
     lower: float
@@ -86,9 +91,9 @@ class _FitState:
         # All of the loss's parameters, fixed ones included: a later fit may have moved a fixed
         # parameter or changed the floating set; plus explicitly fitted ones outside the loss.
         self.params = tuple({id(p): p for p in (*loss.get_params(floating=None), *params)}.values())
-        self.values = np.array([p._current() for p in self.params])
+        self.values = np.array([float(p) for p in self.params])
         # read_value() holds the buffer (no copy); a later set_data assigns a new one.
-        self.data = [(d, d.variable.read_value()) for d in loss._datasets()]
+        self.data = [(d, d.variable.read_value()) for d in loss.datasets()]
         self.offset = offset  # the minimization's own offset (what its Minuit's fval is relative to)
         self.fval = fval  # Minuit's fval at the minimum (relative to offset)
         self._depth = 0
@@ -98,8 +103,8 @@ class _FitState:
         if self._depth:  # nested (draw_mnprofile calls mnprofile): the state is already in place
             yield
             return
-        _forbid_in_trace("FitResult.minos / profile")
-        saved = np.array([p._current() for p in self.params])
+        forbid_in_trace("FitResult.minos / profile")
+        saved = np.array([float(p) for p in self.params])
         swapped = []
         for data, array in self.data:
             now = data.variable.read_value()
@@ -169,23 +174,38 @@ del _name
 class FitResult:
     """The outcome of a minimization; the parameters already hold ``values``.
 
-    Attributes
-    ----------
-        values, errors: parameter name -> best value / HESSE error (NaN without HESSE).
-        valid: Minuit's verdict (converged, EDM below tolerance, covariance fine).
-        fmin: the loss at the minimum (without offset).
-        edm: estimated distance to the minimum.
-        nfcn, ngrad, nhessian: calls of the loss, of its gradient and of its Hessian.
-        covariance: the covariance matrix (None without HESSE).
-        params: the fitted parameters, in order.
-        time: wall time of the minimization in seconds.
-        minuit: a :class:`FitMinuit` (an ``iminuit.Minuit`` whose evaluating methods restore
-            the parameters), for MINOS, profiles, plots (for :class:`Scipy`: scipy's
-            ``OptimizeResult``).
-        precompute: the :class:`zcache.PrecomputeReport` the fit ran with (None without).
-
     :meth:`minos` and :meth:`profile` evaluate the loss in the state it had at this fit
     (parameters and data) and leave every parameter as it was before the call.
+
+    Attributes
+    ----------
+    values : dict of str to float
+        Parameter name -> best value.
+    errors : dict of str to float
+        Parameter name -> HESSE error (NaN without HESSE).
+    valid : bool
+        Minuit's verdict (converged, EDM below tolerance, covariance fine).
+    fmin : float
+        The loss at the minimum (without offset).
+    edm : float
+        Estimated distance to the minimum.
+    nfcn : int
+        Calls of the loss.
+    ngrad : int
+        Calls of its gradient.
+    nhessian : int
+        Calls of its Hessian.
+    covariance : ndarray or None
+        The covariance matrix (None without HESSE).
+    params : list of Parameter
+        The fitted parameters, in order.
+    time : float
+        Wall time of the minimization in seconds.
+    minuit : FitMinuit or scipy.optimize.OptimizeResult
+        A :class:`FitMinuit` (an ``iminuit.Minuit`` whose evaluating methods restore the
+        parameters), for MINOS, profiles, plots (for :class:`Scipy`: scipy's ``OptimizeResult``).
+    precompute : zcache.types.PrecomputeReport or None
+        The report the fit ran with (None without precompute).
     """
 
     values: dict[str, float]
@@ -201,7 +221,7 @@ class FitResult:
     time: float
     minuit: Any = field(repr=False, default=None)
     precompute: PrecomputeReport | None = field(repr=False, default=None)
-    _state: _FitState | None = field(repr=False, default=None, compare=False)
+    _state: _FitState | None = field(init=False, repr=False, default=None, compare=False)
 
     def _fit_minuit(self, what: str) -> FitMinuit:
         if not isinstance(self.minuit, FitMinuit) or self._state is None:
@@ -369,7 +389,7 @@ class _Run:
         self.report = ensure_precomputed(loss, self.params, keep_floating=keep_floating) if precompute else None
         self.lower = np.array([-np.inf if p.lower is None else p.lower for p in self.params])
         self.upper = np.array([np.inf if p.upper is None else p.upper for p in self.params])
-        x0 = _clip(np.array([p._current() for p in self.params]), self.lower, self.upper)
+        x0 = _clip(np.array([float(p) for p in self.params]), self.lower, self.upper)
         # Minuit's sine transform has a zero derivative at a two-sided limit, so a start
         # exactly there yields NaN steps: start a hair inside instead.
         both = np.isfinite(self.lower) & np.isfinite(self.upper)
@@ -396,22 +416,28 @@ class Scipy:
     their approximate errors at the start. Errors and covariance come from zcache's
     Hessian at the minimum, :math:`C = 2\,\mathrm{errordef}\,H^{-1}`.
 
-    Args:
-        method: a scipy method that accepts bounds and a gradient (trust-constr, L-BFGS-B, TNC, SLSQP).
-        tol: scipy's ``tol``.
-        hesse: compute errors and covariance from the Hessian.
-        precompute: as for :class:`Minuit`.
+    Parameters
+    ----------
+    method : str
+        A scipy method that accepts bounds and a gradient (trust-constr, L-BFGS-B, TNC, SLSQP).
+    tol : float, optional
+        scipy's ``tol``.
+    hesse : bool
+        Compute errors and covariance from the Hessian.
+    precompute : bool
+        As for :class:`Minuit`.
 
-    Example:
-        >>> import numpy as np, zcache
-        >>> from zcache.models import Space, Gaussian
-        >>> from zcache.loss import UnbinnedNLL
-        >>> from zcache.minimize import Scipy
-        >>> mu = zcache.Parameter("mu_sp", 0.5, lower=-2.0, upper=2.0)
-        >>> x = np.random.default_rng(2).normal(0.0, 1.0, 1000)
-        >>> result = Scipy().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
-        >>> result.valid, bool(abs(result.values["mu_sp"] - x.mean()) < 1e-4), round(result.errors["mu_sp"], 3)
-        (True, True, 0.032)
+    Examples
+    --------
+    >>> import numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.loss import UnbinnedNLL
+    >>> from zcache.minimize import Scipy
+    >>> mu = zcache.Parameter("mu_sp", 0.5, lower=-2.0, upper=2.0)
+    >>> x = np.random.default_rng(2).normal(0.0, 1.0, 1000)
+    >>> result = Scipy().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
+    >>> result.valid, bool(abs(result.values["mu_sp"] - x.mean()) < 1e-4), round(result.errors["mu_sp"], 3)
+    (True, True, 0.032)
     """
 
     def __init__(self, method: str = "trust-constr", tol: float | None = 1e-8, hesse: bool = True, precompute: bool = True):
@@ -424,7 +450,25 @@ class Scipy:
         return f"Scipy(method={self.method!r}, tol={self.tol})"
 
     def minimize(self, loss: BaseLoss, params: Sequence[Parameter] | None = None) -> FitResult:
-        """Minimize ``loss`` over ``params`` (default: ``loss.params``), updating them in place."""
+        """Minimize ``loss`` over ``params``, updating them in place.
+
+        Parameters
+        ----------
+        loss : zcache.loss.BaseLoss
+            The loss.
+        params : sequence of Parameter, optional
+            The parameters to fit; default ``loss.params`` (the floating ones now).
+
+        Returns
+        -------
+        FitResult
+            ``minuit`` is scipy's ``OptimizeResult``.
+
+        Raises
+        ------
+        FitError
+            Nothing to fit, duplicate parameter names, or a non-finite start.
+        """
         import scipy.optimize
 
         run = _Run(loss, params, self.precompute, keep_floating=not get_autograd_mode(), who="Scipy")
@@ -495,16 +539,28 @@ class Scipy:
 class Minuit:
     """Minimize a zcache loss with iminuit (MIGRAD, then HESSE).
 
-    Args:
-        tol: Minuit's EDM tolerance (iminuit's ``tol``).
-        strategy: Minuit strategy 0, 1 or 2.
-        use_gradient: pass zcache's gradient to Minuit (``False``: Minuit's own).
-        hesse: errors and covariance from HESSE after a valid MIGRAD (always: MIGRAD's own
-            covariance, even flagged accurate, is its variable-metric estimate, several % off).
-        precompute: apply :func:`zcache.precompute` for the fitted parameters and the kind of
-            gradient (once per loss and setting; a manual ``precompute`` with other options
-            is replaced: pass ``precompute=False`` to keep yours).
-        maxfcn: call budget (iminuit's ``ncall``), ``None`` for Minuit's default.
+    Parameters
+    ----------
+    tol : float
+        Minuit's EDM tolerance (iminuit's ``tol``).
+    strategy : int
+        Minuit strategy 0, 1 or 2.
+    use_gradient : bool
+        Pass zcache's gradient to Minuit (``False``: Minuit's own).
+    hesse : bool
+        Errors and covariance from HESSE after a valid MIGRAD (always: MIGRAD's own
+        covariance, even flagged accurate, is its variable-metric estimate, several % off).
+    precompute : bool
+        Apply :func:`zcache.precompute` for the fitted parameters and the kind of gradient
+        (once per loss and setting; a manual ``precompute`` with other options is replaced:
+        pass ``precompute=False`` to keep yours).
+    maxfcn : int, optional
+        Call budget (iminuit's ``ncall``), ``None`` for Minuit's default.
+
+    Raises
+    ------
+    ValueError
+        ``strategy`` not 0, 1 or 2, or ``tol`` not positive.
     """
 
     def __init__(
@@ -531,11 +587,24 @@ class Minuit:
         return f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient})"
 
     def minimize(self, loss: BaseLoss, params: Sequence[Parameter] | None = None) -> FitResult:
-        """Minimize ``loss`` over ``params`` (default: ``loss.params``), updating them in place.
+        """Minimize ``loss`` over ``params``, updating them in place.
+
+        Parameters
+        ----------
+        loss : zcache.loss.BaseLoss
+            The loss.
+        params : sequence of Parameter, optional
+            The parameters to fit; default ``loss.params`` (the floating ones now).
+
+        Returns
+        -------
+        FitResult
+            With a :class:`FitMinuit` as ``minuit``, for MINOS and profiles.
 
         Raises
         ------
-            FitError: nothing to fit, duplicate parameter names, or a non-finite start.
+        FitError
+            Nothing to fit, duplicate parameter names, or a non-finite start.
         """
         numerical = not self.use_gradient or not get_autograd_mode()
         run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
@@ -573,7 +642,7 @@ class Minuit:
         errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = m._zcache_state = _FitState(loss, params, offset=f0, fval=float(m.fval))
-        return FitResult(
+        result = FitResult(
             values=dict(zip(names, map(float, best), strict=True)),
             errors=dict(zip(names, map(float, errors), strict=True)),
             valid=bool(m.valid),
@@ -587,5 +656,6 @@ class Minuit:
             time=elapsed,
             minuit=m,
             precompute=run.report,
-            _state=state,
         )
+        result._state = state
+        return result

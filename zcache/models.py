@@ -25,17 +25,21 @@ What is cached, and why:
 :func:`zcache.precompute` (which :class:`zcache.minimize.Minuit` applies) bypasses
 the caches of nodes that change on every call of a fit, so they cost nothing.
 
-Example:
-    >>> import zcache
-    >>> from zcache.models import Space, Gaussian, Exponential, SumPdf
-    >>> space = Space("x", 0.0, 10.0)
-    >>> mu, sigma = zcache.Parameter("mu_m", 5.0), zcache.Parameter("sigma_m", 1.0, lower=0.1)
-    >>> model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, -0.3)], fracs=[0.4])
-    >>> round(float(model.integrate(0.0, 10.0)), 12)
-    1.0
-    >>> data = model.sample(1000)
-    >>> data.nevents, data.obs
-    (1000, ('x',))
+Sampling is exact (inverse CDF) where a model defines ``_sample(n)``, else accept-reject
+(:func:`zcache.sampling.accept_reject`) under an adaptive envelope (:meth:`Model._fmax`).
+
+Examples
+--------
+>>> import zcache
+>>> from zcache.models import Space, Gaussian, Exponential, SumPdf
+>>> space = Space("x", 0.0, 10.0)
+>>> mu, sigma = zcache.Parameter("mu_m", 5.0), zcache.Parameter("sigma_m", 1.0, lower=0.1)
+>>> model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, -0.3)], fracs=[0.4])
+>>> round(float(model.integrate(0.0, 10.0)), 12)
+1.0
+>>> data = model.sample(1000)
+>>> data.nevents, data.obs
+(1000, ('x',))
 """
 
 from __future__ import annotations
@@ -47,10 +51,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import Cachable, cached
-from ._mode import Function, function
+from ._cachable import Cachable, cached, caches_of
+from ._cached_tensor import CachedTensor
+from ._function import Function, function
+from ._graph_checks import require
 from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
+from .sampling import accept_reject, rng, set_seed
 
 __all__ = [
     "Space",
@@ -60,6 +67,7 @@ __all__ = [
     "FunctionPdf",
     "SumPdf",
     "ProductPdf",
+    "as_parameter",
     "set_seed",
 ]
 
@@ -79,51 +87,30 @@ _FMAX_ZOOM = 33
 _FMAX_LEVELS = 4
 _FMAX_SAFETY = 1.25
 _FMAX_RAISES = 16
-# accept-reject proposals per batch: at least _AR_MIN_BATCH, at most _AR_MAX_BATCH, else sized
-# from the acceptance rate seen so far to finish in about one more batch.
-_AR_MIN_BATCH, _AR_MAX_BATCH = 1024, 1 << 20
-
-# Created at import, eagerly: a generator created during a first trace would make
-# tf.function trace that function twice.
-with tf.init_scope():
-    _RNG = tf.random.Generator.from_non_deterministic_state()
-
-
-def rng() -> tf.random.Generator:
-    """The generator all zcache sampling draws from (a ``tf.random.Generator``)."""
-    return _RNG
-
-
-def set_seed(seed: int) -> None:
-    """Seed zcache's sampling, in place: traced samplers are not retraced.
-
-    Example:
-        >>> import zcache
-        >>> from zcache.models import Space, Gaussian, set_seed
-        >>> g = Gaussian(Space("x", -3.0, 3.0), 0.0, 1.0)
-        >>> set_seed(7); a = g.sample(5).numpy()
-        >>> set_seed(7); b = g.sample(5).numpy()
-        >>> bool((a == b).all())
-        True
-    """
-    # reset_from_seed puts the seed in Philox's counter with key 0, so seeds s and s + 1 give
-    # the same stream shifted by one block; a SeedSequence spreads seeds over key and counter.
-    state = np.random.SeedSequence(int(seed)).generate_state(3, dtype=np.uint64).view(np.int64)
-    rng().reset(tf.constant(state))
 
 
 class Space:
     """Named observables with a rectangular range :math:`[l_i, u_i]` per observable.
 
-    Args:
-        obs: an observable name, or a sequence of names.
-        lower, upper: the limits, a number per observable.
+    Parameters
+    ----------
+    obs : str or sequence of str
+        An observable name, or a sequence of distinct names.
+    lower, upper : float or sequence of float
+        The limits, a number per observable (finite, ``lower < upper``).
 
-    Example:
-        >>> from zcache.models import Space
-        >>> s = Space("x", 0.0, 1.0) * Space("y", -1.0, 1.0)
-        >>> s.obs, s.volume
-        (('x', 'y'), 2.0)
+    Raises
+    ------
+    ModelError
+        Names empty or repeated, limits not numbers, not one per observable, or not finite
+        with ``lower < upper``.
+
+    Examples
+    --------
+    >>> from zcache.models import Space
+    >>> s = Space("x", 0.0, 1.0) * Space("y", -1.0, 1.0)
+    >>> s.obs, s.volume
+    (('x', 'y'), 2.0)
     """
 
     def __init__(self, obs: str | Sequence[str], lower: float | Sequence[float], upper: float | Sequence[float]):
@@ -170,7 +157,18 @@ class Space:
         return f"Space({ranges})"
 
     def inside(self, x: Any) -> tf.Tensor:
-        """Per event, whether it lies inside the range (``x``: (N,) or (N, n_obs))."""
+        """Per event, whether it lies inside the range.
+
+        Parameters
+        ----------
+        x : array_like
+            Events, shape (N,) or (N, n_obs), columns in this space's order.
+
+        Returns
+        -------
+        tf.Tensor
+            bool, shape (N,).
+        """
         x = tf.convert_to_tensor(x, tf.float64)
         lo, hi = tf.constant(self.lower, tf.float64), tf.constant(self.upper, tf.float64)
         if x.shape.rank == 1:
@@ -180,9 +178,21 @@ class Space:
     def select(self, data: Any) -> tf.Tensor:
         """The columns of ``data`` for this space's observables, in its order.
 
-        ``data`` is a :class:`zcache.Data` (columns matched by ``data.obs`` when set)
-        or a tensor whose columns are already in this order. One observable gives
-        shape (N,), several (N, n_obs).
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            A :class:`zcache.Data` (columns matched by ``data.obs`` when set) or a tensor
+            whose columns are already in this order.
+
+        Returns
+        -------
+        tf.Tensor
+            float64; shape (N,) for one observable, (N, n_obs) for several.
+
+        Raises
+        ------
+        ModelError
+            The data lack a column of this space, or have the wrong number of unnamed columns.
         """
         data_obs = data.obs if isinstance(data, Data) else None
         values = data.value() if isinstance(data, Data) else tf.convert_to_tensor(data, tf.float64)
@@ -205,8 +215,39 @@ class Space:
         return cols[:, 0] if self.n_obs == 1 else cols
 
 
-def _as_parameter(value: Any, name: str, **limits: Any) -> Parameter:
-    """A Parameter as is; a number becomes a fixed (non-floating) Parameter (with ``limits``)."""
+def as_parameter(value: Any, name: str, **limits: Any) -> Parameter:
+    """A Parameter as is; a number becomes a fixed (non-floating) Parameter.
+
+    What model constructors do with their parameter arguments, so that a number may stand
+    for a fixed parameter.
+
+    Parameters
+    ----------
+    value : Parameter or float
+        A :class:`zcache.Parameter` (returned unchanged) or a number.
+    name : str
+        The name of the Parameter made from a number (and of ``value`` in the error).
+    **limits
+        ``lower=`` / ``upper=`` of the Parameter made from a number.
+
+    Returns
+    -------
+    Parameter
+        ``value`` itself, or a new fixed Parameter (``floating=False``) holding it.
+
+    Raises
+    ------
+    ModelError
+        ``value`` is neither a Parameter nor a number.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.models import as_parameter
+    >>> p = as_parameter(2.5, "width_fixed", lower=0.0)
+    >>> p.name, float(p), p.floating, as_parameter(p, "ignored") is p
+    ('width_fixed', 2.5, False, True)
+    """
     if isinstance(value, Parameter):
         return value
     try:
@@ -230,11 +271,24 @@ class Model(Cachable):
     raises :class:`ModelError`. A density with structure narrower than the grid can
     override ``_fmax()`` with a true upper bound, or define ``_sample(n)``.
 
-    Args:
-        space: the observables and their range.
-        params: name -> Parameter (or number: a fixed parameter).
-        name: a label for reports.
-        extended: a yield (Parameter or number) makes the model extended.
+    A model is a :class:`zcache.Cachable`, and :func:`zcache.precompute` takes it as a
+    target (``__zcache_evaluate__``: its normalization and every cache it owns).
+
+    Parameters
+    ----------
+    space : Space
+        The observables and their range.
+    params : dict of str to Parameter or float, optional
+        Name -> Parameter (or number: a fixed parameter, see :func:`as_parameter`).
+    name : str, optional
+        A label for reports; default the class name.
+    extended : Parameter or float, optional
+        A yield (Parameter or number) makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        ``space`` is not a :class:`Space`, or a parameter is neither a Parameter nor a number.
     """
 
     def __init__(
@@ -250,9 +304,9 @@ class Model(Cachable):
         self.space = space
         self.name = name or type(self).__name__
         self.params: dict[str, Parameter] = {
-            key: _as_parameter(value, f"{self.name}_{key}") for key, value in (params or {}).items()
+            key: as_parameter(value, f"{self.name}_{key}") for key, value in (params or {}).items()
         }
-        self._yield = None if extended is None else _as_parameter(extended, f"{self.name}_yield")
+        self._yield = None if extended is None else as_parameter(extended, f"{self.name}_yield")
         self._sampler: Function | None = None
 
     def __repr__(self) -> str:
@@ -264,8 +318,36 @@ class Model(Cachable):
         """Whether the model has a yield (an expected number of events)."""
         return self._yield is not None
 
+    @property
+    def yield_parameter(self) -> Parameter | None:
+        """The yield as one Parameter (``extended=``); None when not extended or a sum of yields.
+
+        A :class:`SumPdf` built with ``yields=`` is extended with the sum of its components'
+        yields, which is no single Parameter.
+        """
+        return self._yield if isinstance(self._yield, Parameter) else None
+
+    @property
+    def sampler(self) -> Function | None:
+        """The traced function behind :meth:`sample` (identifier 'sample'); None before the first sample.
+
+        Its ``trace_count`` shows that new sizes and parameter values do not retrace.
+        """
+        return self._sampler
+
     def get_yield(self) -> tf.Tensor:
-        """The expected number of events (extended models only)."""
+        """The expected number of events (extended models only).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+
+        Raises
+        ------
+        ModelError
+            The model is not extended.
+        """
         if self._yield is None:
             raise ModelError(f"{self!r} is not extended: pass extended=<yield> or build a SumPdf with yields.")
         return self._yield.value()
@@ -273,11 +355,30 @@ class Model(Cachable):
     def _submodels(self) -> list[Model]:
         return []
 
+    def __zcache_evaluate__(self) -> list[CachedTensor]:
+        """The precompute protocol (:class:`zcache.types.Precomputable`).
+
+        Computes the normalization (of this model and its components) and returns every
+        cache they own: what a fit of this model reads (its per-dataset ``pdf`` caches
+        included), without computing them for datasets that may have changed.
+        """
+        self.normalization()
+        caches = caches_of(self)
+        for sub in self._submodels():
+            caches.extend(sub.__zcache_evaluate__())
+        return caches
+
     def get_params(self, floating: bool | None = True) -> list[Parameter]:
         """Parameters of this model and its components (and yields), each once, in order.
 
-        Args:
-            floating: ``True`` only floating ones, ``False`` only fixed ones, ``None`` all.
+        Parameters
+        ----------
+        floating : bool or None
+            ``True`` only floating ones, ``False`` only fixed ones, ``None`` all.
+
+        Returns
+        -------
+        list of Parameter
         """
         found: dict[int, Parameter] = {}
         for p in self._own_params():
@@ -294,19 +395,49 @@ class Model(Cachable):
     def pdf(self, data: Any) -> tf.Tensor:
         """The normalized density at each event of ``data``.
 
-        ``data`` is a :class:`zcache.Data` (the result is cached per dataset) or an
-        array/tensor of events (computed, not cached).
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            A :class:`zcache.Data` (the result is cached per dataset) or an array/tensor of
+            events (computed, not cached).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
         """
         if isinstance(data, Data):
             return self._cached_pdf(data)
         return self._pdf(tf.convert_to_tensor(data, tf.float64))
 
     def log_pdf(self, data: Any) -> tf.Tensor:
-        """``log(pdf(data))``."""
+        """``log(pdf(data))``.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            As for :meth:`pdf`.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
         return tf.math.log(self.pdf(data))
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
-        r""":math:`\sum_i \log p(x_i)`, what an NLL needs (models may compute it more cheaply)."""
+        r""":math:`\sum_i \log p(x_i)`, what an NLL needs (models may compute it more cheaply).
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            As for :meth:`pdf`.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         return tf.reduce_sum(self.log_pdf(data))
 
     @cached
@@ -318,7 +449,18 @@ class Model(Cachable):
         return self._unnormalized_pdf(self.space.select(data)) / self.normalization()
 
     def unnormalized_pdf(self, x: Any) -> tf.Tensor:
-        """The unnormalized density at ``x`` (columns in this model's observable order)."""
+        """The unnormalized density at ``x``.
+
+        Parameters
+        ----------
+        x : zcache.Data or array_like
+            Events; a tensor's columns in this model's observable order.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
         return self._unnormalized_pdf(self.space.select(x))
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
@@ -329,7 +471,13 @@ class Model(Cachable):
 
     @cached
     def normalization(self) -> tf.Tensor:
-        r""":math:`\int_\Omega f(x;\theta)\,dx`, cached: it depends on parameters only."""
+        r""":math:`\int_\Omega f(x;\theta)\,dx`, cached: it depends on parameters only.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         return self._raw_integral(self.space.lower, self.space.upper)
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
@@ -344,7 +492,23 @@ class Model(Cachable):
         return _gauss_legendre(self._unnormalized_pdf, lower[0], upper[0])
 
     def integrate(self, lower: Any = None, upper: Any = None) -> tf.Tensor:
-        """Probability of ``[lower, upper]`` (intersected with the space); default: 1."""
+        """Probability of the box ``[lower, upper]`` (intersected with the space).
+
+        Parameters
+        ----------
+        lower, upper : float or sequence of float, optional
+            A limit per observable; default: the space's (the probability is then 1).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar; 0 for a box outside the space.
+
+        Raises
+        ------
+        ModelError
+            Not one lower and one upper limit per observable.
+        """
         lo = self.space.lower if lower is None else tuple(np.atleast_1d(np.asarray(lower, float)))
         hi = self.space.upper if upper is None else tuple(np.atleast_1d(np.asarray(upper, float)))
         if len(lo) != self.space.n_obs or len(hi) != self.space.n_obs:
@@ -362,12 +526,29 @@ class Model(Cachable):
         """Draw ``n`` events (extended models: ``n=None`` draws a Poisson number).
 
         Sampling runs in a function traced under the 'sample' identifier, once per
-        model: new sizes and parameter values do not retrace.
+        model (:attr:`sampler`): new sizes and parameter values do not retrace. Seeded by
+        :func:`set_seed`.
 
-        Args:
-            n: number of events.
-            data: fill this :class:`zcache.Data` in place (``set_data``) instead of
-                creating a new one, so functions traced on it are not retraced.
+        Parameters
+        ----------
+        n : int, optional
+            Number of events; ``None`` (extended models only) draws a Poisson number around
+            the yield.
+        data : zcache.Data, optional
+            Fill this :class:`zcache.Data` in place (``set_data``) instead of creating a
+            new one, so functions traced on it are not retraced.
+
+        Returns
+        -------
+        zcache.Data
+            The events, obs the model's observables (``data`` itself if given).
+
+        Raises
+        ------
+        ModelError
+            ``n`` is not a whole number >= 1 (or missing for a model that is not extended),
+            ``data`` has other observables, or accept-reject sampling failed (see
+            :meth:`_accept_reject`).
         """
         if n is None:
             if not self.is_extended:
@@ -412,71 +593,34 @@ class Model(Cachable):
         are kept only from proposals all under the final envelope, so none is biased by a
         peak the envelope cut. After ``_FMAX_RAISES`` raises sampling stops with ModelError.
         """
-        from .loss import _require  # loss imports this module
-
         if self.space.n_obs != 1:
             raise ModelError(f"{self!r}: accept-reject sampling is implemented for one observable; define _sample(n).")
-        lo, hi = self.space.lower[0], self.space.upper[0]
-        fmax0 = tf.convert_to_tensor(self._fmax(), tf.float64)
-        checks = _require(
-            tf.logical_and(tf.math.is_finite(fmax0), fmax0 > 0.0), ModelError,
+        fmax = tf.convert_to_tensor(self._fmax(), tf.float64)
+        checks = require(
+            tf.logical_and(tf.math.is_finite(fmax), fmax > 0.0), ModelError,
             f"sampling '{self.name}' by accept-reject: the maximum of its unnormalized density over "
             f"{self.space!r} (from a grid of {_FMAX_GRID} points, refined) is not positive and finite; "
             "it must be finite and non-negative over the whole range, and not zero everywhere.",
         )
         with tf.control_dependencies(checks):
-            fmax0 = tf.identity(fmax0)
-        gen = rng()
-        zero = tf.constant(0, tf.int64)
-
-        def body(count, parts, i, offset, written, proposed, fmax, raises):
-            # batch: enough to finish in about one more batch at the acceptance rate seen so far
-            need = tf.cast(n - count, tf.float64)
-            rate = tf.cast(count, tf.float64) / tf.maximum(tf.cast(proposed, tf.float64), 1.0)
-            guess = tf.where(count > 0, 1.2 * need / tf.maximum(rate, 1e-300), 2.0 * tf.cast(proposed, tf.float64))
-            guess = tf.maximum(guess, 2.0 * tf.cast(n, tf.float64))
-            batch = tf.cast(tf.clip_by_value(guess, _AR_MIN_BATCH, _AR_MAX_BATCH), tf.int64)
-            x = gen.uniform([batch], lo, hi, dtype=tf.float64)
-            y = gen.uniform([batch], 0.0, 1.0, dtype=tf.float64) * fmax
-            f = self._unnormalized_pdf(x)
-            top = tf.reduce_max(f)
-            over = tf.logical_not(top <= fmax)  # NaN counts as over: refused below
-            new_raises = raises + tf.cast(over, tf.int32)
-            checks = _require(
-                tf.math.is_finite(top), ModelError,
+            fmax = tf.identity(fmax)
+        return accept_reject(
+            n, self.space.lower[0], self.space.upper[0], self._unnormalized_pdf, fmax,
+            raise_factor=_FMAX_SAFETY,
+            max_raises=_FMAX_RAISES,
+            nonfinite_message=(
                 f"sampling '{self.name}' by accept-reject: its unnormalized density is NaN or infinite at "
-                f"points of {self.space!r}; it must be finite and non-negative over the whole range.",
-            ) + _require(
-                new_raises <= _FMAX_RAISES, ModelError,
+                f"points of {self.space!r}; it must be finite and non-negative over the whole range."
+            ),
+            over_message=(
                 f"sampling '{self.name}' by accept-reject: the unnormalized density exceeded the envelope "
                 f"({_FMAX_SAFETY:g} x its maximum on a grid of {_FMAX_GRID} points over {self.space!r}, refined "
                 f"around the grid's highest peaks) {_FMAX_RAISES + 1} times in one sample, although each time "
                 f"the envelope was raised to {_FMAX_SAFETY:g} x the largest value seen. Its peaks are too "
                 "narrow for the grid (or it is unbounded): override _fmax() of the model with an upper bound "
-                "of the unnormalized density, give it an exact _sample(n), or split the range.",
-            )
-            with tf.control_dependencies(checks):
-                keep = tf.boolean_mask(x, tf.logical_and(tf.logical_not(over), y < f))
-            size = tf.size(keep, out_type=tf.int64)
-            # above the envelope: discard everything accepted so far, raise it, start again
-            return (
-                tf.where(over, zero, count + size),
-                parts.write(i, keep),
-                i + 1,
-                tf.where(over, written + size, offset),
-                written + size,
-                tf.where(over, zero, proposed + batch),
-                tf.where(over, _FMAX_SAFETY * top, fmax),
-                new_raises,
-            )
-
-        parts = tf.TensorArray(tf.float64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None])
-        _, parts, _, offset, *_ = tf.while_loop(
-            lambda count, *_: count < n,
-            body,
-            [zero, parts, tf.constant(0), zero, zero, zero, fmax0, tf.constant(0)],
+                "of the unnormalized density, give it an exact _sample(n), or split the range."
+            ),
         )
-        return parts.concat()[offset:offset + n]
 
 
 def _grid_maximum(func: Callable[[tf.Tensor], tf.Tensor], lower: float, upper: float) -> tf.Tensor:
@@ -531,11 +675,32 @@ def _check_1d(space: Space, what: str) -> None:
 class Gaussian(Model):
     r"""Gaussian :math:`\exp(-(x-\mu)^2 / 2\sigma^2)`, truncated to the space.
 
-    Example:
-        >>> from zcache.models import Space, Gaussian
-        >>> g = Gaussian(Space("x", -1.0, 1.0), mu=0.0, sigma=1.0)
-        >>> round(float(g.integrate(-1.0, 0.0)), 12)
-        0.5
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space.
+    mu : Parameter or float
+        The mean :math:`\mu` (a number: fixed).
+    sigma : Parameter or float
+        The width :math:`\sigma > 0` (a number: fixed).
+    name : str, optional
+        A label for reports.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not one-dimensional.
+    ParameterValueError
+        The width is not positive.
+
+    Examples
+    --------
+    >>> from zcache.models import Space, Gaussian
+    >>> g = Gaussian(Space("x", -1.0, 1.0), mu=0.0, sigma=1.0)
+    >>> round(float(g.integrate(-1.0, 0.0)), 12)
+    0.5
     """
 
     def __init__(self, space: Space, mu: Any, sigma: Any, *, name: str | None = None, extended: Any = None):
@@ -582,11 +747,28 @@ class Exponential(Model):
     Evaluated as :math:`e^{\lambda (x - s)}` with :math:`s` the end of the range
     where the exponential is largest, so it cannot overflow.
 
-    Example:
-        >>> from zcache.models import Space, Exponential
-        >>> e = Exponential(Space("x", 0.0, 1.0), lam=-1.0)
-        >>> round(float(e.integrate(0.0, 1.0)), 12)
-        1.0
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space.
+    lam : Parameter or float
+        The slope :math:`\lambda` (a number: fixed).
+    name : str, optional
+        A label for reports.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not one-dimensional.
+
+    Examples
+    --------
+    >>> from zcache.models import Space, Exponential
+    >>> e = Exponential(Space("x", 0.0, 1.0), lam=-1.0)
+    >>> round(float(e.integrate(0.0, 1.0)), 12)
+    1.0
     """
 
     def __init__(self, space: Space, lam: Any, *, name: str | None = None, extended: Any = None):
@@ -634,20 +816,36 @@ def _expm1_ratio(lam: tf.Tensor, w: float) -> tf.Tensor:
 class FunctionPdf(Model):
     """A model from a plain function ``func(x, **params)`` (unnormalized density).
 
-    Args:
-        func: ``func(x, **params) -> tensor`` with ``x`` of shape (N,) (or (N, n_obs)),
-            parameters passed as scalar tensors by name.
-        space: the observables and their range.
-        params: name -> Parameter or number.
-        integral: optional analytic ``integral(lower, upper, **params)`` of ``func`` (1-D).
+    Parameters
+    ----------
+    func : callable
+        ``func(x, **params) -> tensor`` with ``x`` of shape (N,) (or (N, n_obs)),
+        parameters passed as scalar tensors by name.
+    space : Space
+        The observables and their range.
+    params : dict of str to Parameter or float, optional
+        Name -> Parameter or number.
+    integral : callable, optional
+        The analytic ``integral(lower, upper, **params)`` of ``func`` (1-D); without it the
+        normalization is numerical.
+    name : str, optional
+        A label for reports; default the function's name.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
 
-    Example:
-        >>> import tensorflow as tf, zcache
-        >>> from zcache.models import Space, FunctionPdf
-        >>> slope = zcache.Parameter("slope_f", 0.5)
-        >>> lin = FunctionPdf(lambda x, slope: 1.0 + slope * x, Space("x", 0.0, 1.0), {"slope": slope})
-        >>> round(float(lin.pdf([0.0, 1.0])[1]), 10)      # (1 + 0.5) / 1.25
-        1.2
+    Raises
+    ------
+    ModelError
+        ``func`` is not callable.
+
+    Examples
+    --------
+    >>> import tensorflow as tf, zcache
+    >>> from zcache.models import Space, FunctionPdf
+    >>> slope = zcache.Parameter("slope_f", 0.5)
+    >>> lin = FunctionPdf(lambda x, slope: 1.0 + slope * x, Space("x", 0.0, 1.0), {"slope": slope})
+    >>> round(float(lin.pdf([0.0, 1.0])[1]), 10)      # (1 + 0.5) / 1.25
+    1.2
     """
 
     def __init__(
@@ -688,14 +886,32 @@ class SumPdf(Model):
     Each component's ``pdf(data)`` is its own cache, so moving one component's
     parameter recomputes only that component.
 
-    Example:
-        >>> import zcache
-        >>> from zcache.models import Space, Gaussian, SumPdf
-        >>> s = Space("x", -5.0, 5.0)
-        >>> n1, n2 = zcache.Parameter("n1_s", 300.0), zcache.Parameter("n2_s", 100.0)
-        >>> m = SumPdf([Gaussian(s, -1.0, 0.5), Gaussian(s, 1.0, 0.5)], yields=[n1, n2])
-        >>> m.is_extended, float(m.get_yield())
-        (True, 400.0)
+    Parameters
+    ----------
+    pdfs : sequence of Model
+        At least two models over the same space.
+    fracs : sequence of Parameter or float, optional
+        K-1 fractions; the last is one minus their sum.
+    yields : sequence of Parameter or float, optional
+        K yields; the sum is then extended.
+    name : str, optional
+        A label for reports; default ``'Sum'``.
+
+    Raises
+    ------
+    ModelError
+        Fewer than two models, different spaces, both or neither of ``fracs`` and ``yields``
+        (unless every component is extended), or the wrong number of them.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.models import Space, Gaussian, SumPdf
+    >>> s = Space("x", -5.0, 5.0)
+    >>> n1, n2 = zcache.Parameter("n1_s", 300.0), zcache.Parameter("n2_s", 100.0)
+    >>> m = SumPdf([Gaussian(s, -1.0, 0.5), Gaussian(s, 1.0, 0.5)], yields=[n1, n2])
+    >>> m.is_extended, float(m.get_yield())
+    (True, 400.0)
     """
 
     def __init__(
@@ -722,14 +938,14 @@ class SumPdf(Model):
         if yields is not None:
             if len(yields) != len(pdfs):
                 raise ModelError(f"SumPdf got {len(pdfs)} models but {len(yields)} yields; give one per model.")
-            coefs = [_as_parameter(y, f"{name}_yield{k}") for k, y in enumerate(yields)]
+            coefs = [as_parameter(y, f"{name}_yield{k}") for k, y in enumerate(yields)]
         else:
             if len(fracs) != len(pdfs) - 1:
                 raise ModelError(
                     f"SumPdf got {len(pdfs)} models and {len(fracs)} fractions; give K-1 = {len(pdfs) - 1} "
                     "fractions (the last one is 1 minus their sum)."
                 )
-            coefs = [_as_parameter(f, f"{name}_frac{k}") for k, f in enumerate(fracs)]
+            coefs = [as_parameter(f, f"{name}_frac{k}") for k, f in enumerate(fracs)]
         super().__init__(space, {p.name: p for p in coefs}, name=name)
         self.pdfs = pdfs
         self._coefs = coefs
@@ -744,13 +960,30 @@ class SumPdf(Model):
         return list(self.pdfs)
 
     def get_yield(self) -> tf.Tensor:
-        """The sum of the yields (SumPdf with yields)."""
+        """The sum of the yields (SumPdf with yields; else the model's own yield).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+
+        Raises
+        ------
+        ModelError
+            The sum is not extended.
+        """
         if not self._yields:
             return super().get_yield()
         return tf.add_n([c.value() for c in self._coefs])
 
     def fractions(self) -> tf.Tensor:
-        """The K mixture fractions as a tensor."""
+        """The K mixture fractions.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (K,); they sum to one.
+        """
         values = [c.value() for c in self._coefs]
         if self._yields:
             total = tf.add_n(values)
@@ -765,7 +998,13 @@ class SumPdf(Model):
         return self._pdf(x)
 
     def normalization(self) -> tf.Tensor:
-        """1: a mixture of normalized densities."""
+        """1: a mixture of normalized densities.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar 1.
+        """
         return tf.constant(1.0, tf.float64)
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
@@ -799,11 +1038,26 @@ class ProductPdf(Model):
     when its factors are, and samples factor by factor. Over one shared
     one-dimensional space the product is normalized numerically.
 
-    Example:
-        >>> from zcache.models import Space, Gaussian, Exponential, ProductPdf
-        >>> m = ProductPdf([Gaussian(Space("m", 0.0, 2.0), 1.0, 0.2), Exponential(Space("t", 0.0, 5.0), -1.0)])
-        >>> m.space.obs, round(float(m.integrate()), 12)
-        (('m', 't'), 1.0)
+    Parameters
+    ----------
+    pdfs : sequence of Model
+        At least two models, over disjoint observables or all over one 1-D space.
+    name : str, optional
+        A label for reports; default ``'Product'``.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        Fewer than two models, or observables neither disjoint nor one shared 1-D space.
+
+    Examples
+    --------
+    >>> from zcache.models import Space, Gaussian, Exponential, ProductPdf
+    >>> m = ProductPdf([Gaussian(Space("m", 0.0, 2.0), 1.0, 0.2), Exponential(Space("t", 0.0, 5.0), -1.0)])
+    >>> m.space.obs, round(float(m.integrate()), 12)
+    (('m', 't'), 1.0)
     """
 
     def __init__(self, pdfs: Sequence[Model], *, name: str | None = None, extended: Any = None):
@@ -863,7 +1117,13 @@ class ProductPdf(Model):
 
     @cached
     def normalization(self) -> tf.Tensor:
-        """1 over disjoint observables; else the numerical integral of the product."""
+        """1 over disjoint observables; else the numerical integral of the product.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
         if self._disjoint:
             return tf.constant(1.0, tf.float64)
         return super()._raw_integral(self.space.lower, self.space.upper)

@@ -24,14 +24,15 @@ with :math:`\lambda(x,y,z) = x^2+y^2+z^2-2xy-2yz-2zx`; :math:`\theta` is the ang
 between :math:`a` and :math:`c` in that frame (the helicity angle). An event lies
 inside the plot exactly when :math:`|\cos\theta| \le 1`.
 
-Example:
-    >>> from zcache.phasespace import DalitzKinematics
-    >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957)   # D+ -> K- pi+ pi+
-    >>> round(kin.s_range("12")[0], 6)                                # (m_K + m_pi)^2
-    0.401002
-    >>> sample = kin.sample(1000)
-    >>> bool(kin.inside(sample.value()).numpy().all())
-    True
+Examples
+--------
+>>> from zcache.phasespace import DalitzKinematics
+>>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957)   # D+ -> K- pi+ pi+
+>>> round(kin.s_range("12")[0], 6)                                # (m_K + m_pi)^2
+0.401002
+>>> sample = kin.sample(1000)
+>>> bool(kin.inside(sample.value()).numpy().all())
+True
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ import numpy as np
 import tensorflow as tf
 from scipy import integrate
 
-from ._mode import Function, function
+from ._function import Function, function
 from ._parameter import Data
 from .exceptions import ModelError
-from .models import Space, rng
+from .models import Space
+from .sampling import accept_reject
 
 __all__ = ["DalitzKinematics", "DalitzSpace", "kallen"]
 
@@ -55,21 +57,43 @@ _CHANNELS = {"12": (1, 2, 3), "13": (1, 3, 2), "23": (2, 3, 1)}
 
 
 def kallen(x: Any, y: Any, z: Any) -> Any:
-    r"""Källén function :math:`\lambda(x,y,z) = x^2+y^2+z^2-2xy-2yz-2zx` (numpy or TF)."""
+    r"""Källén function :math:`\lambda(x,y,z) = x^2+y^2+z^2-2xy-2yz-2zx` (numpy or TF).
+
+    Parameters
+    ----------
+    x, y, z : float, ndarray or tf.Tensor
+        Its arguments (squared masses).
+
+    Returns
+    -------
+    float, ndarray or tf.Tensor
+        Of the arguments' kind.
+
+    Examples
+    --------
+    >>> from zcache.phasespace import kallen
+    >>> kallen(9.0, 1.0, 1.0)          # (9 - 1 - 1)^2 - 4 * 1 * 1
+    45.0
+    """
     return x * x + y * y + z * z - 2.0 * (x * y + y * z + z * x)
 
 
 class DalitzKinematics:
     r"""Kinematics of :math:`P \to 1\,2\,3`: ranges, invariants, momenta, helicity angles.
 
-    Args:
-        m_parent: :math:`M`.
-        m1, m2, m3: final-state masses (all in the same unit, e.g. GeV).
-        names: labels of the final-state particles (for plots and reports).
+    Parameters
+    ----------
+    m_parent : float
+        :math:`M`.
+    m1, m2, m3 : float
+        Final-state masses (all in the same unit, e.g. GeV).
+    names : sequence of str
+        Labels of the three final-state particles (for plots and reports).
 
     Raises
     ------
-        ModelError: masses not positive/finite, or :math:`M \le m_1+m_2+m_3`.
+    ModelError
+        Masses not finite and non-negative, :math:`M \le m_1+m_2+m_3`, or not three names.
     """
 
     def __init__(self, m_parent: float, m1: float, m2: float, m3: float, names: Sequence[str] = ("1", "2", "3")):
@@ -103,7 +127,23 @@ class DalitzKinematics:
             raise ModelError(f"Unknown channel {channel!r}: use one of {sorted(_CHANNELS)}.") from None
 
     def s_range(self, channel: str) -> tuple[float, float]:
-        r"""Kinematic range of :math:`s_{ab}`: :math:`[(m_a+m_b)^2, (M-m_c)^2]`."""
+        r"""Kinematic range of :math:`s_{ab}`: :math:`[(m_a+m_b)^2, (M-m_c)^2]`.
+
+        Parameters
+        ----------
+        channel : str
+            '12', '13' or '23'.
+
+        Returns
+        -------
+        (float, float)
+            The lower and upper end.
+
+        Raises
+        ------
+        ModelError
+            An unknown channel.
+        """
         a, b, c = self._channel(channel)
         m = self.masses
         return ((m[a] + m[b]) ** 2, (m[0] - m[c]) ** 2)
@@ -112,6 +152,11 @@ class DalitzKinematics:
         r"""Area of the Dalitz plot in :math:`(s_{12}, s_{13})`.
 
         :math:`\int ds\,\sqrt{\lambda(s,m_1^2,m_2^2)\lambda(M^2,s,m_3^2)}/s` (scipy ``quad``).
+
+        Returns
+        -------
+        float
+            In the unit of the masses to the fourth power.
         """
         lo, hi = self.s_range("12")
         m = self.masses
@@ -124,13 +169,39 @@ class DalitzKinematics:
 
     # -- invariants of events (TF; x has columns s12, s13) ----------------------------------
     def invariants(self, x: Any) -> dict[str, tf.Tensor]:
-        """``{'12': s12, '13': s13, '23': s23}`` for events ``x`` of shape (N, 2)."""
+        """The three squared pair masses of events.
+
+        Parameters
+        ----------
+        x : array_like
+            Events (s12, s13), shape (N, 2).
+
+        Returns
+        -------
+        dict of str to tf.Tensor
+            ``{'12': s12, '13': s13, '23': s23}``, float64 of shape (N,) each.
+        """
         x = tf.convert_to_tensor(x, tf.float64)
         s12, s13 = x[:, 0], x[:, 1]
         return {"12": s12, "13": s13, "23": self.mass_sum_sq - s12 - s13}
 
     def momenta(self, s: Any, channel: str) -> tuple[tf.Tensor, tf.Tensor]:
-        """Breakup momentum ``q`` of a (and b) and spectator momentum ``p``, both in the (ab) rest frame."""
+        """Breakup momentum ``q`` of a (and b) and spectator momentum ``p``, both in the (ab) rest frame.
+
+        Parameters
+        ----------
+        s : float or tf.Tensor
+            :math:`s_{ab}`.
+        channel : str
+            '12', '13' or '23'.
+
+        Returns
+        -------
+        q : tf.Tensor
+            float64, like ``s``; 0 outside the kinematic range.
+        p : tf.Tensor
+            float64, like ``s``; 0 outside the kinematic range.
+        """
         a, b, c = self._channel(channel)
         m = self.masses
         s = tf.convert_to_tensor(s, tf.float64)
@@ -144,6 +215,18 @@ class DalitzKinematics:
         The angle between particle a and the spectator c in the (ab) rest frame, with
         (a, b, c) = (1, 2, 3), (1, 3, 2), (2, 3, 1) for '12', '13', '23'. Outside the
         Dalitz boundary :math:`|\cos\theta| > 1`.
+
+        Parameters
+        ----------
+        x : array_like
+            Events (s12, s13), shape (N, 2).
+        channel : str
+            '12', '13' or '23'.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
         """
         a, b, c = self._channel(channel)
         inv = self.invariants(x)
@@ -155,7 +238,18 @@ class DalitzKinematics:
         return num / den
 
     def inside(self, x: Any) -> tf.Tensor:
-        """Per event, whether ``x`` = (s12, s13) lies inside the Dalitz boundary."""
+        """Per event, whether it lies inside the Dalitz boundary.
+
+        Parameters
+        ----------
+        x : array_like
+            Events (s12, s13), shape (N, 2).
+
+        Returns
+        -------
+        tf.Tensor
+            bool, shape (N,).
+        """
         x = tf.convert_to_tensor(x, tf.float64)
         lo, hi = self.s_range("12")
         s12 = x[:, 0]
@@ -165,33 +259,48 @@ class DalitzKinematics:
 
     # -- phase-space sampling -------------------------------------------------------------
     def sample_tensor(self, n: Any) -> tf.Tensor:
-        """``n`` events uniform in the Dalitz plot, shape (n, 2): for use inside traced samplers.
+        """``n`` events uniform in the Dalitz plot: for use inside traced samplers.
 
-        Accept-reject in the bounding rectangle (efficiency = area / rectangle, about 1/2).
+        Accept-reject in the bounding rectangle (:func:`zcache.sampling.accept_reject`;
+        efficiency = area / rectangle, about 1/2), in batches of ``max(3 n, 1024)`` proposals.
+
+        Parameters
+        ----------
+        n : int or int64 tensor
+            The number of events.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (n, 2): columns s12, s13.
         """
-        n = tf.cast(n, tf.int64)
         (lo12, hi12), (lo13, hi13) = self.s_range("12"), self.s_range("13")
-        batch = tf.maximum(3 * n, 1024)
-        gen = rng()
-
-        def body(count: tf.Tensor, parts: tf.TensorArray, i: tf.Tensor) -> tuple:
-            s12 = gen.uniform([batch], lo12, hi12, dtype=tf.float64)
-            s13 = gen.uniform([batch], lo13, hi13, dtype=tf.float64)
-            x = tf.stack([s12, s13], axis=1)
-            keep = tf.boolean_mask(x, self.inside(x))
-            return count + tf.shape(keep, out_type=tf.int64)[0], parts.write(i, keep), i + 1
-
-        parts = tf.TensorArray(tf.float64, size=0, dynamic_size=True, infer_shape=False, element_shape=[None, 2])
-        _, parts, _ = tf.while_loop(
-            lambda count, parts, i: count < n, body, [tf.constant(0, tf.int64), parts, tf.constant(0)]
-        )
-        return parts.concat()[:n]
+        return accept_reject(n, (lo12, lo13), (hi12, hi13), inside=self.inside,
+                             batch=lambda n, accepted, proposed: tf.maximum(3 * n, 1024))
 
     def sample(self, n: int, data: Data | None = None, name: str = "phasespace") -> Data:
         """``n`` phase-space events as a :class:`zcache.Data` with obs ('s12', 's13').
 
         Traced once (identifier 'sample'); seeded by :func:`zcache.models.set_seed`.
-        ``data`` is refilled in place if given.
+
+        Parameters
+        ----------
+        n : int
+            The number of events.
+        data : zcache.Data, optional
+            Refilled in place (``set_data``) if given, so functions traced on it do not retrace.
+        name : str
+            The name of a new Data.
+
+        Returns
+        -------
+        zcache.Data
+            The events (``data`` itself if given).
+
+        Raises
+        ------
+        ModelError
+            ``n`` is not a whole number >= 1, or ``data`` has other observables.
         """
         if not float(n).is_integer() or n < 1:
             raise ModelError(f"sample(n) needs a whole number of events n >= 1, got {n!r}.")
@@ -211,6 +320,11 @@ class DalitzSpace(Space):
 
     Its rectangle is the bounding box; :meth:`inside` also checks the kinematic
     boundary, so a loss refuses events outside the plot (``DataRangeError``).
+
+    Parameters
+    ----------
+    kinematics : DalitzKinematics
+        The decay.
     """
 
     def __init__(self, kinematics: DalitzKinematics):
@@ -224,7 +338,18 @@ class DalitzSpace(Space):
         return self.kinematics.area()
 
     def inside(self, x: Any) -> tf.Tensor:
-        """Per event, whether it lies inside the Dalitz boundary."""
+        """Per event, whether it lies inside the Dalitz boundary.
+
+        Parameters
+        ----------
+        x : array_like
+            Events (s12, s13), shape (N, 2).
+
+        Returns
+        -------
+        tf.Tensor
+            bool, shape (N,).
+        """
         return self.kinematics.inside(x)
 
     def __eq__(self, other: object) -> bool:

@@ -5,17 +5,18 @@ Each toy sets the generating values, samples into the loss's own
 starting values and fits. Results come back as a numpy structured array, one row
 per toy, with values, errors and pulls :math:`(\hat\theta - \theta_0)/\sigma_{\hat\theta}`.
 
-Example:
-    >>> import zcache
-    >>> from zcache.models import Space, Gaussian
-    >>> from zcache.loss import UnbinnedNLL
-    >>> from zcache.toys import run_toys
-    >>> mu = zcache.Parameter("mu_toy", 0.0, lower=-1.0, upper=1.0)
-    >>> model = Gaussian(Space("x", -4.0, 4.0), mu, 1.0)
-    >>> loss = UnbinnedNLL(model, model.sample(200))
-    >>> toys = run_toys(model, loss, n_toys=5, n_events=200, seed=3)
-    >>> toys.table.shape, sorted(toys.table.dtype.names)[:3]
-    ((5,), ['fmin', 'mu_toy', 'mu_toy_err'])
+Examples
+--------
+>>> import zcache
+>>> from zcache.models import Space, Gaussian
+>>> from zcache.loss import UnbinnedNLL
+>>> from zcache.toys import run_toys
+>>> mu = zcache.Parameter("mu_toy", 0.0, lower=-1.0, upper=1.0)
+>>> model = Gaussian(Space("x", -4.0, 4.0), mu, 1.0)
+>>> loss = UnbinnedNLL(model, model.sample(200))
+>>> toys = run_toys(model, loss, n_toys=5, n_events=200, seed=3)
+>>> toys.table.shape, sorted(toys.table.dtype.names)[:3]
+((5,), ['fmin', 'mu_toy', 'mu_toy_err'])
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ class ToyResult:
 
     Attributes
     ----------
-        table: structured array, one row per toy: ``<name>``, ``<name>_err``,
-            ``<name>_pull`` per parameter, and ``valid``, ``fmin``, ``nfcn``,
-            ``nevents``, ``time`` (seconds for generation + fit).
-        truth: the generating values.
+    table : ndarray
+        Structured array, one row per toy: ``<name>``, ``<name>_err``, ``<name>_pull`` per
+        parameter, and ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time`` (seconds for
+        generation + fit).
+    truth : dict of str to float
+        The generating values.
     """
 
     table: np.ndarray
@@ -64,7 +67,13 @@ class ToyResult:
         return float(np.median(times[1:] if len(times) > 1 else times))
 
     def pull_summary(self) -> dict[str, tuple[float, float]]:
-        """Name -> (mean, standard deviation) of the pulls over valid toys."""
+        """The pulls' mean and standard deviation per parameter, over valid toys.
+
+        Returns
+        -------
+        dict of str to (float, float)
+            Name -> (mean, standard deviation); the deviation is NaN with fewer than two valid toys.
+        """
         ok = self.table["valid"]
         out = {}
         for name in self.names:
@@ -106,20 +115,38 @@ def run_toys(
 ) -> ToyResult:
     """Generate ``n_toys`` datasets from ``model`` at the current values, fit each with ``loss``.
 
-    Args:
-        model: the generating model (its current parameter values are the truth).
-        loss: the loss to minimize; its dataset is refilled for every toy.
-        n_toys: number of toys.
-        n_events: events per toy; ``None`` draws a Poisson number (extended models).
-        params: the parameters to fit (default: ``loss.params``, the parameters floating at this call).
-        minimizer: default ``Minuit()``.
-        start: starting values for each fit (default: the generating values).
-        seed: seeds zcache's sampling first, for reproducible toys.
-        progress: show a tqdm bar (default: when stderr is a terminal and tqdm is installed).
+    Parameters
+    ----------
+    model : zcache.models.Model
+        The generating model (its current parameter values are the truth).
+    loss : zcache.loss.UnbinnedNLL
+        The loss to minimize (or an ExtendedUnbinnedNLL); its dataset is refilled for every toy.
+    n_toys : int
+        Number of toys.
+    n_events : int, optional
+        Events per toy; ``None`` draws a Poisson number (extended models).
+    params : sequence of Parameter, optional
+        The parameters to fit (default: ``loss.params``, the parameters floating at this call).
+    minimizer : zcache.minimize.Minuit, optional
+        Default ``Minuit()``.
+    start : sequence of float, optional
+        Starting values for each fit (default: the generating values).
+    seed : int, optional
+        Seeds zcache's sampling first, for reproducible toys.
+    progress : bool, optional
+        Show a tqdm bar (default: when stderr is a terminal and tqdm is installed).
 
     Returns
     -------
-        A :class:`ToyResult`; the parameters are left at the generating values.
+    ToyResult
+        One row per toy; the parameters are left at the generating values.
+
+    Raises
+    ------
+    ModelError
+        ``loss`` is not a single-dataset loss.
+    ValueError
+        ``n_toys`` < 1.
     """
     if not isinstance(loss, UnbinnedNLL):
         raise ModelError("run_toys needs a single-dataset loss (UnbinnedNLL or ExtendedUnbinnedNLL).")
@@ -127,7 +154,7 @@ def run_toys(
         raise ValueError(f"n_toys must be >= 1, got {n_toys!r}.")
     params = list(loss.params if params is None else params)
     minimizer = minimizer or Minuit()
-    truth = np.array([p._current() for p in params])
+    truth = np.array([float(p) for p in params])
     start_values = truth if start is None else np.asarray(start, dtype=float)
     if seed is not None:
         set_seed(seed)

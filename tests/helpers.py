@@ -1,0 +1,135 @@
+"""Helpers shared by several test modules (``from helpers import ...``: pytest puts tests/ on sys.path).
+
+- ``save_modes``: the graph / autograd modes and TensorFlow's run_functions_eagerly, to put back;
+- ``GRAPH_MODES``, ``graph_mode_params``, ``slow_modes``: conftest's ``graph_mode`` / ``mode``
+  parameters, some marked slow;
+- ``traced``: a function as a ``zcache.function`` of tensors;
+- numpy references of the Dalitz plot (test_phasespace, test_amplitudes);
+- the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit).
+
+The numpy references use no zcache (they are what zcache is checked against).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import scipy.special
+import tensorflow as tf
+
+import zcache
+
+
+# == modes =====================================================================================
+def save_modes() -> Callable[[], None]:
+    """The graph and autograd modes and ``tf.config.functions_run_eagerly()`` now; call the
+    result to put them back."""
+    graph, autograd = zcache.get_graph_mode(), zcache.get_autograd_mode()
+    backend = tf.config.functions_run_eagerly()
+
+    def restore() -> None:
+        zcache.set_graph_mode(graph, set_backend=False)
+        zcache.set_autograd_mode(autograd)
+        tf.config.run_functions_eagerly(backend)
+
+    return restore
+
+
+#: id -> graph mode: the parameters of conftest's ``graph_mode`` fixture (``mode``: the first two)
+GRAPH_MODES = {"graph": True, "eager": False, "auto": "auto"}
+
+
+def graph_mode_params(*slow: str) -> list:
+    """The ``graph_mode`` parameters, those named in ``slow`` marked slow. 'auto' always is: it is
+    the default mode, which every test without the fixture runs in (and traces like True but for
+    'model'), so ``-m "not slow"`` leaves out the [auto] copies."""
+    return [pytest.param(m, id=i, marks=[pytest.mark.slow] if i in {"auto", *slow} else []) for i, m in GRAPH_MODES.items()]
+
+
+def slow_modes(fixture: str, *slow: str) -> pytest.MarkDecorator:
+    """Parametrize conftest's ``graph_mode`` (or ``mode``) fixture with its own parameters and
+    ids, the modes named in ``slow`` (ids: "graph", "eager", "auto") marked slow."""
+    assert set(slow) <= set(GRAPH_MODES), slow
+    if fixture == "graph_mode":
+        params = graph_mode_params(*slow)
+    else:
+        params = [pytest.param(GRAPH_MODES[i], id=i, marks=[pytest.mark.slow] if i in slow else []) for i in ("graph", "eager")]
+    return pytest.mark.parametrize(fixture, params, indirect=True)
+
+
+# == traced functions ==========================================================================
+def traced(func: Callable) -> zcache.Function:
+    """``func`` as a zcache.function of tensors: traced unless the graph mode is False; call it repeatedly."""
+    return zcache.function(func, wraps="tensor")
+
+
+# == numpy references of the Dalitz plot =======================================================
+#: channel -> (a, b, c): the pair (ab) and the bachelor c
+CHANNELS = {"12": (1, 2, 3), "13": (1, 3, 2), "23": (2, 3, 1)}
+
+
+def lam_np(x, y, z):
+    """Källén function, written out again (not zcache.phasespace.kallen)."""
+    return (x - y - z) ** 2 - 4.0 * y * z
+
+
+def pair_limits(s, masses, channel):
+    r"""PDG range of :math:`s_{bc}` at fixed :math:`s = s_{ab}` (energies of b and c in the (ab) frame)."""
+    a, b, c = CHANNELS[channel]
+    m = masses
+    e_b = (s - m[a] ** 2 + m[b] ** 2) / (2.0 * np.sqrt(s))
+    e_c = (m[0] ** 2 - s - m[c] ** 2) / (2.0 * np.sqrt(s))
+    p_b = np.sqrt(np.maximum(e_b**2 - m[b] ** 2, 0.0))
+    p_c = np.sqrt(np.maximum(e_c**2 - m[c] ** 2, 0.0))
+    return (e_b + e_c) ** 2 - (p_b + p_c) ** 2, (e_b + e_c) ** 2 - (p_b - p_c) ** 2
+
+
+def total_sq(masses):
+    """s12 + s13 + s23 = the sum of the four masses squared."""
+    return float(np.sum(np.square(masses)))
+
+
+def inside_np(x, masses):
+    """Inside the Dalitz plot: s12 in its range and s23 between the PDG limits at that s12."""
+    s12, s13 = x[:, 0], x[:, 1]
+    m = masses
+    lo, hi = (m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2
+    ok = (s12 >= lo) & (s12 <= hi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s23_lo, s23_hi = pair_limits(np.clip(s12, lo, hi), masses, "12")
+    s23 = total_sq(masses) - s12 - s13
+    return ok & (s23 >= s23_lo) & (s23 <= s23_hi)
+
+
+def box(masses):
+    """The ranges of s12 and s13: the bounding box of the Dalitz plot."""
+    m = masses
+    return ((m[1] + m[2]) ** 2, (m[0] - m[3]) ** 2), ((m[1] + m[3]) ** 2, (m[0] - m[2]) ** 2)
+
+
+def uniform_np(n, masses, seed):
+    """``n`` events uniform in the Dalitz plot: numpy accept-reject in the bounding box."""
+    rng = np.random.default_rng(seed)
+    (lo12, hi12), (lo13, hi13) = box(masses)
+    out = []
+    while sum(len(o) for o in out) < n:
+        x = np.column_stack([rng.uniform(lo12, hi12, 4 * n), rng.uniform(lo13, hi13, 4 * n)])
+        out.append(x[inside_np(x, masses)])
+    return np.concatenate(out)[:n]
+
+
+# == the extended Gauss + Exponential fit problem on [LO, HI] ==================================
+LO, HI = 0.0, 10.0
+NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
+LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
+
+
+def np_extended_nll(x: np.ndarray, mu: float, sigma: float, lam: float, nsig: float, nbkg: float) -> float:
+    """Extended NLL nu - sum log(nsig g + nbkg e), g and e truncated to [LO, HI] (numpy / scipy only)."""
+    norm = scipy.special.ndtr((HI - mu) / sigma) - scipy.special.ndtr((LO - mu) / sigma)
+    gauss = np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi) * norm)
+    expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
+    return float(nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo)))

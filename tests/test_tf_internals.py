@@ -1,0 +1,233 @@
+"""Every TensorFlow internal zcache relies on (zcache/_tf_internals.py), one test each.
+
+These fail loudly when a TensorFlow upgrade moves or changes an internal; the list, with
+why each is needed and what breaks without it, is in design/architecture.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import pathlib
+import weakref
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zcache
+from zcache import _tf_internals
+from zcache.exceptions import ParameterValueError, UnmanagedTraceError
+
+ZCACHE = pathlib.Path(zcache.__file__).parent
+
+
+def test_every_internal_was_found():
+    assert _tf_internals.MISSING == []
+
+
+def test_no_other_module_touches_tensorflow_internals():
+    """Only _tf_internals.py imports tensorflow.python or names a private TensorFlow attribute."""
+    offenders = []
+    for path in sorted(ZCACHE.glob("*.py")):
+        if path.name == "_tf_internals.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tensorflow.python"):
+                offenders.append(f"{path.name}:{node.lineno} imports {node.module}")
+            if isinstance(node, ast.Import) and any(a.name.startswith("tensorflow.python") for a in node.names):
+                offenders.append(f"{path.name}:{node.lineno} imports tensorflow.python")
+            if isinstance(node, ast.Constant) and node.value in ("_noinline", "_gradient_op_type"):
+                offenders.append(f"{path.name}:{node.lineno} names {node.value}")
+            if isinstance(node, ast.Attribute) and node.attr in ("ag_pass_through", "experimental_attributes"):
+                offenders.append(f"{path.name}:{node.lineno} uses {node.attr}")
+    assert offenders == []
+
+
+def test_stop_recording_pauses_tapes():
+    x = tf.Variable(2.0)
+    with tf.GradientTape(persistent=True) as tape:
+        with _tf_internals.stop_recording():
+            y = x * x
+        z = x * 3.0
+    assert tape.gradient(y, x) is None
+    assert float(tape.gradient(z, x)) == 3.0
+
+
+def test_gradient_registry_entry_dies_with_its_graph():
+    """tie_gradient_to_graph: the custom gradient's registry entry is weak and removed with the graph."""
+    registry = _tf_internals._GRADIENT_REGISTRY
+    assert isinstance(registry, dict)
+    x = tf.Variable(1.5, dtype=tf.float64)
+
+    @tf.custom_gradient
+    def ident(v):
+        return tf.identity(v), lambda dy: 2.0 * dy
+
+    names = []
+
+    def body():
+        with tf.GradientTape() as tape:
+            out = ident(x.value())
+        name = out.op.get_attr("_gradient_op_type").decode()
+        assert name in registry
+        _tf_internals.tie_gradient_to_graph(out)
+        names.append(name)
+        return out, tape.gradient(out, x)
+
+    fn = tf.function(body, autograph=False)
+    out, grad = fn()
+    assert float(grad) == 2.0  # the weakly held gradient still works while the graph lives
+    assert names[0] in registry
+    ref = weakref.ref(fn.get_concrete_function().graph)
+    del fn, out, grad
+    gc.collect()
+    assert ref() is None
+    assert names[0] not in registry
+
+
+def test_autograph_leaves_zcache_code_alone():
+    """With autograph on, zcache's code runs as Python (no conversion of its branches)."""
+    p = zcache.Parameter("p_ag", 2.0)
+    c = zcache.CachedTensor(lambda: p.value() ** 2, name="c_ag")
+
+    @tf.function  # autograph on, as users write it
+    def f():
+        return c.value() + 1.0
+
+    assert float(f()) == 5.0
+    from tensorflow.python.autograph.core import config
+
+    assert any(getattr(rule, "_prefix", None) == "zcache" and type(rule).__name__ == "DoNotConvert"
+               for rule in config.CONVERSION_RULES)
+
+
+def test_zcache_errors_pass_through_autograph():
+    """ag_pass_through: a zcache error raised in autograph-converted code keeps its type."""
+    p = zcache.Parameter("p_pass", 1.0)
+
+    @tf.function  # autograph on
+    def write():
+        p.set_value(tf.constant(2.0, tf.float64))
+        return 0
+
+    with pytest.raises(UnmanagedTraceError):
+        write()
+
+    @tf.function
+    def bad_value(x):
+        raise ParameterValueError("kept")
+
+    with pytest.raises(ParameterValueError, match="kept"):
+        bad_value(tf.constant(1.0))
+
+
+def test_separately_compiled_function_is_not_inlined():
+    calls = []
+
+    def inner():
+        calls.append(1)
+        return tf.constant(1.0) + 1.0
+
+    compiled = _tf_internals.separately_compiled(inner)
+
+    @tf.function(autograph=False)
+    def outer():
+        return compiled() * 2.0
+
+    assert float(outer()) == 4.0
+    graph = outer.get_concrete_function().graph
+    ops = {op.type for op in graph.get_operations()}
+    assert ops & {"StatefulPartitionedCall", "PartitionedCall"}, ops
+    attrs = compiled.get_concrete_function().function_def.attr
+    assert attrs["_noinline"].b
+
+
+def test_eager_variable_inside_a_trace_does_not_retrace():
+    made = []
+
+    @tf.function(autograph=False)
+    def f(x):
+        if not made:
+            made.append(_tf_internals.eager_variable(np.float64(3.0), trainable=False))
+        return x * made[0]
+
+    assert float(f(tf.constant(2.0, tf.float64))) == 6.0
+    assert float(f(tf.constant(3.0, tf.float64))) == 9.0
+    assert f.experimental_get_tracing_count() == 1
+
+
+def test_eager_tensor_type():
+    assert type(tf.constant([1, 2])) is _tf_internals.EAGER_TENSOR
+    assert isinstance(tf.constant(1.0), tf.Tensor)
+
+
+def test_graph_key_differs_between_graphs():
+    eager = _tf_internals.graph_key()
+    keys = []
+    tf.function(lambda: keys.append(_tf_internals.graph_key()) or tf.constant(0.0), autograph=False)()
+    assert keys[0] != eager
+
+
+def test_assertion_text_is_recovered():
+    """TensorFlow's wrapping of failed assertion messages: both forms zcache parses."""
+
+    @tf.function(autograph=False)
+    def checked(x):
+        tf.debugging.assert_all_finite(x, "[zcache:InvalidDataError] finite please")
+        return x
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        checked(tf.constant(np.nan))
+    from zcache._graph_checks import error_from
+
+    err = error_from(info.value)
+    assert type(err).__name__ == "InvalidDataError" and str(err) == "finite please"
+
+    @tf.function(autograph=False)
+    def asserted(x):
+        tf.debugging.assert_equal(x, tf.constant(True), message="[zcache:ModelError] must hold")
+        return x
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        asserted(tf.constant(False))
+    err = error_from(info.value)
+    assert type(err).__name__ == "ModelError" and str(err) == "must hold"
+
+
+def test_second_order_cond_error_is_recognized():
+    """The text TensorFlow raises for the second-order gradient of a cond over a shape-relaxed Variable.
+
+    zcache keeps its cond off every tape (stop_recording), so nested tapes through a cache work
+    in a trace; should the cond be recorded again, the error is mapped to SecondOrderGradientError.
+    """
+    stored = tf.Variable(np.zeros([0]), shape=tf.TensorShape(None))
+    x = tf.Variable(1.0, dtype=tf.float64)
+    flag = tf.Variable(False)
+
+    @tf.function(autograph=False)
+    def raw():
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                y = tf.cond(flag, lambda: tf.reduce_sum(stored.read_value()) * x, lambda: x ** 3)
+            g = inner.gradient(y, x)
+        return outer.gradient(g, x)
+
+    with pytest.raises(ValueError) as info:
+        raw()
+    assert _tf_internals.is_second_order_cond_error(info.value)
+    assert not _tf_internals.is_second_order_cond_error(ValueError("another problem"))
+
+    p = zcache.Parameter("p_so", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() ** 3, name="c_so")
+
+    @tf.function(autograph=False)
+    def second():
+        with tf.GradientTape() as outer:
+            with tf.GradientTape() as inner:
+                y = c.value()
+            g = inner.gradient(y, p.variable)
+        return outer.gradient(g, p.variable)
+
+    assert float(second()) == pytest.approx(6.0, rel=1e-12)

@@ -1,0 +1,99 @@
+r"""The gradient through a cache: a custom-gradient identity on the values of its parameters.
+
+TensorFlow cannot differentiate through the read of a Variable, so a cache's output is
+wrapped in a ``tf.custom_gradient`` identity whose inputs are the values of every
+parameter the cache depends on (transitively). Its backward pass recomputes the cache's
+function under a tape and returns the vector-Jacobian product
+
+.. math:: \bar p_i = \sum_k \bar y_k \, \partial y_k / \partial p_i ,
+
+so a hit and a miss give the same gradient, eagerly and traced, at no cost when no
+gradient is asked for.
+
+If an input changed between the forward and the backward pass (a persistent tape that
+spans a ``set_value``; ``GRAPH.input_changes`` moved), the backward pass recomputes the
+function at the forward pass's inputs instead, substituting every input ancestor by its
+forward value (:func:`zcache._context.substituted`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import tensorflow as tf
+
+from ._context import differentiating, evaluation, recording, substituted, wanted_parameters
+from ._depgraph import GRAPH
+from ._parameter import backing_variable
+from ._tf_internals import tie_gradient_to_graph
+from .exceptions import ZCacheError
+
+__all__ = ["with_gradient"]
+
+
+def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
+    """``out`` (the value of ``cache``, without a gradient) with the cache's exact gradient attached.
+
+    Parameters
+    ----------
+    cache : CachedTensor
+        The cache whose value ``out`` is.
+    out : tf.Tensor
+        Its value, as read (a hit) or computed (a traced miss), stop-gradient-ed.
+
+    Returns
+    -------
+    tf.Tensor
+        ``out``, differentiable w.r.t. the parameters the innermost ``differentiating``
+        scope asks for (all of the cache's parameters by default).
+    """
+    params = wanted_parameters(GRAPH.objects(GRAPH.ancestor_parameters(cache.node_id)))
+    if not params:
+        return out
+    variables = [backing_variable(p) for p in params]
+    ids = frozenset(p.node_id for p in params)  # not the Parameters: a kept graph must not keep them
+    # The inputs of this forward pass. A persistent tape may ask for the gradient after an
+    # input changed (set_value between the forward pass and tape.gradient): the backward
+    # pass must then recompute func at these values, not at the current ones.
+    inputs = GRAPH.objects(GRAPH.ancestor_inputs(cache.node_id))
+    forward_values = [v.value() for v in variables]
+    others = {o.node_id: backing_variable(o).value() for o in inputs if o.node_id not in ids}
+    generation = GRAPH.input_changes
+    # Weakly: inside a trace, tf.custom_gradient registers vjp in TensorFlow's global
+    # gradient registry for good, which would keep this cache, and all it reads, alive.
+    ref, name = weakref.ref(cache), cache.name
+    uids = [p.node_id for p in params]
+
+    @tf.custom_gradient
+    def cached_value(*param_values: tf.Tensor) -> Any:
+        def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
+            cache = ref()
+            if cache is None:
+                raise ZCacheError(
+                    f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
+                    "being differentiated; keep the cache alive as long as its graphs are used."
+                )
+            if GRAPH.input_changes == generation:  # no input changed since the forward pass
+                with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(variables)
+                    with recording():  # reads here are not new dependencies
+                        y = tf.convert_to_tensor(cache.func())
+                grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
+            else:  # recompute at the forward pass's inputs (inner caches recompute too)
+                stand_ins = dict(others)
+                stand_ins.update(zip(uids, param_values, strict=True))
+                with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(param_values)
+                    with substituted(stand_ins), recording(), evaluation(fresh=True):
+                        y = tf.convert_to_tensor(cache.func())
+                grads = tape.gradient(y, list(param_values), output_gradients=tf.cast(dy, y.dtype))
+            return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
+                    for g, v in zip(grads, param_values, strict=True)]
+
+        return tf.identity(out), vjp
+
+    result = cached_value(*forward_values)
+    if tf.inside_function():
+        tie_gradient_to_graph(result)
+    return result

@@ -1,0 +1,324 @@
+"""``zcache.function``: a Python function that the mode policy traces or runs eagerly.
+
+A call goes one of three ways:
+
+1. inside another trace: the body is inlined into it (never a ``tf.function`` nested in another);
+2. eagerly, when the policy (or :func:`zcache._context.run_eagerly`) says so: the body runs
+   with an undo journal (:func:`zcache._trace.call_eagerly`);
+3. traced: the graph for this autograd mode is called under the engine lock
+   (:meth:`Function._call_graph`); a graph whose body writes inputs returns its trace id
+   and the written parameters' final values, and Python finishes what the graph could not
+   (:meth:`Function._after_writes`), or undoes its writes when the call fails
+   (:meth:`Function._undo_writes`).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import networkx as nx
+import tensorflow as tf
+
+from ._cache_state import invalidate_eagerly
+from ._cached_tensor import drop_compiled
+from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording
+from ._depgraph import GRAPH
+from ._graph_checks import error_from
+from ._mode import IDENTIFIERS, get_autograd_mode, traces
+from ._parameter import backing_variable, refresh_mirrors, undo_graph_writes
+from ._tf_internals import EAGER_TENSOR
+from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
+from .exceptions import RetracingWarning, UnknownIdentifierError
+
+__all__ = ["Function", "clear_graph_cache", "drop_traces", "function"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_MAX_TRACES_DEFAULT = 40
+_FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
+
+
+class Function:
+    """A Python function that the mode policy traces or runs eagerly (made by :func:`function`).
+
+    Parameters
+    ----------
+    func : callable
+        The Python function.
+    wraps : str
+        The identifier that selects the policy.
+    max_traces : int
+        Bound on the graphs kept; past it they are dropped with a ``RetracingWarning``.
+
+    Attributes
+    ----------
+    wraps : str
+        The identifier that selects the policy.
+    trace_count : int
+        How many times the Python body has been traced into a graph, over the whole life
+        of the function (a retrace shows up as an increase).
+    """
+
+    def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
+        if not isinstance(wraps, str) or wraps not in IDENTIFIERS:
+            raise UnknownIdentifierError(
+                f"Unknown identifier wraps={wraps!r}; use one of {sorted(IDENTIFIERS)}."
+            )
+        if not callable(func):
+            raise TypeError(f"zcache.function needs a callable, got {func!r}.")
+        if not isinstance(max_traces, int) or max_traces < 1:
+            raise ValueError(f"max_traces must be a positive int, got {max_traces!r}.")
+        functools.update_wrapper(self, func)
+        self.python_function = func
+        self.wraps = wraps
+        self.max_traces = max_traces
+        self.trace_count = 0
+        self.reset()
+        _FUNCTIONS.add(self)
+
+    def reset(self) -> None:
+        """Drop every traced graph of this function (the next call traces anew)."""
+        # One tf.function per autograd mode: the mode is read while tracing (zcache.gradient),
+        # so a graph traced under one mode must not serve the other.
+        self._tf_functions: dict[bool, Any] = {}
+        self._concrete: dict[Any, Any] = {}
+        self._live_traces = 0
+        self._traces: dict[int, TraceRecord] = {}  # trace id -> record (only traces that write inputs)
+        self._traced_now: dict[int, Any] = {}  # data a trace made during this call writes, before it
+        # node ids of every parameter / dataset some live trace writes
+        self._param_writes: set[int] = set()
+        self._data_writes: set[int] = set()
+        self._reads: set[int] = set()  # node ids read at the top level of its traces
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<zcache.function {self.__qualname__} wraps={self.wraps!r} traces={self.trace_count}>"
+
+    @property
+    def traced(self) -> bool:
+        """Whether a call from eager code is traced under the current policy."""
+        return traces(self.wraps)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if tf.inside_function():  # inlined: the trace around it handles its writes
+            return self.python_function(*args, **kwargs)
+        if not traces(self.wraps) or CONTEXT.eager:
+            return call_eagerly(self.python_function, *args, **kwargs)
+        out = self._call_graph(args, kwargs)
+        if self._live_traces > self.max_traces:
+            warnings.warn(
+                f"{self!r} has traced {self._live_traces} graphs (bound {self.max_traces}); they "
+                "were dropped. Retracing usually means Python numbers or new objects are passed "
+                "as arguments: pass tensors, or keep changing values in zcache.Parameter/Data.",
+                RetracingWarning,
+                stacklevel=2,
+            )
+            self.reset()
+        return out
+
+    # -- the traced call -----------------------------------------------------------------
+    def _call_graph(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call the graph under the engine lock; finish its writes, or undo them if it fails.
+
+        The lock makes eager writes, eager cache reads and other traced calls wait, so no
+        graph can store a value computed from an input another thread changed meanwhile
+        (TensorFlow still runs the graph's ops in parallel).
+        """
+        with ENGINE_LOCK:
+            data_before = self._data_before()
+            self._traced_now = {}  # filled by a trace made during this call
+            try:
+                out, trace_id, finals = self._run(args, kwargs)
+            except BaseException as err:
+                self._undo_writes({**self._traced_now, **data_before})
+                if isinstance(err, tf.errors.InvalidArgumentError):
+                    raise error_from(err) from None
+                raise
+            if trace_id is not None:
+                self._after_writes(self._traces[int(trace_id)], finals)
+        return out
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        autograd = get_autograd_mode()
+        tf_function = self._tf_functions.get(autograd)
+        if tf_function is None:
+            tf_function = self._tf_functions[autograd] = tf.function(self._traced_body(), autograph=False)
+        if kwargs or not all(type(a) is EAGER_TENSOR for a in args):
+            return tf_function(*args, **kwargs)
+        # A minimizer's hot path: call the concrete graph for these dtypes and shapes
+        # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
+        key = (autograd, tuple((a.dtype, tuple(a.shape)) for a in args))
+        concrete = self._concrete.get(key)
+        if concrete is None:
+            concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+        return concrete(*args)
+
+    def _traced_body(self) -> Callable[..., Any]:
+        # A fresh wrapper per function, `__wrapped__` pointing at the user's function: TF keys
+        # its signature and its "frequent retracing" statistics by the wrapped function.
+        def body(*args: Any, **kwargs: Any) -> Any:
+            return self._trace_body(*args, **kwargs)
+
+        return functools.update_wrapper(body, self.python_function)
+
+    def _trace_body(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
+        """The traced graph: ``(output, trace id, final parameter values)``; no writes: ``(output, None, None)``."""
+        if not tf.inside_function():  # tf.config.run_functions_eagerly(True): writes are eager
+            return call_eagerly(self.python_function, *args, **kwargs), None, None
+        self.trace_count += 1
+        self._live_traces += 1
+        # A traced graph is reused by any later gradient request: all parameters count.
+        with tracing(TraceRecord()) as record, differentiating(None), recording() as reads:
+            out = self.python_function(*args, **kwargs)
+        # What the graph reads (with the graph's ancestors: what it depends on) decides
+        # whether a precompute change must drop it; outer recordings see the reads too.
+        self._reads.update(obj.node_id for obj in reads)
+        for obj in reads:
+            record_read(obj)
+        if not record.mutations:
+            return out, None, None
+        self._traces[record.id] = record
+        new_data = [uid for uid in record.written("data") if uid not in self._data_writes]
+        with tf.init_scope():  # traced within this call: the data as they are before it runs
+            self._traced_now.update({o.node_id: (o, backing_variable(o).read_value()) for o in GRAPH.objects(new_data)})
+        self._data_writes.update(new_data)
+        # The parameters' final values, read after every write of the graph (automatic
+        # control dependencies keep program order per Variable): their Python mirrors.
+        params = GRAPH.objects(record.written("parameter"))
+        record.param_ids = tuple(p.node_id for p in params)
+        self._param_writes.update(record.param_ids)
+        finals = tf.stack([backing_variable(p).read_value() for p in params]) if params else None
+        return out, tf.constant(record.id, tf.int64), finals
+
+    # -- after the call --------------------------------------------------------------------
+    def _after_writes(self, record: TraceRecord, finals: Any) -> None:
+        """After a call whose graph wrote inputs: mirrors, caches the trace did not know, gradients."""
+        GRAPH.input_changes += 1  # a tape that spans this call must not see the new values
+        untraced = record.untraced_dependents()
+        values = finals.numpy().tolist() if finals is not None else []
+        written = [(GRAPH.obj(uid), v) for uid, v in zip(record.param_ids, values, strict=True)]
+        written = [(p, v) for p, v in written if p is not None]  # collected since the trace: skipped
+        changed = refresh_mirrors([p for p, _ in written], [v for _, v in written])
+        if untraced:
+            # A parameter set to the value it had invalidates nothing (data always invalidates).
+            nodes = GRAPH.nx.nodes
+            stale = [c for uid, caches in untraced.items()
+                     if uid in changed or (uid in nodes and nodes[uid]["kind"] != "parameter") for c in caches]
+            if stale:
+                invalidate_eagerly(set(GRAPH.objects(stale)))
+
+    def _data_before(self) -> dict[int, Any]:
+        """The current values of the Data some trace of this function writes (to undo a failed call)."""
+        if not self._data_writes:
+            return {}
+        return {o.node_id: (o, backing_variable(o).read_value()) for o in GRAPH.objects(list(self._data_writes))}
+
+    def _undo_writes(self, data_before: dict[int, Any]) -> None:
+        """A call failed: put back every input its graph may have written, invalidating dependents."""
+        if not self._param_writes and not self._data_writes:
+            return
+        dirty = undo_graph_writes(GRAPH.objects(list(self._param_writes)), data_before)
+        GRAPH.input_changes += 1
+        if dirty:
+            invalidate_eagerly(set(GRAPH.objects(dirty)))
+
+    def depends_on(self, uids: set[int]) -> bool:
+        """Whether a traced graph of this function read (through caches) any of ``uids``.
+
+        Parameters
+        ----------
+        uids : set of int
+            Node ids of caches (or inputs).
+
+        Returns
+        -------
+        bool
+            True if some live graph of this function depends on one of them.
+        """
+        g = GRAPH.nx
+        return any(uid in uids or (uid in g and not uids.isdisjoint(nx.ancestors(g, uid))) for uid in self._reads)
+
+
+def function(func: F | None = None, *, wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT) -> Any:
+    """Decorate a function so that the mode policy decides whether it is traced.
+
+    Parameters
+    ----------
+    func : callable, optional
+        The function (when used as ``@zcache.function`` without arguments).
+    wraps : str
+        Identifier for the policy: 'tensor', 'loss', 'sample', 'gradient' or 'model'.
+    max_traces : int
+        Bound on the graphs kept; past it they are dropped with a
+        :class:`~zcache.exceptions.RetracingWarning`.
+
+    Returns
+    -------
+    Function
+        The decorated function (or a decorator, without ``func``).
+
+    Examples
+    --------
+    >>> import zcache, tensorflow as tf
+    >>> mu = zcache.Parameter("mu_f", 1.0)
+    >>> @zcache.function(wraps="loss")
+    ... def loss():
+    ...     return (mu.value() - 3.0) ** 2
+    >>> float(loss()), float(loss())
+    (4.0, 4.0)
+    >>> _ = mu.set_value(2.0)
+    >>> float(loss()), loss.trace_count   # new value, same graph
+    (1.0, 1)
+    """
+    if func is None:
+        return lambda f: Function(f, wraps=wraps, max_traces=max_traces)
+    return Function(func, wraps=wraps, max_traces=max_traces)
+
+
+def drop_traces(caches: Any = None) -> None:
+    """Drop traced graphs (caches keep their values); the next calls trace anew.
+
+    Parameters
+    ----------
+    caches : iterable of CachedTensor, optional
+        Drop only the graphs that read one of these (directly or through other caches);
+        ``None`` drops every graph.
+    """
+    forbid_in_trace("drop_traces")
+    uids = None if caches is None else {c.node_id for c in caches}
+    for func in list(_FUNCTIONS):
+        if uids is None or func.depends_on(uids):
+            func.reset()
+    g = GRAPH.nx
+    # a cache's own traced miss branch embeds the caches below it
+    drop_compiled(cache for cache in GRAPH.caches()
+                  if uids is None or cache.node_id in uids or not uids.isdisjoint(nx.ancestors(g, cache.node_id)))
+
+
+def clear_graph_cache() -> None:
+    """Drop every graph traced by a :func:`function` and invalidate every cache.
+
+    Raises
+    ------
+    IllegalInGraphModeError
+        When called inside a trace.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> zcache.clear_graph_cache()
+    """
+    forbid_in_trace("clear_graph_cache")
+    for func in list(_FUNCTIONS):
+        func.reset()
+    drop_compiled(GRAPH.caches())
+    invalidate_eagerly(GRAPH.caches())

@@ -1,0 +1,190 @@
+"""Every use of TensorFlow internals, in one place.
+
+zcache needs a handful of things that TensorFlow's public API does not offer. Each is
+wrapped here, listed in ``design/architecture.md`` ("TensorFlow internals") with why it
+is needed and what breaks without it, and pinned by ``tests/test_tf_internals.py``, which
+fails loudly when a TensorFlow upgrade moves or changes it. No other zcache module
+imports ``tensorflow.python`` or reads a private TensorFlow attribute.
+
+If an internal is missing at import, zcache still imports, warns once with
+:class:`~zcache.exceptions.TensorFlowInternalsWarning` naming what no longer works, and
+falls back to the plain behaviour (listed per item below).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from .exceptions import TensorFlowInternalsWarning, ZCacheError
+
+__all__ = [
+    "EAGER_TENSOR",
+    "MISSING",
+    "eager_variable",
+    "failed_assertion_text",
+    "graph_key",
+    "is_second_order_cond_error",
+    "separately_compiled",
+    "stop_recording",
+    "tie_gradient_to_graph",
+]
+
+#: Names of the internals that could not be found (empty when all work).
+MISSING: list[str] = []
+
+
+def _missing(name: str, consequence: str) -> None:
+    MISSING.append(name)
+    warnings.warn(
+        f"zcache could not find the TensorFlow internal {name} (TensorFlow {tf.__version__}); "
+        f"{consequence} Please report this with your TensorFlow version.",
+        TensorFlowInternalsWarning,
+        stacklevel=3,
+    )
+
+
+# 1. Pausing gradient tapes -------------------------------------------------------------
+# A cache's tf.cond is stop_gradient-ed (its gradient comes from a custom gradient); a tape
+# that records the cond anyway (one open while a function is traced) makes TensorFlow build
+# the cond's gradient, which fails on the shape-relaxed value Variable.
+try:
+    from tensorflow.python.eager import record as _record
+
+    _STOP_RECORDING: Callable[[], Any] = _record.stop_recording
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _STOP_RECORDING = contextlib.nullcontext
+    _missing("tensorflow.python.eager.record.stop_recording",
+             "a GradientTape open while a function that reads a cache is traced may fail.")
+
+
+def stop_recording() -> Any:
+    """A context in which no gradient tape on this thread records operations."""
+    return _STOP_RECORDING()
+
+
+# 2. Weak gradient-registry entries -----------------------------------------------------
+# Inside a trace tf.custom_gradient registers its backward function in a global registry and
+# never removes it; the function holds the graph's tensors, so every graph that read a cache
+# would stay alive for good (~0.5 MB per traced function; a toy loop grows without bound).
+try:
+    from tensorflow.python.framework import ops as _ops
+
+    _GRADIENT_REGISTRY: dict[str, Any] | None = _ops._gradient_registry._registry
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _GRADIENT_REGISTRY = None
+    _missing("tensorflow.python.framework.ops._gradient_registry",
+             "every traced graph that reads a CachedTensor will be kept alive for good (memory grows "
+             "when many losses are built and dropped, e.g. in toy studies).")
+
+
+def tie_gradient_to_graph(result: tf.Tensor) -> None:
+    """Make the gradient ``tf.custom_gradient`` registered for ``result`` die with its graph.
+
+    The graph keeps the backward function, the registry only a weak reference, and the
+    registry entry is removed when the graph is collected.
+
+    Parameters
+    ----------
+    result : tf.Tensor
+        The output of a ``tf.custom_gradient`` function inside a trace.
+    """
+    if _GRADIENT_REGISTRY is None:  # pragma: no cover - warned at import
+        return
+    name = result.op.get_attr("_gradient_op_type").decode()
+    entry = _GRADIENT_REGISTRY[name]
+    fn = entry["type"]
+    graph = result.graph
+    kept = getattr(graph, "_zcache_gradients", None)  # graphs allow new attributes (no __dict__)
+    if kept is None:
+        kept = []
+        setattr(graph, "_zcache_gradients", kept)  # noqa: B010
+    kept.append(fn)
+    fn_ref = weakref.ref(fn)
+
+    def weak_gradient(op: Any, *grads: Any) -> Any:
+        return fn_ref()(op, *grads)
+
+    entry["type"] = weak_gradient
+    weakref.finalize(graph, _GRADIENT_REGISTRY.pop, name, None)
+
+
+# 3. Autograph: leave zcache's code alone ------------------------------------------------
+# A plain tf.function converts the Python it calls; zcache branches on Python state while
+# tracing (as zcache.function, autograph off, does) and its code breaks when converted (e.g.
+# on networkx's dispatch wrappers). Errors: autograph re-raises exceptions from converted code
+# as StagingError unless the class carries `ag_pass_through`; zcache errors keep their type.
+try:
+    from tensorflow.python.autograph.core import config as _ag_config
+
+    _ag_config.CONVERSION_RULES = (_ag_config.DoNotConvert("zcache"), *_ag_config.CONVERSION_RULES)
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _missing("tensorflow.python.autograph.core.config.CONVERSION_RULES",
+             "zcache code called from a plain tf.function (autograph on) may fail to convert.")
+ZCacheError.ag_pass_through = True
+
+
+# 4. A function that stays a separate function call inside every graph ------------------
+# A cache's miss branch is traced once and called from every graph that reads the cache;
+# inlined, each graph would copy the miss branches of every cache below, once per path.
+_NOINLINE = {"_noinline": True}
+
+
+def separately_compiled(fn: Callable[[], Any]) -> Any:
+    """``tf.function(fn)`` (autograph off) that graphs call instead of inlining it."""
+    return tf.function(fn, autograph=False, experimental_attributes=_NOINLINE)
+
+
+# 5. Variables created during a trace ----------------------------------------------------
+def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
+    """Create a ``tf.Variable`` in the eager context, even while a function is traced.
+
+    Lifting is disabled (``experimental_enable_variable_lifting``) so that creating a
+    cache's storage during the first trace does not make ``tf.function`` trace twice.
+
+    Parameters
+    ----------
+    initial_value : array_like
+        The Variable's initial value.
+    **kwargs
+        Passed on to ``tf.Variable``.
+
+    Returns
+    -------
+    tf.Variable
+        The new Variable.
+    """
+    with tf.init_scope():
+        return tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)
+
+
+# 6. The type of an eager tensor -----------------------------------------------------------
+#: ``tf.Tensor`` is an abstract base; a minimizer's hot path tests the concrete eager type.
+EAGER_TENSOR = type(tf.constant(0.0))
+
+
+def graph_key() -> int:
+    """An id of the graph being built (the eager context has one too)."""
+    return id(tf.compat.v1.get_default_graph())
+
+
+# 7. TensorFlow's error texts ----------------------------------------------------------
+# An in-graph check fails as tf.errors.InvalidArgumentError; TensorFlow wraps its message as
+# "[msg] [Condition x == y did not hold ...]" (asserts) or "msg : Tensor had NaN values".
+_TF_SUFFIX = re.compile(r"\s*: Tensor had .*$")
+
+
+def failed_assertion_text(text: str) -> str:
+    """The user message of a failed ``tf.debugging`` assertion, without TensorFlow's wrapping."""
+    return _TF_SUFFIX.sub("", text.replace("\\'", "'")).strip()
+
+
+def is_second_order_cond_error(err: Exception) -> bool:
+    """Whether ``err`` is TensorFlow refusing the second-order gradient of a shape-relaxed cond."""
+    return isinstance(err, ValueError) and "partially known TensorShape" in str(err)

@@ -1,0 +1,246 @@
+r"""Sampling: zcache's random generator and its one accept-reject sampler.
+
+Every sampler of zcache draws from one ``tf.random.Generator`` (:func:`rng`), seeded
+in place by :func:`set_seed`, so traced samplers are never retraced by a new seed.
+
+:func:`accept_reject` is the sampler of every density without an exact one: models
+(:class:`zcache.models.Model`), phase space (:class:`zcache.phasespace.DalitzKinematics`)
+and amplitude PDFs (:class:`zcache.amplitudes.AmplitudePdf`). Proposals are uniform in a
+box, optionally restricted to a region (``inside``); with a density :math:`f` and an
+envelope :math:`F \ge f` a proposal :math:`x` is kept when :math:`u F < f(x)`,
+:math:`u \sim U(0, 1)`. A batch with a proposal above the envelope is never used: the
+sample either restarts under a raised envelope (``max_raises`` times at most, as
+RooFit's accept-reject generator does) or stops with :class:`~zcache.exceptions.ModelError`.
+
+Examples
+--------
+>>> import tensorflow as tf
+>>> from zcache.sampling import accept_reject, set_seed
+>>> set_seed(1)
+>>> x = accept_reject(tf.constant(500, tf.int64), -1.0, 1.0, lambda x: 1.0 + x, 2.0)
+>>> x.shape, bool(tf.reduce_all(tf.abs(x) <= 1.0))
+(TensorShape([500]), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._graph_checks import require
+from .exceptions import ModelError
+
+__all__ = ["accept_reject", "adaptive_batch", "rng", "set_seed"]
+
+# accept-reject proposals per batch (adaptive_batch): at least _AR_MIN_BATCH, at most
+# _AR_MAX_BATCH, else sized from the acceptance rate seen so far to finish in about one more batch.
+_AR_MIN_BATCH, _AR_MAX_BATCH = 1024, 1 << 20
+
+# Created at import, eagerly: a generator created during a first trace would make
+# tf.function trace that function twice.
+with tf.init_scope():
+    _RNG = tf.random.Generator.from_non_deterministic_state()
+
+
+def rng() -> tf.random.Generator:
+    """The generator all zcache sampling draws from.
+
+    Returns
+    -------
+    tf.random.Generator
+        One generator for the process; :func:`set_seed` reseeds it in place.
+    """
+    return _RNG
+
+
+def set_seed(seed: int) -> None:
+    """Seed zcache's sampling, in place: traced samplers are not retraced.
+
+    Parameters
+    ----------
+    seed : int
+        Any integer; equal seeds give equal samples.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.models import Space, Gaussian, set_seed
+    >>> g = Gaussian(Space("x", -3.0, 3.0), 0.0, 1.0)
+    >>> set_seed(7); a = g.sample(5).numpy()
+    >>> set_seed(7); b = g.sample(5).numpy()
+    >>> bool((a == b).all())
+    True
+    """
+    # reset_from_seed puts the seed in Philox's counter with key 0, so seeds s and s + 1 give
+    # the same stream shifted by one block; a SeedSequence spreads seeds over key and counter.
+    state = np.random.SeedSequence(int(seed)).generate_state(3, dtype=np.uint64).view(np.int64)
+    rng().reset(tf.constant(state))
+
+
+def adaptive_batch(n: tf.Tensor, accepted: tf.Tensor, proposed: tf.Tensor) -> tf.Tensor:
+    """The default batch size of :func:`accept_reject`: enough to finish in about one more batch.
+
+    Parameters
+    ----------
+    n : int64 tensor
+        The number of events wanted.
+    accepted : int64 tensor
+        Events accepted so far (since the last raise of the envelope).
+    proposed : int64 tensor
+        Proposals made so far (since the last raise of the envelope).
+
+    Returns
+    -------
+    int64 tensor
+        1.2 times the proposals the missing events need at the acceptance rate seen so far
+        (twice the proposals so far while none was accepted), at least ``2 n``, clipped to
+        [1024, 2**20].
+    """
+    need = tf.cast(n - accepted, tf.float64)
+    rate = tf.cast(accepted, tf.float64) / tf.maximum(tf.cast(proposed, tf.float64), 1.0)
+    guess = tf.where(accepted > 0, 1.2 * need / tf.maximum(rate, 1e-300), 2.0 * tf.cast(proposed, tf.float64))
+    guess = tf.maximum(guess, 2.0 * tf.cast(n, tf.float64))
+    return tf.cast(tf.clip_by_value(guess, _AR_MIN_BATCH, _AR_MAX_BATCH), tf.int64)
+
+
+def accept_reject(
+    n: Any,
+    lower: float | Sequence[float],
+    upper: float | Sequence[float],
+    density: Callable[[tf.Tensor], tf.Tensor] | None = None,
+    envelope: Any = None,
+    *,
+    inside: Callable[[tf.Tensor], tf.Tensor] | None = None,
+    batch: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
+    raise_factor: float = 1.0,
+    max_raises: int = 0,
+    over_message: str = "accept-reject sampling: the density exceeded the envelope.",
+    nonfinite_message: str | None = None,
+) -> tf.Tensor:
+    r"""``n`` events by accept-reject from uniform proposals in a box (eager or inside a trace).
+
+    Each batch draws, per coordinate in turn, ``batch(n, accepted, proposed)`` uniform
+    proposals in ``[lower, upper]``, drops those outside ``inside`` (if given) and, with a
+    density, draws one :math:`u \sim U(0, 1)` per remaining proposal and keeps those with
+    ``u * envelope < density(x)``. Without a density every proposal left is kept (a uniform
+    sample of the region). The random stream depends only on the seed (:func:`set_seed`),
+    the arguments and the density's values.
+
+    A batch whose largest density is above the envelope (or NaN) is never used. Up to
+    ``max_raises`` times per call everything accepted so far is discarded, the envelope
+    becomes ``raise_factor`` times that largest density, and the sample starts again, so
+    every event comes from proposals under the final envelope; once more raises
+    :class:`~zcache.exceptions.ModelError` with ``over_message``.
+
+    Parameters
+    ----------
+    n : int or int64 tensor
+        The number of events.
+    lower, upper : float or sequence of float
+        The box of the proposals: numbers give events of shape (n,), sequences of ``d``
+        numbers events of shape (n, d).
+    density : callable, optional
+        ``density(x)`` for proposals ``x`` of shape (m,) or (m, d): a non-negative float64
+        tensor of shape (m,). ``None``: accept every proposal inside the region.
+    envelope : float or float64 tensor, optional
+        An upper bound of ``density`` (needed with a density).
+    inside : callable, optional
+        ``inside(x)``: a bool tensor of shape (m,), where proposals are allowed (e.g. the
+        Dalitz boundary inside its bounding box).
+    batch : callable, optional
+        ``batch(n, accepted, proposed) -> int64 tensor``, the proposals of the next batch;
+        default :func:`adaptive_batch`.
+    raise_factor : float
+        The new envelope, in units of the largest density seen, after a raise.
+    max_raises : int
+        How often the envelope may be raised in one call; 0 refuses any density above it.
+    over_message : str
+        The message of the ModelError raised past ``max_raises``.
+    nonfinite_message : str, optional
+        If given, a NaN or infinite density raises ModelError with this message first.
+
+    Returns
+    -------
+    tf.Tensor
+        float64, shape (n,) or (n, d).
+
+    Raises
+    ------
+    ModelError
+        The density exceeded the envelope more than ``max_raises`` times, or is not finite
+        (with ``nonfinite_message``). Inside a trace the checks fail when the graph runs
+        and ``zcache.function`` raises the same error.
+
+    Examples
+    --------
+    A uniform sample of the unit disc, then a density :math:`1 + x` on [-1, 1] under
+    the envelope 2:
+
+    >>> import tensorflow as tf
+    >>> from zcache.sampling import accept_reject, set_seed
+    >>> set_seed(3)
+    >>> disc = accept_reject(100, [-1.0, -1.0], [1.0, 1.0], inside=lambda x: tf.reduce_sum(x * x, axis=1) <= 1.0)
+    >>> disc.shape, bool(tf.reduce_all(tf.reduce_sum(disc * disc, axis=1) <= 1.0))
+    (TensorShape([100, 2]), True)
+    >>> x = accept_reject(2000, -1.0, 1.0, lambda x: 1.0 + x, 2.0)
+    >>> bool(abs(float(tf.reduce_mean(x)) - 1.0 / 3.0) < 0.05)       # E[x] = 1/3
+    True
+    """
+    n = tf.cast(n, tf.int64)
+    columns = np.ndim(lower) > 0
+    lows = [float(v) for v in np.atleast_1d(lower)]
+    highs = [float(v) for v in np.atleast_1d(upper)]
+    if len(lows) != len(highs):
+        raise ValueError(f"accept_reject: lower {lower!r} and upper {upper!r} differ in length.")
+    if density is not None and envelope is None:
+        raise ValueError("accept_reject: a density needs an envelope (an upper bound of it).")
+    batch = adaptive_batch if batch is None else batch
+    gen = rng()
+    zero = tf.constant(0, tf.int64)
+    start = tf.constant(np.inf, tf.float64) if envelope is None else tf.convert_to_tensor(envelope, tf.float64)
+
+    def body(count, parts, i, offset, written, proposed, fmax, raises):
+        size = batch(n, count, proposed)
+        draws = [gen.uniform([size], lo, hi, dtype=tf.float64) for lo, hi in zip(lows, highs, strict=True)]
+        x = tf.stack(draws, axis=1) if columns else draws[0]
+        if inside is not None:
+            x = tf.boolean_mask(x, inside(x))
+        over = tf.constant(False)
+        new_raises = raises
+        if density is None:
+            keep = x
+        else:
+            u = gen.uniform(tf.shape(x)[:1], 0.0, 1.0, dtype=tf.float64) * fmax
+            f = tf.broadcast_to(tf.convert_to_tensor(density(x), tf.float64), tf.shape(x)[:1])  # a constant: a scalar
+            top = tf.reduce_max(tf.concat([f, tf.zeros([1], tf.float64)], 0))  # an empty batch: 0
+            over = tf.logical_not(top <= fmax)  # NaN counts as over: refused below
+            new_raises = raises + tf.cast(over, tf.int32)
+            checks = [] if nonfinite_message is None else require(tf.math.is_finite(top), ModelError, nonfinite_message)
+            checks = checks + require(new_raises <= max_raises, ModelError, over_message)
+            with tf.control_dependencies(checks):
+                keep = tf.boolean_mask(x, tf.logical_and(tf.logical_not(over), u < f))
+            fmax = tf.where(over, raise_factor * top, fmax)
+        taken = tf.shape(keep, out_type=tf.int64)[0]
+        # above the envelope: discard everything accepted so far, raise it, start again
+        return (
+            tf.where(over, zero, count + taken),
+            parts.write(i, keep),
+            i + 1,
+            tf.where(over, written + taken, offset),
+            written + taken,
+            tf.where(over, zero, proposed + size),
+            fmax,
+            new_raises,
+        )
+
+    shape = [None, len(lows)] if columns else [None]
+    parts = tf.TensorArray(tf.float64, size=0, dynamic_size=True, infer_shape=False, element_shape=shape)
+    _, parts, _, offset, *_ = tf.while_loop(
+        lambda count, *_: count < n,
+        body,
+        [zero, parts, tf.constant(0), zero, zero, zero, start, tf.constant(0)],
+    )
+    return parts.concat()[offset:offset + n]

@@ -1,0 +1,21 @@
+"""The types zcache's functions return, for annotations and ``isinstance`` checks.
+
+Examples
+--------
+>>> import zcache
+>>> from zcache.types import Function, Restorer
+>>> mu = zcache.Parameter("mu_types", 1.0)
+>>> isinstance(mu.set_value(2.0), Restorer)
+True
+>>> isinstance(zcache.function(lambda: mu.value()), Function)
+True
+"""
+
+from __future__ import annotations
+
+from ._function import Function
+from ._mode import IDENTIFIERS
+from ._precompute import NodeReport, Precomputable, PrecomputeReport
+from ._restorer import Restorer
+
+__all__ = ["IDENTIFIERS", "Function", "NodeReport", "PrecomputeReport", "Precomputable", "Restorer"]
