@@ -23,8 +23,39 @@ Examples
 from __future__ import annotations
 
 import os as _os
+import sys as _sys
 
-_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+def _import_tensorflow_quietly() -> None:
+    """Import TensorFlow without its start-up lines on stderr (absl, oneDNN, CPU features).
+
+    TensorFlow's C++ code writes them to file descriptor 2 before any log level applies, so
+    the descriptor points to the null device for the import. Set ``ZCACHE_TF_LOGS=1`` to
+    keep TensorFlow's C++ and Python logs as TensorFlow sets them; an explicit
+    ``TF_CPP_MIN_LOG_LEVEL`` is respected. Nothing changes if TensorFlow was imported before.
+    """
+    if "tensorflow" in _sys.modules or _os.environ.get("ZCACHE_TF_LOGS"):
+        return
+    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        saved = _os.dup(2)
+    except OSError:  # no stderr descriptor (an embedded interpreter): nothing to silence
+        saved = None
+    try:
+        if saved is not None:
+            _sys.stderr.flush()
+            null = _os.open(_os.devnull, _os.O_WRONLY)
+            _os.dup2(null, 2)
+            _os.close(null)
+        import tensorflow
+    finally:
+        if saved is not None:
+            _os.dup2(saved, 2)
+            _os.close(saved)
+    tensorflow.get_logger().setLevel("ERROR")  # TensorFlow's Python warnings: ZCACHE_TF_LOGS=1 keeps them
+
+
+_import_tensorflow_quietly()
 
 from . import _tf_internals  # noqa: E402,F401  (TensorFlow hooks, set once at import)
 from . import exceptions as exceptions  # noqa: E402

@@ -15,7 +15,6 @@ at substituted inputs.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,6 +33,7 @@ from .exceptions import (
     IllegalInGraphModeError,
     InvalidDependencyError,
     UndeclaredDependencyWarning,
+    warn_at_user_code,
 )
 
 __all__ = ["CachedTensor", "drop_compiled", "invalidate_eagerly"]
@@ -280,12 +280,11 @@ class CachedTensor(TensorLike):
             missing = [r for r in reads if not _is_ancestor(r, self._deps)]
             if missing:
                 self._warned = True
-                warnings.warn(
+                warn_at_user_code(
                     f"CachedTensor '{self.name}' read {[m.name for m in missing]}, which are not "
                     "in its declared deps; they were added so that the cache cannot go stale. "
                     "Declare them, or pass deps=None to discover dependencies automatically.",
                     UndeclaredDependencyWarning,
-                    stacklevel=5,
                 )
         self._add_deps(reads)
         return out

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import types
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,7 +32,7 @@ from ._mode import IDENTIFIERS, get_autograd_mode, traces
 from ._parameter import backing_variable, refresh_mirrors, undo_graph_writes
 from ._tf_internals import EAGER_TENSOR
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
-from .exceptions import RetracingWarning, UnknownIdentifierError
+from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
 
 __all__ = ["Function", "clear_graph_cache", "drop_traces", "function"]
 
@@ -115,12 +114,11 @@ class Function:
             return call_eagerly(self.python_function, *args, **kwargs)
         out = self._call_graph(args, kwargs)
         if self._live_traces > self.max_traces:
-            warnings.warn(
+            warn_at_user_code(
                 f"{self!r} has traced {self._live_traces} graphs (bound {self.max_traces}); they "
                 "were dropped. Retracing usually means Python numbers or new objects are passed "
                 "as arguments: pass tensors, or keep changing values in zcache.Parameter/Data.",
                 RetracingWarning,
-                stacklevel=2,
             )
             self.reset()
         return out

@@ -11,6 +11,10 @@ mode policy) exactly as it was before the call.
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 __all__ = [
     "ZCacheError",
     "ParameterValueError",
@@ -35,6 +39,7 @@ __all__ = [
     "RetracingWarning",
     "TensorFlowInternalsWarning",
     "UndeclaredDependencyWarning",
+    "warn_at_user_code",
 ]
 
 
@@ -137,3 +142,42 @@ class TensorFlowInternalsWarning(ZCacheWarning):
 
 class UndeclaredDependencyWarning(ZCacheWarning):
     """A cached function read a zcache object that is missing from its declared ``deps``."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _internal(filename: str) -> bool:
+    """Whether a frame's file belongs to zcache or TensorFlow (not the user's code)."""
+    return filename.startswith(_PACKAGE_DIR) or f"{os.sep}tensorflow{os.sep}" in filename \
+        or filename.startswith("<frozen")
+
+
+def warn_at_user_code(message: str, category: type[Warning]) -> None:
+    """Issue a warning attributed to the first frame outside zcache and TensorFlow.
+
+    A warning raised deep inside zcache (e.g. while a cache computes inside a traced
+    function) then points at the line of the user's code that led to it.
+
+    Parameters
+    ----------
+    message : str
+        The warning text.
+    category : type
+        The warning class.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_at_user_code("look here", ZCacheWarning)
+    >>> caught[0].filename.endswith("exceptions.py")
+    False
+    """
+    frame = sys._getframe(1)  # noqa: SLF001 - the documented way to walk the caller's stack
+    level = 2
+    while frame is not None and _internal(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
