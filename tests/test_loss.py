@@ -326,6 +326,75 @@ def test_gaussian_constraint_validation(params, observed, sigma):
         GaussianConstraint(params or [zcache.Parameter("p", 1.0)], observed, sigma)
 
 
+COV3 = np.array([[0.04, 0.018, -0.01], [0.018, 0.09, 0.03], [-0.01, 0.03, 0.25]])
+
+
+def test_gaussian_constraint_with_covariance_against_numpy_and_scipy():
+    """1/2 d^T C^-1 d; differences equal those of -multivariate_normal.logpdf; gradient C^-1 d."""
+    zcache.set_graph_mode(False)  # restored by the autouse fixture
+    ps = [zcache.Parameter(f"cc{i}", v) for i, v in enumerate([0.1, -0.2, 0.4])]
+    mu = np.array([0.0, 0.1, 0.3])
+    con = GaussianConstraint(ps, mu, cov=COV3)
+    ref = scipy.stats.multivariate_normal(mean=mu, cov=COV3)
+    rng = np.random.default_rng(4)
+    first = None
+    for theta in rng.multivariate_normal(mu, COV3, size=5):
+        zcache.set_values(ps, theta)
+        d = theta - mu
+        value = float(con.value())
+        np.testing.assert_allclose(value, 0.5 * d @ np.linalg.solve(COV3, d), rtol=1e-12)
+        if first is None:
+            first = (value, ref.logpdf(theta))
+        else:
+            np.testing.assert_allclose(value - first[0], -(ref.logpdf(theta) - first[1]), rtol=1e-10, atol=1e-12)
+        grad = zcache.gradient(con.value, ps)
+        np.testing.assert_allclose(np.array(grad, dtype=float), np.linalg.solve(COV3, d), rtol=1e-10)
+    # a diagonal cov is the sigma form
+    diag = GaussianConstraint(ps, mu, cov=np.diag([0.04, 0.09, 0.25]))
+    np.testing.assert_allclose(float(diag.value()), float(GaussianConstraint(ps, mu, [0.2, 0.3, 0.5]).value()),
+                               rtol=1e-12)
+    assert con.observed is con.mu and np.allclose(con.sigma, [0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({}, "exactly one"),
+    ({"sigma": [0.1, 0.1], "cov": np.eye(2)}, "exactly one"),
+    ({"cov": np.eye(3)}, "shape"),
+    ({"cov": [[1.0, 0.5], [0.4, 1.0]]}, "symmetric"),
+    ({"cov": [[1.0, 2.0], [2.0, 1.0]]}, "positive definite"),
+    ({"cov": [[1.0, 0.0], [0.0, 0.0]]}, "positive definite"),
+    ({"cov": [[1.0, np.nan], [np.nan, 1.0]]}, "NaN"),
+])
+def test_gaussian_constraint_covariance_validation(kwargs, match):
+    """Neither or both of sigma/cov, a wrong shape, asymmetric or not positive definite: ModelError."""
+    ps = [zcache.Parameter("cv_a", 0.0), zcache.Parameter("cv_b", 0.0)]
+    with pytest.raises(ModelError, match=match):
+        GaussianConstraint(ps, [0.0, 0.0], **kwargs)
+
+
+def test_fit_with_a_correlated_constraint():
+    """A Gaussian mean measured by data plus a correlated constraint on (mean, b): the linear-algebra optimum."""
+    from zcache.minimize import Minuit
+
+    x = np.random.default_rng(12).normal(0.3, 1.0, 400)
+    mean = zcache.Parameter("cfit_mu", 0.0, lower=-3.0, upper=3.0)
+    b = zcache.Parameter("cfit_b", 0.0, lower=-3.0, upper=3.0)
+    mu0, cov = np.array([0.1, 0.5]), np.array([[0.01, 0.008], [0.008, 0.04]])
+    loss = UnbinnedNLL(Gaussian(Space("x", -12.0, 12.0), mean, 1.0), zcache.Data(x),
+                       constraints=[GaussianConstraint([mean, b], mu0, cov=cov)])
+    result = Minuit(tol=1e-6).minimize(loss)
+    # NLL = 1/2 N (mu - xbar)^2 + 1/2 d^T C^-1 d (+ const): a quadratic with Hessian H = A + C^-1
+    a = np.diag([len(x), 0.0])
+    hess = a + np.linalg.inv(cov)
+    best = np.linalg.solve(hess, a @ [x.mean(), 0.0] + np.linalg.solve(cov, mu0))
+    assert result.valid
+    errors = np.sqrt(np.diag(np.linalg.inv(hess)))
+    # within Minuit's tolerance: EDM < 2e-3 * tol * errordef, so much less than 1e-3 sigma
+    assert np.all(np.abs([result.values["cfit_mu"] - best[0], result.values["cfit_b"] - best[1]]) < 1e-3 * errors)
+    np.testing.assert_allclose(result.covariance, np.linalg.inv(hess), rtol=1e-4)
+    assert abs(result.covariance[0, 1]) > 1e-4  # the constraint's correlation carries over to b
+
+
 # -- errors ----------------------------------------------------------------------------------
 def test_construction_errors():
     """Wrong model/data/extension/columns raise ModelError; events outside the space DataRangeError."""

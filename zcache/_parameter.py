@@ -12,6 +12,8 @@ previous value on exit.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from ._tf_internals import eager_variable
 from ._trace import journal, note_mutation, require_managed_trace
 from .exceptions import (
     DataDtypeError,
+    DataError,
     DataShapeError,
     EmptyDataError,
     IllegalInGraphModeError,
@@ -341,6 +344,264 @@ class Data(TensorLike):
         stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
         return self._var.value() if stand_in is None else stand_in
 
+    # -- construction from tables ------------------------------------------------------------
+    @classmethod
+    def from_pandas(cls, df: Any, obs: str | Sequence[str], space: Any = None, cut: Any = None,
+                    name: str | None = None) -> Data:
+        """A dataset from columns of a ``pandas.DataFrame``, optionally cut to a range and a selection.
+
+        Events outside ``space``'s range are dropped (as zfit does; the limits are inclusive,
+        like ``Space.inside``, and a NaN fails them), as are events that fail ``cut``. Every
+        check runs before the dataset is created: on an error nothing is created.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            The table, one row per event.
+        obs : str or sequence of str
+            The columns to load, in this order; they become the dataset's ``obs``.
+        space : object, optional
+            A range, e.g. a :class:`zcache.models.Space`: anything with ``obs`` (names, each
+            among ``obs``) and ``lower`` / ``upper`` (a limit per observable).
+        cut : str or array_like of bool, optional
+            A selection: a boolean mask, one entry per row, or an expression in the syntax of
+            ``pandas.DataFrame.query`` over any columns of ``df`` (e.g. ``"y > 0 and z < 1"``;
+            ``@variable`` references are not supported).
+        name : str, optional
+            The dataset's name (default ``"data"``).
+
+        Returns
+        -------
+        Data
+            The selected events, columns in the order of ``obs``.
+
+        Raises
+        ------
+        DataShapeError
+            A column in ``obs``, ``space.obs`` or ``cut`` is missing (named in the message), or
+            the mask has the wrong length.
+        EmptyDataError
+            No event is left after the range and the cut.
+        DataError, DataDtypeError, InvalidDataError
+            A cut that cannot be evaluated or is not boolean; columns that are not numeric or hold
+            NaN / infinities among the selected events.
+
+        Examples
+        --------
+        >>> import pandas as pd, zcache
+        >>> from zcache.models import Space
+        >>> df = pd.DataFrame({"x": [0.5, 1.5, 2.5, 3.5], "w": [1, 0, 1, 1]})
+        >>> data = zcache.Data.from_pandas(df, "x", space=Space("x", 0.0, 3.0), cut="w == 1")
+        >>> data.obs, data.numpy().tolist()
+        (('x',), [0.5, 2.5])
+        """
+        if not hasattr(df, "columns") or not hasattr(df, "__getitem__"):
+            raise TypeError(f"Data.from_pandas takes a pandas.DataFrame, got {type(df).__name__}.")
+        lookup = {str(c): c for c in df.columns}
+        available = list(lookup)
+        n = len(df)
+
+        def column(c: str) -> np.ndarray:
+            return df[lookup[c]].to_numpy()
+
+        return cls._from_columns(available, n, column, obs, space, cut, name, "the DataFrame")
+
+    @classmethod
+    def from_numpy(cls, structured_array: Any, obs: str | Sequence[str], space: Any = None, cut: Any = None,
+                   name: str | None = None) -> Data:
+        """A dataset from fields of a numpy structured (record) array.
+
+        Events outside ``space``'s range are dropped (as zfit does; limits inclusive), as are
+        events that fail ``cut``; on an error nothing is created. For a plain 2-D array use
+        ``zcache.Data(array, obs=[...])``.
+
+        Parameters
+        ----------
+        structured_array : numpy.ndarray
+            A 1-D array with named fields, one entry per event.
+        obs : str or sequence of str
+            The fields to load, in this order; they become the dataset's ``obs``.
+        space : object, optional
+            A range, e.g. a :class:`zcache.models.Space`: anything with ``obs`` (each among
+            ``obs``) and ``lower`` / ``upper``.
+        cut : str or array_like of bool, optional
+            A boolean mask, or an expression in the syntax of ``pandas.DataFrame.query`` over any
+            fields (needs pandas).
+        name : str, optional
+            The dataset's name (default ``"data"``).
+
+        Returns
+        -------
+        Data
+            The selected events, columns in the order of ``obs``.
+
+        Raises
+        ------
+        DataShapeError
+            Not a 1-D structured array, or a field in ``obs``, ``space.obs`` or ``cut`` is missing
+            (named in the message).
+        EmptyDataError
+            No event is left after the range and the cut.
+        DataError, DataDtypeError, InvalidDataError
+            As for :meth:`from_pandas`.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space
+        >>> table = np.array([(0.5, 1.0), (1.5, -1.0), (9.0, 2.0)], dtype=[("x", "f8"), ("y", "f8")])
+        >>> data = zcache.Data.from_numpy(table, ["y", "x"], space=Space("x", 0.0, 3.0), cut=table["y"] > 0)
+        >>> data.obs, data.numpy().tolist()
+        (('y', 'x'), [[1.0, 0.5]])
+        """
+        arr = np.asarray(structured_array)
+        if arr.dtype.names is None or arr.ndim != 1:
+            raise DataShapeError(
+                f"Data.from_numpy takes a 1-D structured array (named fields), got dtype {arr.dtype} and "
+                f"shape {arr.shape}; nothing created. For a plain array use zcache.Data(array, obs=[...])."
+            )
+        return cls._from_columns(list(arr.dtype.names), len(arr), lambda c: arr[c], obs, space, cut, name,
+                                 "the structured array")
+
+    @classmethod
+    def from_root(cls, path: Any, tree: str, obs: str | Sequence[str], space: Any = None, cut: Any = None,
+                  name: str | None = None) -> Data:
+        """A dataset from branches of a ROOT ``TTree`` (read with uproot, ``pip install zcache[root]``).
+
+        Only the branches in ``obs`` (and those a string ``cut`` names) are read. Events outside
+        ``space``'s range are dropped (as zfit does; limits inclusive), as are events that fail
+        ``cut``; on an error nothing is created.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ROOT file.
+        tree : str
+            The tree's path inside the file (e.g. ``"events"`` or ``"dir/events"``).
+        obs : str or sequence of str
+            The branches to load (flat numeric branches), in this order; they become ``obs``.
+        space : object, optional
+            A range, e.g. a :class:`zcache.models.Space`: anything with ``obs`` (each among
+            ``obs``) and ``lower`` / ``upper``.
+        cut : str or array_like of bool, optional
+            A boolean mask, or an expression in the syntax of ``pandas.DataFrame.query`` over any
+            branches (needs pandas; not uproot's own cut syntax).
+        name : str, optional
+            The dataset's name (default ``"data"``).
+
+        Returns
+        -------
+        Data
+            The selected events, columns in the order of ``obs``.
+
+        Raises
+        ------
+        ImportError
+            uproot is not installed.
+        DataError
+            ``tree`` is not a tree in the file.
+        DataShapeError
+            A branch in ``obs``, ``space.obs`` or ``cut`` is missing (named in the message).
+        EmptyDataError
+            No event is left after the range and the cut.
+        DataDtypeError, InvalidDataError
+            A branch is jagged or not numeric, or holds NaN / infinities among the selected events.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, uproot, zcache
+        >>> path = os.path.join(tempfile.mkdtemp(), "events.root")
+        >>> with uproot.recreate(path) as f:
+        ...     f["t"] = {"x": np.array([0.5, 1.5, 4.0]), "y": np.array([1.0, 2.0, 3.0])}
+        >>> zcache.Data.from_root(path, "t", "x", cut="y < 2.5").numpy().tolist()
+        [0.5, 1.5]
+        """
+        try:
+            import uproot
+        except ImportError as err:
+            raise ImportError(
+                "Data.from_root reads ROOT files with uproot, which is not installed: pip install zcache[root]"
+            ) from err
+        with uproot.open(path) as file:
+            try:
+                ttree = file[tree]
+            except KeyError as err:
+                raise DataError(
+                    f"Data.from_root: no tree '{tree}' in {path}; the file holds {list(file.keys(cycle=False))}. "
+                    "Nothing created."
+                ) from err
+            if not hasattr(ttree, "arrays") or not hasattr(ttree, "num_entries"):
+                raise DataError(f"Data.from_root: '{tree}' in {path} is not a TTree ({type(ttree).__name__}).")
+            available = [str(k) for k in ttree.keys()]
+            needed = list(dict.fromkeys([*_names(obs, "obs"), *_names(getattr(space, "obs", ()), "space.obs"),
+                                         *_cut_columns(cut, available)]))
+            missing = [c for c in needed if c not in available]
+            if missing:  # before reading anything
+                cls._missing(missing, available, f"tree '{tree}' of {path}")
+            arrays = ttree.arrays(needed, library="np") if needed else {}
+            n = int(ttree.num_entries)
+        return cls._from_columns(needed, n, lambda c: arrays[c], obs, space, cut, name, f"tree '{tree}' of {path}")
+
+    @staticmethod
+    def _missing(missing: list[str], available: list[str], source: str) -> None:
+        raise DataShapeError(
+            f"Column(s) {missing} not in {source}; nothing created. Available: {available}."
+        )
+
+    @classmethod
+    def _from_columns(cls, available: list[str], n: int, column: Any, obs: Any, space: Any, cut: Any,
+                      name: str | None, source: str) -> Data:
+        """The shared part of the ``from_*`` constructors: check names, select, build."""
+        name = name or "data"
+        obs_names = _names(obs, "obs")
+        if not obs_names or len(set(obs_names)) != len(obs_names):
+            raise DataShapeError(f"Data '{name}': obs={obs!r} must name at least one column, each once.")
+        space_obs: tuple[str, ...] = ()
+        if space is not None:
+            if not all(hasattr(space, a) for a in ("obs", "lower", "upper")):
+                raise TypeError(f"Data '{name}': space must have obs, lower and upper (a zcache.models.Space), "
+                                f"got {space!r}.")
+            space_obs = _names(space.obs, "space.obs")
+        missing = [c for c in dict.fromkeys([*obs_names, *space_obs, *_cut_columns(cut, available)])
+                   if c not in available]
+        if missing:
+            cls._missing(missing, available, source)
+        if space_obs and not set(space_obs) <= set(obs_names):
+            raise DataShapeError(
+                f"Data '{name}': the space's observables {list(space_obs)} must be among obs={list(obs_names)}."
+            )
+        keep = np.ones(n, dtype=bool)
+        if space is not None:
+            lower = np.broadcast_to(np.asarray(space.lower, dtype=float), (len(space_obs),))
+            upper = np.broadcast_to(np.asarray(space.upper, dtype=float), (len(space_obs),))
+            for o, lo, hi in zip(space_obs, lower, upper, strict=True):
+                values = np.asarray(column(o))
+                if values.dtype.kind not in "biuf":
+                    raise DataDtypeError(f"Data '{name}': column '{o}' has dtype {values.dtype}, not numeric.")
+                keep &= (values >= lo) & (values <= hi)
+        in_range = int(keep.sum())
+        if cut is not None:
+            keep &= _cut_mask(cut, available, n, column, name)
+        if not keep.any():
+            steps = [f"{n} read"] + ([f"{in_range} inside the space's range"] if space is not None else []) \
+                + (["0 after the cut"] if cut is not None else [])
+            raise EmptyDataError(
+                f"Data '{name}': no event of {source} is left ({', '.join(steps)}); nothing created. "
+                "Check the range and the cut."
+            )
+        cols = []
+        for o in obs_names:
+            values = np.asarray(column(o))
+            if values.ndim != 1:
+                raise DataDtypeError(f"Data '{name}': column '{o}' is not one number per event (shape "
+                                     f"{values.shape}); flatten it or pick one element first.")
+            if values.dtype.kind == "O":
+                raise DataDtypeError(f"Data '{name}': column '{o}' holds objects (a jagged or text column); "
+                                     "load flat numeric columns.")
+            cols.append(values[keep])
+        arr = cols[0] if len(cols) == 1 else np.column_stack(cols)
+        return cls(arr, name=name, obs=obs_names)
+
     def _checked(self, arr: np.ndarray) -> np.ndarray:
         if arr.ndim != 1 + len(self.event_shape) or tuple(arr.shape[1:]) != self.event_shape:
             raise DataShapeError(
@@ -535,6 +796,54 @@ def set_vector_in_graph(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
         ParameterValueError, f"a value for one of ({names}) is NaN or outside its limits; all unchanged."))
     for i, p in enumerate(params):
         p._write_in_graph(x[i], [check])
+
+
+def _names(obs: Any, what: str) -> tuple[str, ...]:
+    """``obs`` (a name or a sequence of names) as a tuple of str."""
+    names = (obs,) if isinstance(obs, str) else tuple(obs)
+    if not all(isinstance(o, str) for o in names):
+        raise DataShapeError(f"{what}={obs!r} must be a column name or a sequence of column names.")
+    return names
+
+
+_IDENTIFIER = re.compile(r"`([^`]+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
+
+
+def _cut_columns(cut: Any, available: list[str]) -> list[str]:
+    """The columns a string cut names (identifiers that are columns, and back-quoted names)."""
+    if not isinstance(cut, str):
+        return []
+    names = [quoted or plain for quoted, plain in _IDENTIFIER.findall(cut)]
+    return [c for c in dict.fromkeys(names) if c in available]
+
+
+def _cut_mask(cut: Any, available: list[str], n: int, column: Any, name: str) -> np.ndarray:
+    """``cut`` (a mask or a ``DataFrame.query`` expression) as a boolean array of length ``n``."""
+    if isinstance(cut, str):
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise ImportError(f"Data '{name}': a string cut is evaluated with pandas, which is not installed: "
+                              "pip install zcache[pandas] (or pass a boolean mask).") from err
+        frame = pd.DataFrame({c: column(c) for c in _cut_columns(cut, available)}, index=pd.RangeIndex(n))
+        try:
+            mask = frame.eval(cut)
+        except NameError as err:  # pandas' UndefinedVariableError: a name that is no column
+            raise DataShapeError(f"Data '{name}': the cut {cut!r} names a missing column ({err}); nothing "
+                                 f"created. Available: {available}.") from err
+        except Exception as err:  # noqa: BLE001 -- pandas raises many types for a bad expression
+            raise DataError(f"Data '{name}': the cut {cut!r} cannot be evaluated ({type(err).__name__}: "
+                            f"{err}); nothing created.") from err
+        mask = np.asarray(mask)
+    else:
+        mask = np.asarray(cut)
+    if mask.dtype != np.bool_:
+        raise DataDtypeError(f"Data '{name}': the cut must be boolean (a mask or a condition), got dtype "
+                             f"{mask.dtype}; nothing created.")
+    if mask.shape != (n,):
+        raise DataShapeError(f"Data '{name}': the cut mask has shape {mask.shape}, the table {n} rows; "
+                             "nothing created.")
+    return mask
 
 
 def _as_array(array: Any, name: str) -> np.ndarray:

@@ -69,21 +69,31 @@ def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
 
 
 class GaussianConstraint:
-    r"""A Gaussian penalty :math:`\tfrac12\sum_j ((\theta_j - \mu_j)/\sigma_j)^2` on parameters.
+    r"""A Gaussian penalty on parameters: independent widths or a covariance matrix.
+
+    The penalty is :math:`\tfrac12 (\theta - \mu)^T C^{-1} (\theta - \mu)`, with
+    :math:`C = \mathrm{diag}(\sigma_j^2)` for ``sigma`` (that is
+    :math:`\tfrac12\sum_j ((\theta_j - \mu_j)/\sigma_j)^2`) or :math:`C` = ``cov``: minus the
+    log of a (multivariate) normal density up to a constant. Give exactly one of ``sigma``
+    and ``cov``.
 
     Parameters
     ----------
     params : sequence of Parameter
         The constrained parameters :math:`\theta_j`.
-    observed : sequence of float
-        Their measured values :math:`\mu_j`, one per parameter.
-    sigma : sequence of float
-        Their uncertainties :math:`\sigma_j > 0`, one per parameter.
+    mu : sequence of float
+        Their measured values :math:`\mu_j`, one per parameter (also ``self.observed``).
+    sigma : sequence of float, optional
+        Their uncertainties :math:`\sigma_j > 0`, one per parameter (uncorrelated).
+    cov : array_like, optional
+        The covariance matrix :math:`C`, shape ``(n, n)`` for ``n`` parameters, symmetric and
+        positive definite (correlated measurements).
 
     Raises
     ------
     ModelError
-        Not Parameters, not one value and one sigma per parameter, or a sigma not positive.
+        Not Parameters, not one value per parameter, neither or both of ``sigma`` and ``cov``,
+        a sigma not positive, or ``cov`` not a finite symmetric positive definite matrix.
 
     Examples
     --------
@@ -92,18 +102,56 @@ class GaussianConstraint:
     >>> p = zcache.Parameter("p_c", 1.5)
     >>> float(GaussianConstraint([p], [1.0], [0.5]).value())
     0.5
+    >>> q = zcache.Parameter("q_c", 0.0)
+    >>> con = GaussianConstraint([p, q], [1.0, 0.0], cov=[[0.25, 0.1], [0.1, 1.0]])
+    >>> round(float(con.value()), 6)                     # (0.5, 0) C^-1 (0.5, 0)^T / 2
+    0.520833
     """
 
-    def __init__(self, params: Sequence[Parameter], observed: Sequence[float], sigma: Sequence[float]):
+    def __init__(self, params: Sequence[Parameter], mu: Sequence[float], sigma: Sequence[float] | None = None,
+                 cov: Any = None):
         self.params = list(params)
-        self.observed = np.asarray(observed, dtype=float)
-        self.sigma = np.asarray(sigma, dtype=float)
+        self.mu = np.asarray(mu, dtype=float)
+        n = len(self.params)
         if not all(isinstance(p, Parameter) for p in self.params):
             raise ModelError("GaussianConstraint constrains zcache.Parameter objects.")
-        if self.observed.shape != (len(self.params),) or self.sigma.shape != (len(self.params),):
-            raise ModelError("GaussianConstraint needs one observed value and one sigma per parameter.")
-        if not (self.sigma > 0).all():
-            raise ModelError(f"GaussianConstraint: every sigma must be positive, got {self.sigma}.")
+        if self.mu.shape != (n,):
+            raise ModelError(f"GaussianConstraint needs one value mu per parameter ({n}), got shape {self.mu.shape}.")
+        if (sigma is None) == (cov is None):
+            raise ModelError("GaussianConstraint takes exactly one of sigma (independent widths) and cov "
+                             "(a covariance matrix).")
+        if sigma is not None:
+            self.sigma = np.asarray(sigma, dtype=float)
+            if self.sigma.shape != (n,):
+                raise ModelError(f"GaussianConstraint needs one sigma per parameter ({n}), got shape {self.sigma.shape}.")
+            if not (np.isfinite(self.sigma).all() and (self.sigma > 0).all()):
+                raise ModelError(f"GaussianConstraint: every sigma must be positive and finite, got {self.sigma}.")
+            self.cov = np.diag(self.sigma**2)
+            self._inv_cov = None
+        else:
+            self.cov = np.asarray(cov, dtype=float)
+            if self.cov.shape != (n, n):
+                raise ModelError(f"GaussianConstraint: cov must have shape ({n}, {n}) for {n} parameters, "
+                                 f"got {self.cov.shape}.")
+            if not np.isfinite(self.cov).all():
+                raise ModelError("GaussianConstraint: cov has NaN or infinite entries.")
+            if not np.allclose(self.cov, self.cov.T, rtol=1e-10, atol=0.0):
+                raise ModelError(f"GaussianConstraint: cov must be symmetric, got {self.cov.tolist()}.")
+            try:
+                chol = np.linalg.cholesky(self.cov)
+            except np.linalg.LinAlgError as err:
+                raise ModelError(f"GaussianConstraint: cov must be positive definite (its eigenvalues are "
+                                 f"{np.linalg.eigvalsh(self.cov).tolist()}).") from err
+            self.sigma = np.sqrt(np.diag(self.cov))
+            # C^-1 from the Cholesky factor; symmetrized so the penalty's Hessian is exactly symmetric.
+            inv_chol = np.linalg.inv(chol)
+            inv = inv_chol.T @ inv_chol
+            self._inv_cov = 0.5 * (inv + inv.T)
+
+    @property
+    def observed(self) -> np.ndarray:
+        """The measured values ``mu`` (its former name)."""
+        return self.mu
 
     def value(self) -> tf.Tensor:
         """The penalty at the current parameter values.
@@ -114,7 +162,10 @@ class GaussianConstraint:
             float64 scalar.
         """
         values = tf.stack([p.value() for p in self.params])
-        return 0.5 * tf.reduce_sum(tf.square((values - self.observed) / self.sigma))
+        if self._inv_cov is None:
+            return 0.5 * tf.reduce_sum(tf.square((values - self.mu) / self.sigma))
+        delta = values - self.mu
+        return 0.5 * tf.reduce_sum(delta * tf.linalg.matvec(tf.constant(self._inv_cov, tf.float64), delta))
 
 
 class BaseLoss:

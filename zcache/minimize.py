@@ -40,10 +40,11 @@ Examples
 from __future__ import annotations
 
 import functools
+import html
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 import iminuit
@@ -177,6 +178,14 @@ class FitResult:
     :meth:`minos` and :meth:`profile` evaluate the loss in the state it had at this fit
     (parameters and data) and leave every parameter as it was before the call.
 
+    A result pickles (and copies with ``copy.deepcopy``) as numbers: ``values``, ``errors``,
+    ``valid``, ``fmin``, ``edm``, ``nfcn``, ``ngrad``, ``nhessian``, ``covariance``, ``time``,
+    :attr:`names` and the MINOS intervals computed so far (:attr:`minos_errors`) survive. The
+    live objects do not: after unpickling ``params``, ``minuit`` and ``precompute`` are None,
+    and :meth:`minos` and :meth:`profile` raise :class:`~zcache.exceptions.FitError` (fit again
+    to get them back). :meth:`to_dict` and :meth:`to_pandas` give the same numbers as plain
+    Python objects and as a table.
+
     Attributes
     ----------
     values : dict of str to float
@@ -197,15 +206,28 @@ class FitResult:
         Calls of its Hessian.
     covariance : ndarray or None
         The covariance matrix (None without HESSE).
-    params : list of Parameter
-        The fitted parameters, in order.
+    params : list of Parameter or None
+        The fitted parameters, in order (None in an unpickled result: see :attr:`names`).
     time : float
         Wall time of the minimization in seconds.
-    minuit : FitMinuit or scipy.optimize.OptimizeResult
+    minuit : FitMinuit or scipy.optimize.OptimizeResult or None
         A :class:`FitMinuit` (an ``iminuit.Minuit`` whose evaluating methods restore the
-        parameters), for MINOS, profiles, plots (for :class:`Scipy`: scipy's ``OptimizeResult``).
+        parameters), for MINOS, profiles, plots (for :class:`Scipy`: scipy's ``OptimizeResult``;
+        None in an unpickled result).
     precompute : zcache.types.PrecomputeReport or None
-        The report the fit ran with (None without precompute).
+        The report the fit ran with (None without precompute, and in an unpickled result).
+
+    Examples
+    --------
+    >>> import pickle, numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.loss import UnbinnedNLL
+    >>> mu = zcache.Parameter("mu_pickle", 0.2, lower=-2.0, upper=2.0)
+    >>> x = np.random.default_rng(3).normal(0.0, 1.0, 1000)
+    >>> result = Minuit().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x)))
+    >>> copy = pickle.loads(pickle.dumps(result))
+    >>> copy.values == result.values, copy.names, copy.minuit is None
+    (True, ['mu_pickle'], True)
     """
 
     values: dict[str, float]
@@ -222,11 +244,133 @@ class FitResult:
     minuit: Any = field(repr=False, default=None)
     precompute: PrecomputeReport | None = field(repr=False, default=None)
     _state: _FitState | None = field(init=False, repr=False, default=None, compare=False)
+    # Set only in an unpickled result: what it was saved with, in place of the live objects.
+    _names: list[str] | None = field(init=False, repr=False, default=None, compare=False)
+    _minos: dict[str, MinosError] | None = field(init=False, repr=False, default=None, compare=False)
+    _minimizer: str | None = field(init=False, repr=False, default=None, compare=False)
 
     def _fit_minuit(self, what: str) -> FitMinuit:
+        if self._names is not None:
+            raise FitError(f"{what} needs the live fit, which a pickled FitResult does not keep (it keeps the "
+                           "numbers only); run the fit again.")
         if not isinstance(self.minuit, FitMinuit) or self._state is None:
             raise FitError(f"{what} needs the result of zcache.minimize.Minuit (this one has no Minuit object).")
         return self.minuit
+
+    # -- pickling: numbers only ------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        state.update(params=None, minuit=None, precompute=None, _state=None, _names=self.names,
+                     _minos=self.minos_errors, _minimizer=self.minimizer)
+        state["covariance"] = None if self.covariance is None else np.array(self.covariance, dtype=float)
+        state["values"], state["errors"] = dict(self.values), dict(self.errors)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def names(self) -> list[str]:
+        """The fitted parameters' names, in order (kept by pickling)."""
+        if self._names is not None:
+            return list(self._names)
+        return [p.name for p in self.params] if self.params is not None else list(self.values)
+
+    @property
+    def minimizer(self) -> str:
+        """``"Minuit"`` or ``"Scipy"``: which minimizer produced the result (kept by pickling)."""
+        if self._minimizer is not None:
+            return self._minimizer
+        return "Minuit" if isinstance(self.minuit, iminuit.Minuit) else "Scipy"
+
+    @property
+    def minos_errors(self) -> dict[str, MinosError]:
+        """The MINOS intervals computed so far (by :meth:`minos` or ``minuit.minos``), by name.
+
+        Kept by pickling; empty when MINOS has not run.
+        """
+        if self._minos is not None:
+            return dict(self._minos)
+        if not isinstance(self.minuit, iminuit.Minuit):
+            return {}
+        return {str(n): MinosError(float(e.lower), float(e.upper), bool(e.is_valid))
+                for n, e in self.minuit.merrors.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers of the result as plain Python objects (JSON-serializable).
+
+        Returns
+        -------
+        dict
+            ``names``, ``values`` and ``errors`` (name -> float), ``valid``, ``fmin``, ``edm``,
+            ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``covariance`` (a list
+            of rows in the order of ``names``, or None without HESSE) and ``minos`` (name ->
+            ``{"lower", "upper", "valid"}`` for the intervals computed so far).
+
+        Examples
+        --------
+        >>> import json, numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> mu = zcache.Parameter("mu_dict", 0.2, lower=-2.0, upper=2.0)
+        >>> x = np.random.default_rng(3).normal(0.0, 1.0, 1000)
+        >>> d = Minuit().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x))).to_dict()
+        >>> d["names"], d["valid"], round(d["errors"]["mu_dict"], 3), len(json.dumps(d)) > 0
+        (['mu_dict'], True, 0.032, True)
+        """
+        return {
+            "names": self.names,
+            "values": {n: float(v) for n, v in self.values.items()},
+            "errors": {n: float(v) for n, v in self.errors.items()},
+            "valid": bool(self.valid),
+            "fmin": float(self.fmin),
+            "edm": float(self.edm),
+            "nfcn": int(self.nfcn),
+            "ngrad": int(self.ngrad),
+            "nhessian": int(self.nhessian),
+            "time": float(self.time),
+            "minimizer": self.minimizer,
+            "covariance": None if self.covariance is None else np.asarray(self.covariance, dtype=float).tolist(),
+            "minos": {n: {"lower": e.lower, "upper": e.upper, "valid": e.valid} for n, e in self.minos_errors.items()},
+        }
+
+    def to_pandas(self) -> Any:
+        """The result as a one-row ``pandas.DataFrame`` (needs pandas: ``pip install zcache[pandas]``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row; columns ``<name>`` and ``<name>_err`` per parameter (as in
+            :class:`zcache.toys.ToyResult`), ``<name>_minos_lower`` / ``<name>_minos_upper`` for
+            the MINOS intervals computed so far, then ``fmin``, ``edm``, ``valid``, ``nfcn``,
+            ``time``.
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import UnbinnedNLL
+        >>> mu = zcache.Parameter("mu_pd", 0.2, lower=-2.0, upper=2.0)
+        >>> x = np.random.default_rng(3).normal(0.0, 1.0, 1000)
+        >>> df = Minuit().minimize(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x))).to_pandas()
+        >>> list(df.columns), len(df)
+        (['mu_pd', 'mu_pd_err', 'fmin', 'edm', 'valid', 'nfcn', 'time'], 1)
+        """
+        pd = _pandas("FitResult.to_pandas")
+        row: dict[str, Any] = {}
+        minos = self.minos_errors
+        for n in self.names:
+            row[n], row[f"{n}_err"] = float(self.values[n]), float(self.errors[n])
+            if n in minos:
+                row[f"{n}_minos_lower"], row[f"{n}_minos_upper"] = minos[n].lower, minos[n].upper
+        row.update(fmin=float(self.fmin), edm=float(self.edm), valid=bool(self.valid), nfcn=int(self.nfcn),
+                   time=float(self.time))
+        return pd.DataFrame([row])
 
     def _check_names(self, names: Sequence[str], what: str) -> None:
         unknown = [n for n in names if n not in self.values]
@@ -355,13 +499,57 @@ class FitResult:
             valid = np.ones(len(x), dtype=bool)
         return np.asarray(x, dtype=float), np.asarray(y, dtype=float) - self._state.fval, valid
 
+    def __copy__(self) -> FitResult:
+        # A shallow copy keeps the live objects (pickling and deepcopy keep the numbers only).
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+        """Per parameter: name, value, error, MINOS lower, MINOS upper (formatted)."""
+        minos = self.minos_errors
+        rows = []
+        for n in self.names:
+            e = minos.get(n)
+            rows.append((n, f"{self.values[n]:.6g}", f"{self.errors[n]:.3g}",
+                         "" if e is None else f"{e.lower:.3g}", "" if e is None else f"{e.upper:+.3g}"))
+        return rows
+
     def __str__(self) -> str:
-        width = max(len(p.name) for p in self.params) if self.params else 4
-        lines = [f"FitResult: valid={self.valid}  fmin={self.fmin:.6f}  edm={self.edm:.2e}  "
-                 f"nfcn={self.nfcn}  ngrad={self.ngrad}  nhessian={self.nhessian}  time={self.time:.3f}s"]
-        for p in self.params:
-            lines.append(f"  {p.name.ljust(width)}  {self.values[p.name]: .6g} +- {self.errors[p.name]:.3g}")
+        head = (f"FitResult ({self.minimizer}): valid={self.valid}  fmin={self.fmin:.6f}  edm={self.edm:.2e}  "
+                f"nfcn={self.nfcn}  ngrad={self.ngrad}  nhessian={self.nhessian}  time={self.time:.3f}s")
+        rows = self._rows()
+        has_minos = any(r[3] for r in rows)
+        header = ("parameter", "value", "error", "minos lower", "minos upper")[:5 if has_minos else 3]
+        table = [header] + [r[:len(header)] for r in rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+        lines = [head]
+        for k, r in enumerate(table):
+            cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+            lines.append("  " + "  ".join(cells).rstrip())
+            if k == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """An HTML table for Jupyter (as iminuit shows its Minuit objects)."""
+        esc = html.escape
+        ok = "#c6efce" if self.valid else "#ffc7ce"
+        status = (f"<tr><td colspan='5' style='background-color:{ok}; text-align:left'>"
+                  f"<b>{esc(self.minimizer)}</b>: {'valid' if self.valid else 'INVALID'} minimum, "
+                  f"FCN = {self.fmin:.6g}, EDM = {self.edm:.3g}, nfcn = {self.nfcn}, "
+                  f"time = {self.time:.3g} s</td></tr>")
+        header = "<tr><th>parameter</th><th>value</th><th>error</th><th>MINOS lower</th><th>MINOS upper</th></tr>"
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in self._rows())
+        return f"<table>{status}{header}{body}</table>"
+
+
+def _pandas(what: str) -> Any:
+    try:
+        import pandas
+    except ImportError as err:
+        raise ImportError(f"{what} needs pandas, which is not installed: pip install zcache[pandas]") from err
+    return pandas
 
 
 def _clip(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:

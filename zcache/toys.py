@@ -81,6 +81,39 @@ class ToyResult:
             out[name] = (float(np.mean(pulls)), float(np.std(pulls, ddof=1)) if len(pulls) > 1 else float("nan"))
         return out
 
+    def to_pandas(self) -> Any:
+        """The table as a ``pandas.DataFrame``, one row per toy (needs ``pip install zcache[pandas]``).
+
+        Returns
+        -------
+        pandas.DataFrame
+            The columns of :attr:`table` (``<name>``, ``<name>_err``, ``<name>_pull`` per parameter,
+            ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time``), indexed by the toy number
+            (index name ``"toy"``); the generating values are in ``df.attrs["truth"]``.
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> table = np.zeros(2, dtype=[("mu", "f8"), ("mu_err", "f8"), ("mu_pull", "f8"), ("valid", "?"),
+        ...                             ("fmin", "f8"), ("nfcn", "i8"), ("nevents", "i8"), ("time", "f8")])
+        >>> df = ToyResult(table, {"mu": 0.0}).to_pandas()
+        >>> df.shape, df.index.name, df.attrs["truth"]
+        ((2, 8), 'toy', {'mu': 0.0})
+        """
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise ImportError("ToyResult.to_pandas needs pandas, which is not installed: "
+                              "pip install zcache[pandas]") from err
+        df = pd.DataFrame(self.table, index=pd.RangeIndex(len(self.table), name="toy"))
+        df.attrs["truth"] = dict(self.truth)
+        return df
+
     def __str__(self) -> str:
         ok = int(np.sum(self.table["valid"]))
         lines = [f"{len(self.table)} toys, {ok} valid, {self.time_per_toy * 1e3:.1f} ms per toy (median)"]
