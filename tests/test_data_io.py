@@ -195,3 +195,18 @@ def test_nan_and_text_columns(table):
     assert zcache.Data.from_pandas(df, "x", space=Space("x", -1.0, 3.0)).numpy().tolist() == [0.0, 2.0]
     with pytest.raises(DataDtypeError):
         zcache.Data.from_pandas(df, "s")
+
+
+def test_from_pandas_weights_follow_the_selection():
+    """sWeights from a column (or an array over all rows) are cut with their events."""
+    df = pd.DataFrame({"x": [0.5, 1.5, 2.5, 9.0, 1.0], "sw": [1.0, -0.5, 2.0, 3.0, 0.25], "pt": [1, 2, 3, 4, 0]})
+    data = zcache.Data.from_pandas(df, "x", space=Space("x", 0.0, 3.0), cut="pt > 0", weights="sw")
+    keep = (df.x <= 3.0) & (df.pt > 0)
+    np.testing.assert_array_equal(data.numpy(), df.x[keep].to_numpy())
+    np.testing.assert_array_equal(data.weights.numpy(), df.sw[keep].to_numpy())
+    by_array = zcache.Data.from_pandas(df, "x", space=Space("x", 0.0, 3.0), cut="pt > 0", weights=df.sw.to_numpy())
+    np.testing.assert_array_equal(by_array.weights.numpy(), df.sw[keep].to_numpy())
+    with pytest.raises(DataShapeError, match="sw2"):
+        zcache.Data.from_pandas(df, "x", weights="sw2")
+    with pytest.raises(DataShapeError, match="one entry per row"):
+        zcache.Data.from_pandas(df, "x", weights=[1.0, 2.0])

@@ -565,3 +565,45 @@ def test_value_at_offset_is_an_argument(mode):
         m.loss.offset = float("nan")
     e = expected_traces(mode)
     assert [f.trace_count for f in m.loss._at_fns[tuple(m.loss.params)]][:2] == [e, e]  # no retrace per offset
+
+
+# == event weights =============================================================================
+def _np_weighted_nll(x, w, p, lo, hi, extended):
+    """-sum w log p (truncated Gaussian; extended: with yield p[2]), in numpy/scipy."""
+    mu, sigma = p[0], p[1]
+    norm = scipy.stats.norm.cdf(hi, mu, sigma) - scipy.stats.norm.cdf(lo, mu, sigma)
+    value = -np.sum(w * (scipy.stats.norm.logpdf(x, mu, sigma) - np.log(norm)))
+    if extended:
+        value += p[2] - np.sum(w) * np.log(p[2])
+    return value
+
+
+@pytest.mark.parametrize("extended", [False, True], ids=["plain", "extended"])
+def test_weighted_nll_value_and_gradient(mode, extended):
+    rng = np.random.default_rng(7)
+    x = np.clip(rng.normal(0.2, 1.1, 800), -3.9, 3.9)
+    w = rng.uniform(-0.3, 2.0, x.size)  # negative weights allowed (sWeights)
+    mu, sigma = zcache.Parameter("mu_w", 0.1), zcache.Parameter("sigma_w", 1.3, lower=0.1)
+    nu = zcache.Parameter("nu_w", 700.0, lower=1.0)
+    model = Gaussian(Space("x", -4.0, 4.0), mu, sigma, extended=nu if extended else None)
+    data = zcache.Data(x, weights=w)
+    loss = (ExtendedUnbinnedNLL if extended else UnbinnedNLL)(model, data)
+    params = [mu, sigma, nu] if extended else [mu, sigma]
+    p0 = np.array([float(p) for p in params])
+    ref = lambda p: _np_weighted_nll(x, w, p, -4.0, 4.0, extended)  # noqa: E731
+    value, grad = loss.value_gradient(params)
+    assert float(value) == pytest.approx(ref(p0), rel=1e-12)
+    np.testing.assert_allclose(grad.numpy(), nd.Gradient(ref)(p0), rtol=1e-7)
+    assert data.weights_data in loss.datasets() and loss.is_weighted
+    # new weights: the value follows, nothing retraces
+    assert float(loss.value()) == pytest.approx(ref(p0), rel=1e-12)
+    traces = loss._value_fn.trace_count
+    w2 = rng.uniform(0.5, 1.5, x.size)
+    data.set_data(x, weights=w2)
+    assert float(loss.value()) == pytest.approx(_np_weighted_nll(x, w2, p0, -4.0, 4.0, extended), rel=1e-12)
+    assert loss._value_fn.trace_count == traces
+    (terms, weights), = loss.weighted_event_terms()
+    expected = scipy.stats.norm.logpdf(x, p0[0], p0[1]) - np.log(
+        scipy.stats.norm.cdf(4.0, p0[0], p0[1]) - scipy.stats.norm.cdf(-4.0, p0[0], p0[1]))
+    np.testing.assert_allclose(terms.numpy(), expected + (np.log(p0[2]) if extended else 0.0), rtol=1e-12)
+    np.testing.assert_array_equal(weights.numpy(), w2)

@@ -483,3 +483,103 @@ def test_errors_are_hesse_errors_not_migrads_estimate():
         want = np.sqrt(np.diag(np.linalg.inv(hess)))  # errordef 1/2: C = 2 * 0.5 * H^-1
         got = np.array([result.errors[machine.p[n].name] for n in fitworld.NAMES])
         np.testing.assert_allclose(got, want, rtol=1e-2)
+
+
+# == weighted fits ==============================================================================
+def _weighted_setup(seed=11, n=3000):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.3, 1.2, n)
+    x = x[(x > -4.0) & (x < 4.0)]
+    return x, rng.uniform(0.2, 2.0, x.size)
+
+
+def _np_logp(x, p):
+    norm = scipy.stats.norm.cdf(4.0, p[0], p[1]) - scipy.stats.norm.cdf(-4.0, p[0], p[1])
+    return scipy.stats.norm.logpdf(x, p[0], p[1]) - np.log(norm)
+
+
+@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+def test_weighted_fit_errors_match_numpy_reference(weightcorr):
+    """Values equal iminuit on a numpy weighted NLL; corrected errors equal the sandwich formulas
+    computed with numdifftools (asymptotic: H^-1 (sum w^2 g g^T) H^-1; sumw2: H^-1 H_w2 H^-1)."""
+    import numdifftools as nd
+
+    x, w = _weighted_setup()
+    mu = zcache.Parameter("mu_wf", 0.0, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter("sigma_wf", 1.0, lower=0.1, upper=5.0)
+    loss = UnbinnedNLL(Gaussian(Space("x", -4.0, 4.0), mu, sigma), zcache.Data(x, weights=w))
+    result = Minuit(weightcorr=weightcorr).minimize(loss)
+
+    def nll(p):
+        return -np.sum(w * _np_logp(x, p))
+
+    m = iminuit.Minuit(nll, [0.0, 1.0])
+    m.errordef = 0.5
+    m.migrad()
+    best = np.array(m.values)
+    assert result.valid and result.weightcorr == weightcorr
+    hinv = np.linalg.inv(nd.Hessian(nll)(best))
+    if weightcorr == "asymptotic":
+        jac = nd.Jacobian(lambda p: _np_logp(x, p))(best)
+        expected = hinv @ ((jac * (w**2)[:, None]).T @ jac) @ hinv
+    elif weightcorr == "sumw2":
+        expected = hinv @ nd.Hessian(lambda p: -np.sum(w**2 * _np_logp(x, p)))(best) @ hinv
+    else:
+        expected = hinv
+    errors = np.sqrt(np.diag(expected))
+    got = np.array([result.errors["mu_wf"], result.errors["sigma_wf"]])
+    np.testing.assert_allclose([result.values["mu_wf"], result.values["sigma_wf"]], best, atol=1e-3 * errors.min())
+    np.testing.assert_allclose(got, errors, rtol=2e-3)
+    np.testing.assert_allclose(result.covariance, expected, rtol=5e-3, atol=1e-3 * errors.min() ** 2)
+    if weightcorr is not None:  # weights around 1.1 with spread: the correction is not small
+        assert abs(got[0] / np.sqrt(hinv[0, 0]) - 1.0) > 0.05
+    assert result.to_dict()["weightcorr"] == weightcorr
+
+
+def test_constant_weights_sumw2_gives_the_unweighted_errors():
+    """w = c for every event: H_w = cH and H_w2 = c^2 H, so sumw2 gives exactly H^-1 of the unweighted fit."""
+    x, _ = _weighted_setup(seed=12, n=2000)
+    mu = zcache.Parameter("mu_cw", 0.0, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter("sigma_cw", 1.0, lower=0.1, upper=5.0)
+    space = Space("x", -4.0, 4.0)
+    plain = Minuit().minimize(UnbinnedNLL(Gaussian(space, mu, sigma), zcache.Data(x)))
+    mu.set_value(0.0), sigma.set_value(1.0)
+    weighted = Minuit(weightcorr="sumw2").minimize(
+        UnbinnedNLL(Gaussian(space, mu, sigma), zcache.Data(x, weights=np.full(x.size, 3.0))))
+    assert plain.weightcorr is None
+    for name in ("mu_cw", "sigma_cw"):
+        assert weighted.values[name] == pytest.approx(plain.values[name], abs=1e-3 * plain.errors[name])
+        assert weighted.errors[name] == pytest.approx(plain.errors[name], rel=1e-3)
+
+
+def test_weighted_extended_fit_with_constraint_asymptotic():
+    """Extended weighted fit with a Gaussian constraint: D gains the constraint's Hessian."""
+    import numdifftools as nd
+
+    from zcache.loss import GaussianConstraint
+
+    x, w = _weighted_setup(seed=13, n=1500)
+    mu = zcache.Parameter("mu_xw", 0.0, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter("sigma_xw", 1.0, lower=0.1, upper=5.0)
+    nu = zcache.Parameter("nu_xw", 1000.0, lower=1.0, upper=1e5)
+    con = GaussianConstraint([sigma], [1.2], [0.05])
+    loss = ExtendedUnbinnedNLL(Gaussian(Space("x", -4.0, 4.0), mu, sigma, extended=nu), zcache.Data(x, weights=w),
+                               constraints=[con])
+    result = Minuit().minimize(loss)
+
+    def nll(p):
+        return -np.sum(w * _np_logp(x, p[:2])) + p[2] - np.sum(w) * np.log(p[2]) + 0.5 * ((p[1] - 1.2) / 0.05) ** 2
+
+    best = np.array([result.values[n] for n in ("mu_xw", "sigma_xw", "nu_xw")])
+    hinv = np.linalg.inv(nd.Hessian(nll)(best))
+    jac = nd.Jacobian(lambda p: _np_logp(x, p[:2]) + np.log(p[2]))(best)
+    d = (jac * (w**2)[:, None]).T @ jac
+    d[1, 1] += 1.0 / 0.05**2
+    expected = np.sqrt(np.diag(hinv @ d @ hinv))
+    assert result.weightcorr == "asymptotic"
+    np.testing.assert_allclose([result.errors[n] for n in ("mu_xw", "sigma_xw", "nu_xw")], expected, rtol=2e-3)
+
+
+def test_unknown_weightcorr_is_refused():
+    with pytest.raises(ValueError, match="weightcorr"):
+        Minuit(weightcorr="bootstrap")

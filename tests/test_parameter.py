@@ -11,6 +11,7 @@ import tensorflow as tf
 import zcache
 from zcache.exceptions import (
     DataDtypeError,
+    DataError,
     DataShapeError,
     EmptyDataError,
     InvalidDataError,
@@ -254,3 +255,44 @@ def test_set_values_rejects_malformed_values(values):
     with pytest.raises(ParameterValueError, match="set_values takes"):
         zcache.set_values([a, b], values)
     assert float(a.value()) == 1.0 and float(b.value()) == 2.0
+
+
+# == event weights =============================================================================
+def test_weights_live_in_their_own_data_and_follow_set_data(graph_mode):
+    d = zcache.Data(np.array([1.0, 2.0, 3.0]), name="wx", weights=[0.5, -1.0, 2.0])
+    assert d.is_weighted and isinstance(d.weights_data, zcache.Data)
+    total = zcache.CachedTensor(lambda: tf.reduce_sum(d.weights * d.value()), name="weighted sum")
+    assert float(total.value()) == pytest.approx(0.5 - 2.0 + 6.0)
+    with d.set_data([1.0, 1.0], weights=[3.0, 4.0]):  # invalidates what reads the weights
+        assert float(total.value()) == pytest.approx(7.0)
+    assert float(total.value()) == pytest.approx(4.5)  # restored: events and weights
+    d.set_data([2.0, 5.0])  # no weights: a sample is unweighted, every weight 1
+    np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0])
+    assert float(total.value()) == pytest.approx(7.0)
+
+    @zcache.function
+    def refill(x, w):
+        d.set_data(x, weights=w)
+        return tf.reduce_sum(d.weights)
+
+    assert float(refill(tf.constant([1.0, 2.0, 3.0], tf.float64), tf.constant([1.0, 1.0, -0.5], tf.float64))) == 1.5
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
+    assert float(total.value()) == pytest.approx(1.0 + 2.0 - 1.5)
+
+
+@pytest.mark.parametrize("weights, error", [
+    ([1.0, 2.0], DataShapeError), ([[1.0, 2.0, 3.0]], DataShapeError), ([1.0, np.nan, 1.0], InvalidDataError),
+    (["a", "b", "c"], DataDtypeError),
+])
+def test_bad_weights_raise_and_change_nothing(weights, error):
+    with pytest.raises(error):
+        zcache.Data(np.array([1.0, 2.0, 3.0]), weights=weights)
+    d = zcache.Data(np.array([1.0, 2.0, 3.0]), weights=[1.0, 1.0, 2.0])
+    with pytest.raises(error):
+        d.set_data(np.array([4.0, 5.0, 6.0]), weights=weights)
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0, 2.0])
+    plain = zcache.Data(np.array([1.0, 2.0]))
+    with pytest.raises(DataError, match="created without weights"):
+        plain.set_data(np.array([1.0, 2.0]), weights=[1.0, 1.0])
+    assert plain.weights is None and not plain.is_weighted

@@ -279,11 +279,16 @@ class Data(TensorLike):
     obs : str or sequence of str, optional
         Names of the observables, one per column (a single name for rank-1 data); models
         pick their columns by name. ``None``: columns in the order of the model's observables.
+    weights : array_like, optional
+        One finite weight per event (sWeights, efficiency weights; negative allowed). They
+        live in a second :class:`Data` (:attr:`weights_data`), so a change of weights
+        invalidates exactly what reads them and never retraces; every zcache loss honours
+        them (see :mod:`zcache.loss`). Without weights the dataset stays unweighted for life.
 
     Raises
     ------
     DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
-        If ``array`` (or ``obs``) is not usable as a dataset.
+        If ``array``, ``obs`` or ``weights`` is not usable as a dataset.
 
     Examples
     --------
@@ -294,11 +299,15 @@ class Data(TensorLike):
     >>> _ = x.set_data(np.array([4.0, 5.0]))
     >>> x.numpy().tolist()
     [4.0, 5.0]
+    >>> w = zcache.Data(np.array([1.0, 2.0]), name="m", weights=[0.5, -0.25])
+    >>> w.is_weighted, w.weights.numpy().tolist()
+    (True, [0.5, -0.25])
     """
 
     _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
 
-    def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None) -> None:
+    def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None,
+                 weights: Any = None) -> None:
         arr = _as_array(array, name or "data")
         if arr.dtype.kind not in self._KINDS:
             raise DataDtypeError(
@@ -314,10 +323,14 @@ class Data(TensorLike):
         self.event_shape = tuple(arr.shape[1:])
         self.obs = None if obs is None else _obs_names(obs, self.event_shape, self.name)
         arr = self._checked(arr)
+        w = None if weights is None else _checked_weights(weights, arr.shape[0], self.name)  # before creating
         self._var = eager_variable(
             arr, shape=tf.TensorShape([None, *self.event_shape]), trainable=False, name=_tf_name(self.name)
         )
         self.node_id = GRAPH.add_node(self, DATA, self.name)
+        # Weights are a Data of their own: snapshots, stand-ins in backward passes, undo on a failed
+        # call and invalidation then work for them with no code of their own.
+        self._weights = None if w is None else Data(w, name=f"{self.name}:weights")
 
     def __repr__(self) -> str:
         return f"<zcache.Data '{self.name}' shape=(?, {', '.join(map(str, self.event_shape))}) dtype={self.np_dtype}>"
@@ -344,10 +357,31 @@ class Data(TensorLike):
         stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
         return self._var.value() if stand_in is None else stand_in
 
+    @property
+    def is_weighted(self) -> bool:
+        """Whether the dataset was created with ``weights=`` (fixed for its life)."""
+        return self._weights is not None
+
+    @property
+    def weights(self) -> tf.Tensor | None:
+        """The event weights as a float64 tensor of shape (N,), or None for unweighted data.
+
+        Reading them is a read of :attr:`weights_data` (a cache that uses them depends on them).
+        """
+        return None if self._weights is None else self._weights.value()
+
+    @property
+    def weights_data(self) -> Data | None:
+        """The :class:`Data` that holds the weights (None for unweighted data).
+
+        Losses list it among their datasets, so fit results snapshot the weights with the events.
+        """
+        return self._weights
+
     # -- construction from tables ------------------------------------------------------------
     @classmethod
     def from_pandas(cls, df: Any, obs: str | Sequence[str], space: Any = None, cut: Any = None,
-                    name: str | None = None) -> Data:
+                    name: str | None = None, weights: Any = None) -> Data:
         """A dataset from columns of a ``pandas.DataFrame``, optionally cut to a range and a selection.
 
         Events outside ``space``'s range are dropped (as zfit does; the limits are inclusive,
@@ -369,6 +403,9 @@ class Data(TensorLike):
             ``@variable`` references are not supported).
         name : str, optional
             The dataset's name (default ``"data"``).
+        weights : str or array_like, optional
+            Event weights (e.g. sWeights): the name of a column, or one weight per row before
+            the selection; the selected events keep theirs.
 
         Returns
         -------
@@ -404,11 +441,11 @@ class Data(TensorLike):
         def column(c: str) -> np.ndarray:
             return df[lookup[c]].to_numpy()
 
-        return cls._from_columns(available, n, column, obs, space, cut, name, "the DataFrame")
+        return cls._from_columns(available, n, column, obs, space, cut, name, "the DataFrame", weights)
 
     @classmethod
     def from_numpy(cls, structured_array: Any, obs: str | Sequence[str], space: Any = None, cut: Any = None,
-                   name: str | None = None) -> Data:
+                   name: str | None = None, weights: Any = None) -> Data:
         """A dataset from fields of a numpy structured (record) array.
 
         Events outside ``space``'s range are dropped (as zfit does; limits inclusive), as are
@@ -429,6 +466,9 @@ class Data(TensorLike):
             fields (needs pandas).
         name : str, optional
             The dataset's name (default ``"data"``).
+        weights : str or array_like, optional
+            Event weights (e.g. sWeights): the name of a column, or one weight per row before
+            the selection; the selected events keep theirs.
 
         Returns
         -------
@@ -461,11 +501,11 @@ class Data(TensorLike):
                 f"shape {arr.shape}; nothing created. For a plain array use zcache.Data(array, obs=[...])."
             )
         return cls._from_columns(list(arr.dtype.names), len(arr), lambda c: arr[c], obs, space, cut, name,
-                                 "the structured array")
+                                 "the structured array", weights)
 
     @classmethod
     def from_root(cls, path: Any, tree: str, obs: str | Sequence[str], space: Any = None, cut: Any = None,
-                  name: str | None = None) -> Data:
+                  name: str | None = None, weights: Any = None) -> Data:
         """A dataset from branches of a ROOT ``TTree`` (read with uproot, ``pip install zcache[root]``).
 
         Only the branches in ``obs`` (and those a string ``cut`` names) are read. Events outside
@@ -488,6 +528,9 @@ class Data(TensorLike):
             branches (needs pandas; not uproot's own cut syntax).
         name : str, optional
             The dataset's name (default ``"data"``).
+        weights : str or array_like, optional
+            Event weights (e.g. sWeights): the name of a column, or one weight per row before
+            the selection; the selected events keep theirs.
 
         Returns
         -------
@@ -534,13 +577,15 @@ class Data(TensorLike):
                 raise DataError(f"Data.from_root: '{tree}' in {path} is not a TTree ({type(ttree).__name__}).")
             available = [str(k) for k in ttree.keys()]
             needed = list(dict.fromkeys([*_names(obs, "obs"), *_names(getattr(space, "obs", ()), "space.obs"),
-                                         *_cut_columns(cut, available)]))
+                                         *_cut_columns(cut, available),
+                                         *([weights] if isinstance(weights, str) else [])]))
             missing = [c for c in needed if c not in available]
             if missing:  # before reading anything
                 cls._missing(missing, available, f"tree '{tree}' of {path}")
             arrays = ttree.arrays(needed, library="np") if needed else {}
             n = int(ttree.num_entries)
-        return cls._from_columns(needed, n, lambda c: arrays[c], obs, space, cut, name, f"tree '{tree}' of {path}")
+        return cls._from_columns(needed, n, lambda c: arrays[c], obs, space, cut, name, f"tree '{tree}' of {path}",
+                                 weights)
 
     @staticmethod
     def _missing(missing: list[str], available: list[str], source: str) -> None:
@@ -550,7 +595,7 @@ class Data(TensorLike):
 
     @classmethod
     def _from_columns(cls, available: list[str], n: int, column: Any, obs: Any, space: Any, cut: Any,
-                      name: str | None, source: str) -> Data:
+                      name: str | None, source: str, weights: Any = None) -> Data:
         """The shared part of the ``from_*`` constructors: check names, select, build."""
         name = name or "data"
         obs_names = _names(obs, "obs")
@@ -562,7 +607,8 @@ class Data(TensorLike):
                 raise TypeError(f"Data '{name}': space must have obs, lower and upper (a zcache.models.Space), "
                                 f"got {space!r}.")
             space_obs = _names(space.obs, "space.obs")
-        missing = [c for c in dict.fromkeys([*obs_names, *space_obs, *_cut_columns(cut, available)])
+        weight_column = [weights] if isinstance(weights, str) else []
+        missing = [c for c in dict.fromkeys([*obs_names, *space_obs, *_cut_columns(cut, available), *weight_column])
                    if c not in available]
         if missing:
             cls._missing(missing, available, source)
@@ -600,7 +646,14 @@ class Data(TensorLike):
                                      "load flat numeric columns.")
             cols.append(values[keep])
         arr = cols[0] if len(cols) == 1 else np.column_stack(cols)
-        return cls(arr, name=name, obs=obs_names)
+        w = None
+        if weights is not None:
+            w = np.asarray(column(weights) if isinstance(weights, str) else weights)
+            if w.shape != (n,):
+                raise DataShapeError(f"Data '{name}': weights need one entry per row ({n}), got shape {w.shape}; "
+                                     "nothing created.")
+            w = w[keep]
+        return cls(arr, name=name, obs=obs_names, weights=w)
 
     def _checked(self, arr: np.ndarray) -> np.ndarray:
         if arr.ndim != 1 + len(self.event_shape) or tuple(arr.shape[1:]) != self.event_shape:
@@ -628,24 +681,40 @@ class Data(TensorLike):
             )
         return arr
 
-    def set_data(self, array: Any) -> Restorer:
+    def set_data(self, array: Any, weights: Any = None) -> Restorer:
         """Replace the data (any number of events) and invalidate every dependent cache.
 
         Parameters
         ----------
         array : array_like or tf.Tensor
             The new events, with the event shape of the current data.
+        weights : array_like or tf.Tensor, optional
+            New event weights, one per event (weighted data only). ``None`` on weighted data
+            sets every weight to 1 (as a sample drawn from a model is unweighted).
 
         Returns
         -------
         Restorer
-            Used as a context manager, it restores the previous data on exit.
+            Used as a context manager, it restores the previous data (and weights) on exit.
 
         Raises
         ------
         DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
-            If ``array`` is not usable; the data are unchanged.
+            If ``array`` or ``weights`` is not usable; the data are unchanged.
+        DataError
+            ``weights`` given for a dataset created without weights.
         """
+        if weights is not None and self._weights is None:
+            raise DataError(
+                f"Data '{self.name}' was created without weights; data unchanged. Create it with "
+                "zcache.Data(..., weights=...) to fit weighted events."
+            )
+        if self._weights is not None:
+            return self._set_weighted(array, weights)
+        return self._set_events(array)
+
+    def _set_events(self, array: Any) -> Restorer:
+        """Write the events (not the weights) and invalidate their dependents."""
         if tf.inside_function():
             require_managed_trace(f"Data '{self.name}'.set_data")
             if isinstance(array, (tf.Tensor, tf.Variable)):
@@ -663,7 +732,7 @@ class Data(TensorLike):
             note_mutation(self.node_id, handled)
         else:
             _input_changed(GRAPH.dependent_caches(self.node_id))
-        return Restorer(lambda: self.set_data(old))
+        return Restorer(lambda: self._set_events(old))
 
     def _set_data_in_graph(self, tensor: Any) -> Restorer:
         tensor = tf.convert_to_tensor(tensor)
@@ -696,7 +765,58 @@ class Data(TensorLike):
             self._var.assign(tensor)
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
         note_mutation(self.node_id, handled)
-        return Restorer(lambda: self.set_data(old))
+        return Restorer(lambda: self._set_events(old))
+
+
+    def _set_weighted(self, array: Any, weights: Any) -> Restorer:
+        """``set_data`` of weighted data: events and weights checked together, then both written."""
+        weights_data = self._weights
+        assert weights_data is not None
+        if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
+            require_managed_trace(f"Data '{self.name}'.set_data")
+            n = tf.shape(array)[0]
+            w = tf.ones([n], tf.float64) if weights is None else tf.cast(weights, tf.float64)
+            if w.shape.rank is not None and w.shape.rank != 1:
+                raise DataShapeError(f"Data '{self.name}': weights must be 1-D, one per event; data unchanged.")
+            check = tf.debugging.assert_equal(
+                tf.shape(w)[0], n, message=marked(DataShapeError, f"Data '{self.name}': weights and events "
+                                                  "differ in number; data unchanged. Give one weight per event."))
+            with tf.control_dependencies([check]):
+                w = tf.identity(w)
+        else:  # every check before either write
+            array = self._checked(_as_array(array, self.name))
+            w = np.ones(array.shape[0]) if weights is None else _checked_weights(weights, array.shape[0], self.name)
+        with _WRITES:  # re-entrant: both writes under one hold of the engine lock
+            events = self._set_events(array)
+            weights_restorer = weights_data.set_data(w)
+
+        def restore() -> None:
+            with _WRITES:
+                events.restore()
+                weights_restorer.restore()
+
+        return Restorer(restore)
+
+
+def _checked_weights(weights: Any, n: int, name: str) -> np.ndarray:
+    """``weights`` as a float64 array of shape (n,), finite, or a named error (nothing changed)."""
+    if isinstance(weights, (tf.Tensor, tf.Variable)):
+        weights = weights.numpy()
+    w = np.asarray(weights)
+    if w.dtype.kind not in "biuf":
+        raise DataDtypeError(f"Data '{name}': weights must be real numbers, got dtype {w.dtype}; data unchanged.")
+    w = w.astype(np.float64)
+    if w.shape != (n,):
+        raise DataShapeError(
+            f"Data '{name}': {n} event(s) need weights of shape ({n},), got shape {w.shape}; data unchanged. "
+            "Give one weight per event."
+        )
+    if not np.isfinite(w).all():
+        raise InvalidDataError(
+            f"Data '{name}': {int(np.size(w) - np.count_nonzero(np.isfinite(w)))} weight(s) are NaN or infinite; "
+            "data unchanged. Fix or drop those events first."
+        )
+    return w
 
 
 def _invalidate_in_graph(uid: int, unchanged: tf.Tensor | None) -> list[Any]:

@@ -208,6 +208,26 @@ class BaseLoss:
         """
         return []
 
+    def weighted_event_terms(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        r"""Per-event log-likelihood terms and event weights, for each weighted dataset.
+
+        A minimizer corrects the errors of a weighted fit with them (the asymptotic method:
+        :math:`C' = C D C` with :math:`D = \sum_i w_i^2\, \nabla\ell_i \nabla\ell_i^T`, see
+        :class:`zcache.minimize.Minuit`). A loss of weighted events implements it; the default
+        says the loss has none.
+
+        Returns
+        -------
+        list of (tf.Tensor, tf.Tensor)
+            ``(ell, w)`` pairs, each of shape (N,); ``[]`` when no dataset is weighted.
+        """
+        return []
+
+    @property
+    def is_weighted(self) -> bool:
+        """Whether any dataset of the loss carries event weights."""
+        return any(d.is_weighted for d in self.datasets())
+
     # -- to implement --------------------------------------------------------------------
     def _value(self) -> tf.Tensor:
         raise NotImplementedError
@@ -556,24 +576,50 @@ class UnbinnedNLL(BaseLoss):
         return _unique([*params, *(q for c in self.constraints for q in c.params)])
 
     def datasets(self) -> list[Data]:
-        """The loss's dataset.
+        """The loss's dataset (and its weights, for weighted data).
 
         Returns
         -------
         list of zcache.Data
-            ``[self.data]``.
+            ``[self.data]``, plus ``self.data.weights_data`` when the data are weighted.
         """
-        return [self.data]
+        weights = self.data.weights_data
+        return [self.data] if weights is None else [self.data, weights]
 
     def _value(self) -> tf.Tensor:
         checks = require(self._inside.value(), DataRangeError, self._range_message)
+        weights = self.data.weights
         with tf.control_dependencies(checks):
-            nll = -self.model.sum_log_pdf(self.data)
+            if weights is None:
+                nll = -self.model.sum_log_pdf(self.data)
+                n = tf.cast(self.data.nevents, tf.float64)
+            else:  # -sum_i w_i log p_i; the Poisson term counts sum_i w_i events
+                nll = -tf.reduce_sum(weights * self.model.log_pdf(self.data))
+                n = tf.reduce_sum(weights)
         if self.extended:
             nu = self.model.get_yield()
-            n = tf.cast(self.data.nevents, tf.float64)
             nll = nll + nu - n * tf.math.log(nu)
         return nll
+
+    def weighted_event_terms(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        r"""Per-event log-likelihood terms :math:`\ell_i` and weights :math:`w_i` of weighted data.
+
+        :math:`\ell_i = \log p(x_i)`, or :math:`\log(\nu\, p(x_i))` for an extended loss: the
+        terms whose weighted scores enter the asymptotic error correction of a weighted fit
+        (see :class:`zcache.minimize.Minuit`).
+
+        Returns
+        -------
+        list of (tf.Tensor, tf.Tensor)
+            ``[(ell, w)]`` for weighted data, ``[]`` for unweighted data.
+        """
+        weights = self.data.weights
+        if weights is None:
+            return []
+        terms = self.model.log_pdf(self.data)
+        if self.extended:
+            terms = terms + tf.math.log(self.model.get_yield())
+        return [(terms, weights)]
 
 
 class ExtendedUnbinnedNLL(UnbinnedNLL):
@@ -645,6 +691,15 @@ class SimultaneousLoss(BaseLoss):
         list of zcache.Data
         """
         return list({id(d): d for loss in self.losses for d in loss.datasets()}.values())
+
+    def weighted_event_terms(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """The weighted per-event terms of every part (see :meth:`UnbinnedNLL.weighted_event_terms`).
+
+        Returns
+        -------
+        list of (tf.Tensor, tf.Tensor)
+        """
+        return [term for loss in self.losses for term in loss.weighted_event_terms()]
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])

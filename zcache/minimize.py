@@ -52,13 +52,16 @@ import numpy as np
 import tensorflow as tf
 
 from ._mode import get_autograd_mode
-from ._parameter import Parameter, set_values
+from ._parameter import Parameter, backing_variable, set_values
 from ._precompute import PrecomputeReport, ensure_precomputed
 from ._trace import forbid_in_trace
 from .exceptions import FitError
 from .loss import BaseLoss
 
-__all__ = ["Minuit", "Scipy", "FitResult", "FitMinuit", "MinosError"]
+__all__ = ["Minuit", "Scipy", "FitResult", "FitMinuit", "MinosError", "corrected_covariance", "WEIGHT_CORRECTIONS"]
+
+#: The error corrections of weighted fits (``Minuit(weightcorr=...)``).
+WEIGHT_CORRECTIONS = ("asymptotic", "sumw2", None)
 
 
 class MinosError(NamedTuple):
@@ -216,6 +219,9 @@ class FitResult:
         None in an unpickled result).
     precompute : zcache.types.PrecomputeReport or None
         The report the fit ran with (None without precompute, and in an unpickled result).
+    weightcorr : str or None
+        How the errors of a fit to weighted data were corrected: ``"asymptotic"`` or
+        ``"sumw2"`` (see :class:`Minuit`); None for unweighted data or no correction.
 
     Examples
     --------
@@ -243,6 +249,7 @@ class FitResult:
     time: float
     minuit: Any = field(repr=False, default=None)
     precompute: PrecomputeReport | None = field(repr=False, default=None)
+    weightcorr: str | None = None
     _state: _FitState | None = field(init=False, repr=False, default=None, compare=False)
     # Set only in an unpickled result: what it was saved with, in place of the live objects.
     _names: list[str] | None = field(init=False, repr=False, default=None, compare=False)
@@ -303,7 +310,7 @@ class FitResult:
         -------
         dict
             ``names``, ``values`` and ``errors`` (name -> float), ``valid``, ``fmin``, ``edm``,
-            ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``covariance`` (a list
+            ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``weightcorr``, ``covariance`` (a list
             of rows in the order of ``names``, or None without HESSE) and ``minos`` (name ->
             ``{"lower", "upper", "valid"}`` for the intervals computed so far).
 
@@ -330,6 +337,7 @@ class FitResult:
             "nhessian": int(self.nhessian),
             "time": float(self.time),
             "minimizer": self.minimizer,
+            "weightcorr": self.weightcorr,
             "covariance": None if self.covariance is None else np.asarray(self.covariance, dtype=float).tolist(),
             "minos": {n: {"lower": e.lower, "upper": e.upper, "valid": e.valid} for n, e in self.minos_errors.items()},
         }
@@ -544,6 +552,101 @@ class FitResult:
         return f"<table>{status}{header}{body}</table>"
 
 
+def corrected_covariance(loss: BaseLoss, params: Sequence[Parameter], best: np.ndarray, covariance: np.ndarray,
+                         method: str, lower: np.ndarray | None = None, upper: np.ndarray | None = None) -> np.ndarray:
+    r"""The covariance of a fit to weighted events, corrected for the weights.
+
+    With :math:`C` the inverse Hessian of the weighted loss at the minimum (what HESSE gives):
+
+    - ``"asymptotic"``: :math:`C D C`, :math:`D = \sum_i w_i^2 \nabla\ell_i \nabla\ell_i^T + H_c`
+      (:math:`\ell_i` from :meth:`zcache.loss.BaseLoss.weighted_event_terms`, :math:`H_c` the
+      Hessian of the constraints). The per-event gradients are central differences with
+      steps of 1e-3 of each parameter's uncorrected error (the error of such a difference is
+      ~1e-7 relative, far below what an error needs); a step that would cross a limit is
+      one-sided.
+    - ``"sumw2"``: :math:`C H_{w^2} C`, :math:`H_{w^2}` the Hessian of the loss with every
+      weight squared (the weights are put back afterwards).
+
+    Parameters
+    ----------
+    loss : zcache.loss.BaseLoss
+        The fitted loss.
+    params : sequence of Parameter
+        The fitted parameters, at ``best``.
+    best : ndarray
+        Their values at the minimum.
+    covariance : ndarray
+        The uncorrected covariance, :math:`2\,\mathrm{errordef}\,H^{-1}`.
+    method : {"asymptotic", "sumw2"}
+        The correction.
+    lower, upper : ndarray, optional
+        The parameters' limits (default: none).
+
+    Returns
+    -------
+    ndarray
+        The corrected covariance.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``method``.
+    """
+    params = tuple(params)
+    scale = 2.0 * loss.errordef  # covariance = scale * H^-1, with H the Hessian of the loss
+    if method == "sumw2":
+        restorers = [d.set_data(d.numpy(), weights=d.weights.numpy() ** 2) for d in loss.datasets() if d.is_weighted]
+        try:
+            h2 = loss.hessian_at(best, params).numpy()
+        finally:
+            for r in reversed(restorers):
+                r.restore()
+        return covariance @ h2 @ covariance / scale**2  # H^-1 H_w2 H^-1, with H^-1 = C / scale
+    if method != "asymptotic":
+        raise ValueError(f"method must be 'asymptotic' or 'sumw2', got {method!r}.")
+    n = len(params)
+    lower = np.full(n, -np.inf) if lower is None else np.asarray(lower, float)
+    upper = np.full(n, np.inf) if upper is None else np.asarray(upper, float)
+    errors = np.sqrt(np.abs(np.diag(covariance)))
+    steps = 1e-3 * np.where(errors > 0, errors, np.maximum(np.abs(best), 1.0) * 1e-3)
+
+    def terms_at(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        set_values(params, x)
+        pairs = loss.weighted_event_terms()
+        return (np.concatenate([t.numpy() for t, _ in pairs]), np.concatenate([w.numpy() for _, w in pairs]))
+
+    try:
+        columns = []
+        for k in range(n):
+            up, down = best.copy(), best.copy()
+            up[k] = min(best[k] + steps[k], upper[k])
+            down[k] = max(best[k] - steps[k], lower[k])
+            t_up, weights = terms_at(up)
+            t_down, _ = terms_at(down)
+            columns.append((t_up - t_down) / (up[k] - down[k]))
+    finally:
+        set_values(params, best)
+    grads = np.stack(columns, axis=1)  # (N, n)
+    d = (grads * (weights**2)[:, None]).T @ grads
+    if loss.constraints:
+        d = d + _constraint_hessian(loss, params)
+    return covariance @ d @ covariance / scale**2  # H^-1 D H^-1, with H^-1 = C / scale
+
+
+def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.ndarray:
+    """The Hessian of the loss's constraint terms with respect to ``params`` (exact: they are quadratic)."""
+    variables = [backing_variable(p) for p in params]
+    with tf.GradientTape() as outer:
+        outer.watch(variables)
+        with tf.GradientTape() as inner:
+            inner.watch(variables)
+            total = tf.add_n([c.value() for c in loss.constraints])
+        grads = inner.gradient(total, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = tf.stack(grads)
+    rows = outer.jacobian(grads, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return tf.stack(rows, axis=1).numpy()
+
+
 def _pandas(what: str) -> Any:
     try:
         import pandas
@@ -725,7 +828,7 @@ class Scipy:
 
 
 class Minuit:
-    """Minimize a zcache loss with iminuit (MIGRAD, then HESSE).
+    r"""Minimize a zcache loss with iminuit (MIGRAD, then HESSE).
 
     Parameters
     ----------
@@ -744,11 +847,22 @@ class Minuit:
         pass ``precompute=False`` to keep yours).
     maxfcn : int, optional
         Call budget (iminuit's ``ncall``), ``None`` for Minuit's default.
+    weightcorr : {"asymptotic", "sumw2", None}
+        The error correction of a fit to weighted events (``zcache.Data(..., weights=...)``),
+        as RooFit's ``AsymptoticError`` / ``SumW2Error`` and zfit's ``weightcorr``:
+        ``"asymptotic"`` (default; Langenbruch, EPJC 82 (2022) 393) gives the covariance
+        :math:`H^{-1} D H^{-1}`, :math:`D = \sum_i w_i^2 \nabla\ell_i\nabla\ell_i^T`, correct
+        for any weights (sWeights included, apart from the uncertainty of the weights
+        themselves); ``"sumw2"`` gives :math:`H^{-1} H_{w^2} H^{-1}` with :math:`H_{w^2}` the
+        Hessian of the loss with squared weights; None keeps the plain inverse Hessian, which
+        is wrong for weights other than 1. ``result.errors`` and ``result.covariance`` hold the
+        corrected numbers; ``result.minuit`` (MINOS, profiles) sees the weighted likelihood
+        as it is, uncorrected. Ignored for unweighted data.
 
     Raises
     ------
     ValueError
-        ``strategy`` not 0, 1 or 2, or ``tol`` not positive.
+        ``strategy`` not 0, 1 or 2, ``tol`` not positive, or an unknown ``weightcorr``.
     """
 
     def __init__(
@@ -759,7 +873,10 @@ class Minuit:
         hesse: bool = True,
         precompute: bool = True,
         maxfcn: int | None = None,
+        weightcorr: str | None = "asymptotic",
     ):
+        if weightcorr not in WEIGHT_CORRECTIONS:
+            raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
         if strategy not in (0, 1, 2):
             raise ValueError(f"strategy must be 0, 1 or 2, got {strategy!r}.")
         if not tol > 0:
@@ -770,6 +887,7 @@ class Minuit:
         self.hesse = bool(hesse)
         self.precompute = bool(precompute)
         self.maxfcn = maxfcn
+        self.weightcorr = weightcorr
 
     def __repr__(self) -> str:
         return f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient})"
@@ -827,7 +945,11 @@ class Minuit:
         best = _clip(np.array(m.values), lower, upper)
         set_values(params, best)
         has_errors = self.hesse and m.valid and m.covariance is not None
-        errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
+        covariance = np.array(m.covariance) if has_errors else None
+        weightcorr = self.weightcorr if loss.is_weighted else None
+        if covariance is not None and weightcorr is not None:
+            covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
+        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = m._zcache_state = _FitState(loss, params, offset=f0, fval=float(m.fval))
         result = FitResult(
@@ -839,11 +961,12 @@ class Minuit:
             nfcn=int(m.nfcn),
             ngrad=int(m.ngrad),
             nhessian=int(m.nhessian),
-            covariance=np.array(m.covariance) if has_errors else None,
+            covariance=covariance,
             params=list(params),
             time=elapsed,
             minuit=m,
             precompute=run.report,
+            weightcorr=weightcorr,
         )
         result._state = state
         return result
