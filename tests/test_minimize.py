@@ -498,8 +498,9 @@ def _np_logp(x, p):
     return scipy.stats.norm.logpdf(x, p[0], p[1]) - np.log(norm)
 
 
+@pytest.mark.parametrize("minimizer", ["Minuit", "Scipy"])
 @pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
-def test_weighted_fit_errors_match_numpy_reference(weightcorr):
+def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     """Values equal iminuit on a numpy weighted NLL; corrected errors equal the sandwich formulas
     computed with numdifftools (asymptotic: H^-1 (sum w^2 g g^T) H^-1; sumw2: H^-1 H_w2 H^-1)."""
     import numdifftools as nd
@@ -508,7 +509,9 @@ def test_weighted_fit_errors_match_numpy_reference(weightcorr):
     mu = zcache.Parameter("mu_wf", 0.0, lower=-2.0, upper=2.0)
     sigma = zcache.Parameter("sigma_wf", 1.0, lower=0.1, upper=5.0)
     loss = UnbinnedNLL(Gaussian(Space("x", -4.0, 4.0), mu, sigma), zcache.Data(x, weights=w))
-    result = Minuit(weightcorr=weightcorr).minimize(loss)
+    from zcache.minimize import Scipy
+
+    result = (Minuit if minimizer == "Minuit" else Scipy)(weightcorr=weightcorr).minimize(loss)
 
     def nll(p):
         return -np.sum(w * _np_logp(x, p))
@@ -581,5 +584,9 @@ def test_weighted_extended_fit_with_constraint_asymptotic():
 
 
 def test_unknown_weightcorr_is_refused():
+    from zcache.minimize import Scipy
+
     with pytest.raises(ValueError, match="weightcorr"):
         Minuit(weightcorr="bootstrap")
+    with pytest.raises(ValueError, match="weightcorr"):
+        Scipy(weightcorr="sumw3")

@@ -717,6 +717,13 @@ class Scipy:
         Compute errors and covariance from the Hessian.
     precompute : bool
         As for :class:`Minuit`.
+    weightcorr : {"asymptotic", "sumw2", None}
+        As for :class:`Minuit`: the error correction of a fit to weighted events.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``weightcorr``.
 
     Examples
     --------
@@ -731,7 +738,11 @@ class Scipy:
     (True, True, 0.032)
     """
 
-    def __init__(self, method: str = "trust-constr", tol: float | None = 1e-8, hesse: bool = True, precompute: bool = True):
+    def __init__(self, method: str = "trust-constr", tol: float | None = 1e-8, hesse: bool = True, precompute: bool = True,
+                 weightcorr: str | None = "asymptotic"):
+        if weightcorr not in WEIGHT_CORRECTIONS:
+            raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
+        self.weightcorr = weightcorr
         self.method = method
         self.tol = tol
         self.hesse = bool(hesse)
@@ -808,14 +819,18 @@ class Scipy:
                 covariance = 2.0 * loss.errordef * np.linalg.inv(hess)
             except np.linalg.LinAlgError:
                 valid = False
-        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
         grad = loss.value_gradient_at(best, params, offset=f0)[1].numpy()
+        edm = float(0.5 * grad @ (covariance / (2.0 * loss.errordef)) @ grad) if covariance is not None else float("nan")
+        weightcorr = self.weightcorr if loss.is_weighted else None
+        if covariance is not None and weightcorr is not None:
+            covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
+        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
         return FitResult(
             values=dict(zip(run.names, map(float, best), strict=True)),
             errors=dict(zip(run.names, map(float, errors), strict=True)),
             valid=valid,
             fmin=float(res.fun) * norm + run.f0,
-            edm=float(0.5 * grad @ (covariance / (2.0 * loss.errordef)) @ grad) if covariance is not None else float("nan"),
+            edm=edm,
             nfcn=int(res.nfev),
             ngrad=ngrad,
             nhessian=nhessian,
@@ -824,6 +839,7 @@ class Scipy:
             time=time.perf_counter() - run.start,
             minuit=res,
             precompute=run.report,
+            weightcorr=weightcorr,
         )
 
 
