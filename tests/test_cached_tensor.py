@@ -783,3 +783,14 @@ def test_failed_call_puts_back_inputs_in_every_graph_mode(graph):
         f()
     assert (float(p.value()), float(g.value()), x.numpy().tolist()) == (1.0, 0.0, [1.0, 2.0])
     assert float(c.value()) == 3.0
+
+
+def test_declared_weighted_data_brings_its_weights():
+    """deps=[data] of weighted data covers data.weights: no UndeclaredDependencyWarning, and new
+    weights invalidate the cache (to a user the weights are part of the data)."""
+    data = zcache.Data(np.array([1.0, 2.0]), name="wd", weights=[1.0, 3.0])
+    cache = zcache.CachedTensor(lambda: tf.reduce_sum(data.value() * data.weights), deps=[data], name="wsum")
+    assert float(cache.value()) == 7.0  # filterwarnings=error: an undeclared read would fail here
+    data.set_data(np.array([1.0, 2.0]), weights=[2.0, 2.0])
+    assert not cache.is_valid
+    assert float(cache.value()) == 6.0

@@ -179,13 +179,18 @@ def _total(M, profile, norm, weight):
     return M.mean(profile) * norm + weight
 
 
+def _events(x):
+    """What a model reads of a dataset: the events, times their weights for weighted data."""
+    return x.value() * x.weights if x.is_weighted else x.value()
+
+
 class Lineshape(zcache.Cachable):
     def __init__(self, a, b):
         self.a, self.b = a, b
 
     @zcache.cached  # x (Data argument) is a dependency, self.a is discovered
     def profile(self, x):
-        return _profile(TF, x.value(), self.a.value())
+        return _profile(TF, _events(x), self.a.value())
 
     @zcache.cached(deps=["a", "b"])  # declared by attribute name, keyed by the int k
     def norm(self, k):
@@ -193,7 +198,7 @@ class Lineshape(zcache.Cachable):
 
     @zcache.cached(deps=lambda self: [self.b])  # declared by a callable, plus the argument x
     def weight(self, x):
-        return _weight(TF, x.value(), self.b.value())
+        return _weight(TF, _events(x), self.b.value())
 
     @zcache.cached  # a cache of caches
     def total(self, x, k):
@@ -205,8 +210,9 @@ class Node:
     """A Parameter, Data or cache, with how zcache reads it and how the reference computes it."""
 
     def __init__(self, uid, kind, label, *, obj=None, read=None, ref=None, domain=None,
-                 leaf_ids=frozenset(), model=None, depth=0, below=frozenset(), guard=None):
+                 leaf_ids=frozenset(), model=None, depth=0, below=frozenset(), guard=None, weighted=False):
         self.uid, self.kind, self.label = uid, kind, label
+        self.weighted = weighted  # weighted Data: read as values * weights (see AutoWeighted)
         self.below = below  # uids of the caches it reads, transitively
         self.guard = guard  # a guarded cache: the guard parameter's Node (see World.add_cache)
         self.depth = depth  # 0 for inputs, 1 + the deepest dependency for caches
@@ -223,7 +229,36 @@ class Node:
     def value_in(self, env, M):
         if self.uid not in env:
             env[self.uid] = self.ref(env, M)
-        return env[self.uid]
+        value = env[self.uid]
+        return value * (1.0 + 0.5 * M.sin(value)) if self.weighted else value
+
+
+def _auto_weights(array):
+    """AutoWeighted's weights for ``array`` (None where the array is malformed: set_data's own
+    checks of the events then raise the error a malformed array must raise)."""
+    if isinstance(array, (tf.Tensor, tf.Variable)):
+        if array.shape.rank != 1 or not array.dtype.is_floating:
+            return None
+        return 1.0 + 0.5 * tf.sin(tf.cast(array, tf.float64))
+    arr = np.asarray(array)
+    if arr.ndim != 1 or arr.dtype.kind not in "biuf":
+        return None
+    arr = arr.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return 1.0 + 0.5 * np.sin(arr)
+
+
+class AutoWeighted(zcache.Data):
+    """Weighted Data whose weights are always ``1 + sin(x)/2`` of its events, so the reference
+    knows them: every set_data of the machine (eager, traced, ``with`` blocks, failing calls)
+    then also writes, invalidates, snapshots and restores the weights, and a cache reads the
+    weighted events ``x * w`` (a stale or unrestored weight shows as a wrong value)."""
+
+    def __init__(self, array, name):
+        super().__init__(array, name=name, weights=_auto_weights(array))
+
+    def set_data(self, array, weights=None):
+        return super().set_data(array, weights=_auto_weights(array))
 
 
 class Traced:
@@ -341,8 +376,13 @@ class World:
 
     def add_data(self, array):
         uid = next(self.uids)
-        x = zcache.Data(array, name=f"x{uid}")
         self.values[uid] = np.array(array, dtype=np.float64)
+        if len(array) % 2:  # odd sizes: weighted (AutoWeighted), read as x * w
+            x = AutoWeighted(array, name=f"x{uid}")
+            return self._add(Node(uid, "data", f"x{uid}[{len(array)}]w", obj=x, domain=uid, weighted=True,
+                                  read=lambda: x.value() * x.weights,
+                                  leaf_ids=frozenset({x.node_id, x.weights_data.node_id})))
+        x = zcache.Data(array, name=f"x{uid}")
         return self._add(Node(uid, "data", f"x{uid}[{len(array)}]", obj=x, read=x.value, domain=uid,
                               leaf_ids=frozenset({x.node_id})))
 
@@ -1588,7 +1628,7 @@ class CacheMachine(RuleBasedStateMachine):
         consts = {n.uid: tf.constant(self.world.values[n.uid], tf.float64) for n in (a, b, x)}
         with tf.GradientTape() as tape:
             tape.watch([consts[a.uid], consts[b.uid]])
-            ref = _profile(TF, consts[x.uid], consts[a.uid]) * consts[b.uid]
+            ref = _profile(TF, x.value_in(consts, TF), consts[a.uid]) * consts[b.uid]
             total = tf.reduce_sum(ref)
         rtol = 1e-10
         if how == "traced gradient":
@@ -1608,7 +1648,7 @@ class CacheMachine(RuleBasedStateMachine):
 
         def total(over):
             env = {**values, **over}
-            return float(np.sum(_profile(NP, env[x.uid], env[a.uid]) * env[b.uid]))
+            return float(np.sum(_profile(NP, x.value_in(env, NP), env[a.uid]) * env[b.uid]))
 
         grads = []
         for n in [a] if a is b else [a, b]:

@@ -132,6 +132,9 @@ class CachedTensor(TensorLike):
         self._add_deps([_check_dep(o) for o in objs])
 
     def _add_deps(self, objs: Iterable[Any]) -> None:
+        # A weighted Data brings its weights: to a user they are part of "the data" (a cache
+        # declared on it that reads data.weights must not warn, and must see new weights).
+        objs = [w for o in objs for w in (o, getattr(o, "weights_data", None)) if w is not None]
         new = [o for o in objs if o is not self and all(o is not d for d in self._deps)]
         if new:
             GRAPH.add_edges([o.node_id for o in new], self.node_id)
