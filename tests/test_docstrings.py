@@ -37,6 +37,7 @@ PUBLIC_MODULES = (
     "zcache",
     "zcache.loss",
     "zcache.models",
+    "zcache.shapes",
     "zcache.minimize",
     "zcache.toys",
     "zcache.amplitudes",
