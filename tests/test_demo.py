@@ -38,8 +38,9 @@ def test_amplitude_demo_runs(capsys, tmp_path):
     assert status["D+ -> K- pi+ pi+.normalization"] == "always dirty"
     assert result["integral_misses"] == 0  # new data: the parameter-only integrals are kept
     assert abs(result["fractions"].sum() - 1.0) < 0.5  # interference: the sum is not exactly 1
-    for name in ("dalitz.png", "dependency_graph.png", "dependency_graph.dot"):
+    for name in ("dalitz.png", "fit_projections.png", "dependency_graph.png", "dependency_graph.dot"):
         assert (tmp_path / name).stat().st_size > 1000
+    assert str(tmp_path / "fit_projections.png") in out  # named in the printout
     assert "fit result" in out and "per-cache statistics" in out and "retraces: 0" in out
     # floating the K*(892) line shape: its 2 columns, its 5 integral entries and the 3 nodes above are bypassed
     assert "floating the K*(892) mass and width too (10 parameters)" in out and "precompute: 10 always dirty" in out

@@ -38,6 +38,7 @@ PUBLIC_MODULES = (
     "zcache.loss",
     "zcache.models",
     "zcache.shapes",
+    "zcache.plot",
     "zcache.minimize",
     "zcache.toys",
     "zcache.amplitudes",

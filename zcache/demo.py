@@ -12,8 +12,10 @@ the two :math:`K\pi` channels with Bose symmetry): the demo
    statistics (status, hits, misses, bytes);
 4. runs the simulation pipeline (new data, parameters fixed) and shows that the
    parameter-only caches (the integral matrix) survive;
-5. writes ``dalitz.png`` (the data's Dalitz plot and projections with the fitted
-   model) and ``dependency_graph.dot`` / ``.png`` into ``demo_output/``.
+5. writes ``dalitz.png`` (the Dalitz plot of the fitted data and of the fitted model),
+   ``fit_projections.png`` (the fit plot, made with :func:`zcache.plot.plot_projections`:
+   the data's invariant-mass projections with the fitted model, its components and pulls)
+   and ``dependency_graph.dot`` / ``.png`` into ``demo_output/``.
 
 ``python -m zcache.demo --events 20000`` runs a smaller version; ``python -m
 zcache.demo_basics`` is the engine's tour on a small Gauss + Exponential model.
@@ -99,48 +101,74 @@ def _cache_table(report: Any) -> str:
     return "\n".join(lines)
 
 
-def _plot_dalitz(path: Path, model: dict[str, Any], data: zcache.Data) -> None:
+# The fit plot's projections (of events (s12, s13)): the two K pi masses squared, ordered (the
+# pions are identical, so s12 and s13 alone each mix both), and the pi pi mass squared.
+PROJECTIONS = {
+    r"$m^2_{K\pi,\ \mathrm{low}}$ [GeV$^2$]": lambda v: np.minimum(v[:, 0], v[:, 1]),
+    r"$m^2_{K\pi,\ \mathrm{high}}$ [GeV$^2$]": lambda v: np.maximum(v[:, 0], v[:, 1]),
+    r"$m^2_{\pi\pi}$ [GeV$^2$]": lambda v: M_D**2 + M_K**2 + 2 * M_PI**2 - v[:, 0] - v[:, 1],
+}
+
+
+def _plot_sample(model: dict[str, Any], n_events: int) -> tuple[np.ndarray, np.ndarray]:
+    """A phase-space sample for the plots (10 x the data, at least 200k, at most 1M) and |A|^2 on it.
+
+    Larger than the fit's integration sample, so that the model's projections (its events
+    weighted by |A|^2) fluctuate much less than the data and the pulls show the data's. An
+    array, not a zcache.Data: nothing is cached for it.
+    """
+    n = int(np.clip(10 * n_events, 200_000, 1_000_000))
+    events = model["kinematics"].sample_tensor(n).numpy()
+    return events, model["sum"].intensity(events).numpy()
+
+
+def _plot_dalitz(path: Path, events: np.ndarray, mc: np.ndarray, intensity: np.ndarray) -> None:
+    """The Dalitz plot (lower vs higher K pi mass) of the data and of the fitted model, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mc, pdf, amp = model["mc"], model["pdf"], model["sum"]
-    x = data.value().numpy()
-    y = mc.value().numpy()
-    weights = pdf.pdf(mc).numpy()
-    weights *= len(x) / weights.sum()
-    s_lo, s_hi = np.minimum(x[:, 0], x[:, 1]), np.maximum(x[:, 0], x[:, 1])
-    m_lo, m_hi = np.minimum(y[:, 0], y[:, 1]), np.maximum(y[:, 0], y[:, 1])
-
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    ax = axes[0]
-    h = ax.hist2d(s_lo, s_hi, bins=120, cmap="viridis", cmin=1)
-    fig.colorbar(h[3], ax=ax, label="events")
-    ax.set_xlabel(r"$m^2_{K\pi,\ \mathrm{low}}$ [GeV$^2$]")
-    ax.set_ylabel(r"$m^2_{K\pi,\ \mathrm{high}}$ [GeV$^2$]")
-    ax.set_title(r"$D^+\to K^-\pi^+\pi^+$ data (Dalitz plot)")
-    components = {a.name: complex(c) for c, a in zip(model["couplings"], amp.amplitudes, strict=True)}
-    columns = {a.name: a.column(mc).numpy() for a in amp.amplitudes}
-    norm = weights.sum() / np.sum(np.abs(sum(components[k] * columns[k] for k in columns)) ** 2)
-    for ax, (values, model_values, label) in zip(
-        axes[1:], [(s_lo, m_lo, r"$m^2_{K\pi,\ \mathrm{low}}$"), (s_hi, m_hi, r"$m^2_{K\pi,\ \mathrm{high}}$")], strict=True
-    ):
-        bins = np.linspace(min(values.min(), model_values.min()), max(values.max(), model_values.max()), 80)
-        counts, edges = np.histogram(values, bins=bins)
-        centers = 0.5 * (edges[1:] + edges[:-1])
-        ax.errorbar(centers, counts, yerr=np.sqrt(counts), fmt="k.", label="data")
-        total, _ = np.histogram(model_values, bins=bins, weights=weights)
-        ax.step(centers, total, where="mid", color="C3", lw=2, label="fit")
-        for i, (name, col) in enumerate(columns.items()):
-            comp_w = np.abs(components[name] * col) ** 2 * norm
-            part, _ = np.histogram(model_values, bins=bins, weights=comp_w)
-            ax.step(centers, part, where="mid", lw=1, ls="--", color=f"C{i}", label=name)
-        ax.set_xlabel(label + " [GeV$^2$]")
-        ax.set_ylabel("events / bin")
-        ax.legend(fontsize=7)
+    to_low, to_high = list(PROJECTIONS.values())[:2]
+    cells = int(np.clip(np.sqrt(len(events)) / 2, 40, 150))
+    low, high, mc_low, mc_high = to_low(events), to_high(events), to_low(mc), to_high(mc)
+    bins = [np.linspace(mc_low.min(), mc_low.max(), cells + 1), np.linspace(mc_high.min(), mc_high.max(), cells + 1)]
+    occupied = np.histogram2d(mc_low, mc_high, bins=bins)[0] > 0  # cells inside the kinematic boundary
+    counts = np.histogram2d(low, high, bins=bins)[0]
+    expected = np.histogram2d(mc_low, mc_high, bins=bins, weights=intensity)[0] * len(events) / intensity.sum()
+    vmax = max(counts.max(), expected.max())
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    for ax, (values, title) in zip(axes, [(counts, f"data ({len(events):,} events)"), (expected, "fitted model")],
+                                   strict=True):
+        mesh = ax.pcolormesh(bins[0], bins[1], np.where(occupied, values, np.nan).T, cmap="viridis", vmin=0.0,
+                             vmax=vmax)
+        fig.colorbar(mesh, ax=ax, label="events / cell")
+        ax.set_xlabel(r"$m^2_{K\pi,\ \mathrm{low}}$ [GeV$^2$]")
+        ax.set_ylabel(r"$m^2_{K\pi,\ \mathrm{high}}$ [GeV$^2$]")
+        ax.set_title(rf"$D^+\to K^-\pi^+\pi^+$ Dalitz plot: {title}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_fit(path: Path, model: dict[str, Any], events: np.ndarray, mc: np.ndarray) -> None:
+    """The fit plot by zcache.plot: three invariant-mass projections with the fitted model and pulls.
+
+    The model and its components are projected from the phase-space sample ``mc``, weighted by |A|^2.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zcache.plot import plot_projections  # matplotlib is optional: imported only here
+
+    bins = int(np.clip(np.sqrt(len(events)) / 4, 20, 80))
+    drawn = plot_projections(model["pdf"], events, bins=bins, mc=mc, variables=PROJECTIONS, label="fit",
+                             data_label=f"data ({len(events):,} events)")
+    fig = drawn[0].figure
+    fig.suptitle(r"$D^+\to K^-\pi^+\pi^+$: amplitude fit (dashed: components $|c_k A_k|^2$)")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -298,6 +326,7 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
         zcache.set_values([kstar.mass, kstar.width], list(RESONANCES[0][1:3]))
         zcache.set_values(loss.params, [values[p.name] for p in loss.params])
 
+    fitted_events = data.value().numpy()  # for the plots: step 5 refills `data` in place
     _say(f"\n[5/6] simulation pipeline: {n_simulation} new datasets at fixed parameters (set_data, no retrace)")
     integrals = [c for c in report.caches if c.name.startswith("I[")]
     misses_before = sum(c.stats["misses"] for c in integrals)
@@ -320,9 +349,11 @@ def main(n_events: int = 100_000, n_mc: int = 200_000, out_dir: str | Path = "de
     written = [str(dot_path)]
     if plots:
         try:
-            _plot_dalitz(out / "dalitz.png", model, data)
+            mc_events, intensity = _plot_sample(model, len(fitted_events))
+            _plot_dalitz(out / "dalitz.png", fitted_events, mc_events, intensity)
+            _plot_fit(out / "fit_projections.png", model, fitted_events, mc_events)
             _plot_graph(out / "dependency_graph.png", report)
-            written += [str(out / "dalitz.png"), str(out / "dependency_graph.png")]
+            written += [str(out / name) for name in ("dalitz.png", "fit_projections.png", "dependency_graph.png")]
         except ImportError:
             _say("(matplotlib is not installed: pip install zcache[plot]; PNGs skipped) ", end="")
     _say("done")
