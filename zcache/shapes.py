@@ -1,4 +1,7 @@
-r"""Peak and threshold line shapes: Crystal Ball, double Crystal Ball, ARGUS, Voigtian, Johnson SU.
+r"""The common line shapes: peaks and thresholds, polynomials, data-driven densities.
+
+Peaks and thresholds: Crystal Ball, double Crystal Ball, ARGUS, Voigtian, Johnson SU; polynomials:
+Chebyshev, Bernstein; data-driven: a Gaussian KDE and a histogram template.
 
 Each shape is a one-dimensional :class:`zcache.models.Model` (space first, then its parameters,
 each a :class:`zcache.Parameter` or a number for a fixed value), so normalization caching,
@@ -14,6 +17,10 @@ class                             integral                        sampling
 :class:`ARGUS`                    analytic (incomplete gamma)     accept-reject
 :class:`Voigtian`                 Gauss-Legendre (tan map)        accept-reject
 :class:`JohnsonSU`                analytic (normal CDF)           exact (inverse CDF)
+:class:`Chebyshev`                analytic (antiderivative)       accept-reject
+:class:`Bernstein`                analytic (antiderivative)       accept-reject
+:class:`KDE1D`                    analytic (erf differences)      exact (kernel, then inverse CDF)
+:class:`HistogramPdf`             analytic (piecewise linear)     exact (bin, then uniform)
 ================================  ==============================  ==========================================
 
 :func:`faddeeva` is the Faddeeva function :math:`w(z) = e^{-z^2}\operatorname{erfc}(-iz)` in
@@ -38,6 +45,22 @@ Conventions:
   width at half maximum; RooVoigtian's ``width`` is the full width :math:`2\gamma`).
 - Johnson SU: ``scipy.stats.johnsonsu(a=gamma, b=delta, loc=mu, scale=lambd)`` (RooJohnson with
   ``lambda = lambd``, ``zfit.pdf.JohnsonSU``).
+- Chebyshev: :math:`1 + \sum_{i=1}^n c_i T_i(x')` with :math:`x' = (2x - l - u)/(u - l) \in
+  [-1, 1]` over the space :math:`[l, u]`; the constant term is fixed to 1 (RooChebychev,
+  ``zfit.pdf.Chebyshev``). Evaluated by Clenshaw's recurrence.
+- Bernstein: :math:`\sum_{i=0}^n b_i \binom{n}{i} t^i (1-t)^{n-i}` with :math:`t = (x - l)/(u - l)
+  \in [0, 1]` (RooBernstein, ``zfit.pdf.Bernstein``), evaluated by de Casteljau's algorithm.
+  Every coefficient is a parameter; the overall scale cancels in the normalization, so fix one
+  of them in a fit (else the likelihood has a flat direction).
+- Neither polynomial is forced to be non-negative: a Chebyshev series or a Bernstein polynomial
+  with a negative coefficient can dip below zero, and a fit there fails (log of a negative
+  density). Non-negative Bernstein coefficients guarantee a non-negative density: give them
+  ``lower=0`` limits.
+- KDE1D: the Gaussian kernel density of fixed data, truncated to the space and renormalized;
+  the bandwidth rules are ``scipy.stats.gaussian_kde``'s. The data are copied when the model is
+  built; a later ``set_data`` of the :class:`zcache.Data` does not change it.
+- HistogramPdf: a piecewise-constant density from ``numpy.histogram``'s ``counts, edges`` or a
+  1-D ``hist.Hist`` / ``boost_histogram.Histogram``; 0 outside its edges.
 
 Width-like parameters (sigma, n, lambd, delta, gamma of the Voigtian, m0) must be positive when
 the model is built (:class:`zcache.exceptions.ParameterValueError` otherwise); give them
@@ -47,14 +70,16 @@ gradient, everywhere in the space: tails are computed in logarithmic form, and e
 
 References
 ----------
-RooFit: RooCrystalBall, RooCBShape, RooArgusBG, RooVoigtian, RooJohnson. zfit:
-``zfit.pdf.CrystalBall``, ``DoubleCB``, ``JohnsonSU``. scipy: ``scipy.stats.crystalball``,
-``argus``, ``johnsonsu``, ``scipy.special.voigt_profile``, ``wofz``. J. A. C. Weideman,
+RooFit: RooCrystalBall, RooCBShape, RooArgusBG, RooVoigtian, RooJohnson, RooChebychev,
+RooBernstein, RooKeysPdf (an adaptive KDE), RooHistPdf. zfit: ``zfit.pdf.CrystalBall``,
+``DoubleCB``, ``JohnsonSU``, ``Chebyshev``, ``Bernstein``, ``KDE1DimExact``, ``HistogramPDF``. scipy:
+``scipy.stats.crystalball``, ``argus``, ``johnsonsu``, ``gaussian_kde``, ``scipy.special.voigt_profile``,
+``wofz``, ``numpy.polynomial.chebyshev``, ``scipy.interpolate.BPoly``. J. A. C. Weideman,
 "Computation of the complex error function", SIAM J. Numer. Anal. 31 (1994) 1497.
 
 Examples
 --------
->>> import zcache
+>>> import numpy as np, zcache
 >>> from zcache.models import Space
 >>> from zcache.shapes import CrystalBall
 >>> space = Space("m", 5.0, 5.6)
@@ -66,21 +91,37 @@ Examples
 >>> data = cb.sample(500)
 >>> data.nevents, bool(cb.pdf(data).numpy().min() > 0.0)
 (500, True)
+>>> from zcache.shapes import Chebyshev, HistogramPdf
+>>> space = Space("m", 0.0, 10.0)
+>>> c1 = zcache.Parameter("c1_extra_doc", -0.3, lower=-1.0, upper=1.0)
+>>> bkg = Chebyshev(space, [c1, 0.05])
+>>> round(float(bkg.integrate()), 12)
+1.0
+>>> counts, edges = np.histogram(np.random.default_rng(1).uniform(0.0, 10.0, 1000), bins=20, range=(0.0, 10.0))
+>>> h = HistogramPdf(space, counts, edges)
+>>> bool(abs(float(h.integrate(0.0, 5.0)) - counts[:10].sum() / 1000.0) < 1e-12)
+True
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import scipy.special
 import tensorflow as tf
 
+from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space
 from .sampling import rng
 
-__all__ = ["CrystalBall", "DoubleCrystalBall", "ARGUS", "Voigtian", "JohnsonSU", "faddeeva"]
+__all__ = [
+    "CrystalBall", "DoubleCrystalBall", "ARGUS", "Voigtian", "JohnsonSU", "faddeeva",
+    "Chebyshev", "Bernstein", "KDE1D", "HistogramPdf",
+]
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)
@@ -691,3 +732,617 @@ class JohnsonSU(Model):
         u = tf.where(above, -v, v)
         x = p["mu"].value() + p["lambd"].value() * tf.sinh((u - p["gamma"].value()) / p["delta"].value())
         return tf.clip_by_value(x, lo, hi)
+
+
+# == polynomials and data-driven shapes ==========================================================
+# KDE1D evaluates events in blocks of at most this many (event, kernel) pairs, so that memory
+# stays ~ 3 x 8 bytes x 2^22 = 100 MB whatever the numbers of events and kernels.
+_KDE_BLOCK_PAIRS = 1 << 22
+# Histogram edges must meet the space's limits to this fraction of its width (rounding only).
+_EDGE_RTOL = 1e-12
+
+
+# -- checks and helpers -------------------------------------------------------------------------
+def _one_dimensional(space: Any, what: str) -> None:
+    if not isinstance(space, Space):
+        raise ModelError(f"{what} needs a zcache.models.Space, got {space!r}.")
+    if space.n_obs != 1:
+        raise ModelError(f"{what} is one-dimensional; got {space!r}. Combine 1-D models with ProductPdf.")
+
+
+def _limit_tensors(lower: Any, upper: Any) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.convert_to_tensor(lower, tf.float64), tf.convert_to_tensor(upper, tf.float64)
+
+
+def _coefficient_list(coeffs: Any, what: str, minimum: int) -> list[Any]:
+    """The coefficients as a list (Parameters as they are, numbers as floats).
+
+    Checked before any Parameter is created, so that a refusal leaves nothing behind.
+    """
+    if isinstance(coeffs, str | bytes) or not isinstance(coeffs, Sequence | np.ndarray):
+        raise ModelError(
+            f"{what} needs a sequence of coefficients (zcache.Parameter or numbers), got {coeffs!r}; "
+            "wrap a single coefficient in a list."
+        )
+    out: list[Any] = []
+    for i, c in enumerate(coeffs):
+        if isinstance(c, Parameter):
+            out.append(c)
+            continue
+        try:
+            value = float(c)
+        except (TypeError, ValueError) as err:
+            raise ModelError(f"{what}: coefficient {i} must be a zcache.Parameter or a number, got {c!r}.") from err
+        if not math.isfinite(value):
+            raise ParameterValueError(f"{what}: coefficient {i} is {value}; give a finite number.")
+        out.append(value)
+    if len(out) < minimum:
+        raise ModelError(f"{what} needs at least {minimum} coefficient(s), got {len(out)}.")
+    return out
+
+
+def _erf_difference(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``erf(b) - erf(a)`` for ``a <= b``, with erfc on the side away from 0 (no cancellation in a tail)."""
+    return tf.where(a >= 0.0, tf.math.erfc(a) - tf.math.erfc(b),
+                    tf.where(b <= 0.0, tf.math.erfc(-b) - tf.math.erfc(-a), tf.math.erf(b) - tf.math.erf(a)))
+
+
+def _clenshaw(coeffs: Sequence[Any], t: tf.Tensor) -> tf.Tensor:
+    r""":math:`\sum_k a_k T_k(t)` by Clenshaw's recurrence (``coeffs`` scalars, ``t`` any shape)."""
+    b1 = tf.zeros_like(t)
+    b2 = tf.zeros_like(t)
+    for a in reversed(coeffs[1:]):
+        b1, b2 = a + 2.0 * t * b1 - b2, b1
+    return coeffs[0] + t * b1 - b2
+
+
+def _chebyshev_antiderivative(a: Sequence[Any]) -> list[Any]:
+    r"""Chebyshev coefficients of :math:`\int \sum_k a_k T_k`, constant term 0.
+
+    From :math:`\int T_0 = T_1`, :math:`\int T_1 = T_2/4 + \mathrm{const}` and
+    :math:`\int T_k = T_{k+1}/(2(k+1)) - T_{k-1}/(2(k-1))` for :math:`k \ge 2`:
+    :math:`A_1 = a_0 - a_2/2`, :math:`A_k = (a_{k-1} - a_{k+1})/(2k)` for :math:`k \ge 2`.
+    """
+    n = len(a) - 1
+    padded = [*a, 0.0, 0.0]
+    out: list[Any] = [0.0, padded[0] - 0.5 * padded[2]]
+    out += [(padded[k - 1] - padded[k + 1]) / (2.0 * k) for k in range(2, n + 2)]
+    return out
+
+
+def _de_casteljau(coeffs: Sequence[Any], t: tf.Tensor) -> tf.Tensor:
+    r""":math:`\sum_i \beta_i \binom{n}{i} t^i (1-t)^{n-i}` by de Casteljau's algorithm (stable on [0, 1])."""
+    s = 1.0 - t
+    level = list(coeffs)
+    while len(level) > 1:
+        level = [s * level[i] + t * level[i + 1] for i in range(len(level) - 1)]
+    return level[0] + tf.zeros_like(t)
+
+
+# -- polynomials ----------------------------------------------------------------------------------
+class Chebyshev(Model):
+    r"""Chebyshev series :math:`1 + \sum_{i=1}^n c_i T_i(x')`, :math:`x'` the observable mapped onto [-1, 1].
+
+    With the space :math:`[l, u]`, :math:`x' = (2x - l - u)/(u - l)`. The constant term is fixed
+    to 1 and ``coeffs`` are :math:`c_1, \ldots, c_n` (as RooChebychev and ``zfit.pdf.Chebyshev``),
+    so the normalization is :math:`(u - l)(1 - \sum_{i\,\mathrm{even}} c_i/(i^2 - 1))` and no
+    coefficient is redundant. Evaluated by Clenshaw's recurrence; the integral is analytic (the
+    antiderivative's Chebyshev series, also over sub-ranges). The density is not forced to be
+    non-negative: large coefficients make it dip below zero somewhere, and then a fit fails.
+
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space.
+    coeffs : sequence of Parameter or float
+        :math:`c_1, \ldots, c_n` (numbers are fixed); an empty sequence gives a flat density.
+    name : str, optional
+        A label for reports; default the class name.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not a one-dimensional :class:`~zcache.models.Space`, or ``coeffs`` is not
+        a sequence of Parameters and numbers.
+    ParameterValueError
+        A coefficient given as a number is NaN or infinite.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zcache.models import Space
+    >>> from zcache.shapes import Chebyshev
+    >>> cheb = Chebyshev(Space("x", 0.0, 2.0), [0.5, -0.2])
+    >>> round(float(cheb.unnormalized_pdf([2.0])[0]), 12)     # x' = 1: 1 + 0.5 - 0.2
+    1.3
+    >>> round(float(cheb.normalization()), 12)      # 2 (1 + 0.2 / 3)
+    2.133333333333
+    """
+
+    def __init__(self, space: Space, coeffs: Sequence[Any], *, name: str | None = None, extended: Any = None) -> None:
+        _one_dimensional(space, "Chebyshev")
+        coeffs = _coefficient_list(coeffs, "Chebyshev", minimum=0)
+        super().__init__(space, {f"c{i + 1}": c for i, c in enumerate(coeffs)}, name=name, extended=extended)
+        self._keys = [f"c{i + 1}" for i in range(len(coeffs))]
+        lo, hi = space.lower[0], space.upper[0]
+        self._center, self._half = 0.5 * (lo + hi), 0.5 * (hi - lo)
+
+    @property
+    def degree(self) -> int:
+        """The degree :math:`n` of the series (the number of coefficients)."""
+        return len(self._keys)
+
+    def _series(self) -> list[Any]:
+        return [1.0, *(self.params[k].value() for k in self._keys)]
+
+    def _mapped(self, x: tf.Tensor) -> tf.Tensor:
+        return (x - self._center) / self._half
+
+    def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
+        return _clenshaw(self._series(), self._mapped(x))
+
+    def _integral(self, lower: Any, upper: Any) -> tf.Tensor:
+        lower, upper = _limit_tensors(lower, upper)
+        antiderivative = _chebyshev_antiderivative(self._series())
+        return self._half * (_clenshaw(antiderivative, self._mapped(upper)) - _clenshaw(antiderivative, self._mapped(lower)))
+
+
+class Bernstein(Model):
+    r"""Bernstein polynomial :math:`\sum_{i=0}^n b_i \binom{n}{i} t^i (1-t)^{n-i}`, :math:`t` the observable mapped onto [0, 1].
+
+    With the space :math:`[l, u]`, :math:`t = (x - l)/(u - l)` (RooBernstein,
+    ``zfit.pdf.Bernstein``). All :math:`n + 1` coefficients are parameters, but the overall
+    scale cancels in the normalization (:math:`\lambda b` gives the same density as :math:`b`):
+    fix one coefficient in a fit (give it as a number), else the likelihood has a flat
+    direction. Non-negative coefficients make the density non-negative (the basis polynomials
+    are non-negative on [0, 1]): give floating coefficients ``lower=0``. The density is
+    evaluated by de Casteljau's algorithm (:math:`O(n^2)` operations per event, numerically
+    stable); the integral is analytic, from the antiderivative
+    :math:`\int_0^t B_{i,n} = \frac{1}{n+1} \sum_{j > i} B_{j,n+1}(t)` (sub-ranges too).
+
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space.
+    coeffs : sequence of Parameter or float
+        :math:`b_0, \ldots, b_n` (numbers are fixed); at least one, not all zero.
+    name : str, optional
+        A label for reports; default the class name.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not a one-dimensional :class:`~zcache.models.Space`, or ``coeffs`` is not
+        a non-empty sequence of Parameters and numbers.
+    ParameterValueError
+        A coefficient given as a number is NaN or infinite, or all coefficients are zero (the
+        density would be 0 everywhere).
+
+    Examples
+    --------
+    >>> from zcache.models import Space
+    >>> from zcache.shapes import Bernstein
+    >>> bern = Bernstein(Space("x", 0.0, 4.0), [1.0, 0.0, 3.0])    # (1 - t)^2 + 3 t^2
+    >>> round(float(bern.normalization()), 12)                      # 4 * (1 + 0 + 3) / 3
+    5.333333333333
+    >>> round(float(bern.integrate(0.0, 2.0)), 12)                  # t in [0, 1/2]: (10/24) / (4/3)
+    0.3125
+    """
+
+    def __init__(self, space: Space, coeffs: Sequence[Any], *, name: str | None = None, extended: Any = None) -> None:
+        _one_dimensional(space, "Bernstein")
+        coeffs = _coefficient_list(coeffs, "Bernstein", minimum=1)
+        if all(float(c) == 0.0 for c in coeffs):
+            raise ParameterValueError(
+                "Bernstein: all coefficients are 0, so the density is 0 everywhere; give at least one "
+                "non-zero coefficient (non-negative ones keep the density non-negative)."
+            )
+        super().__init__(space, {f"b{i}": c for i, c in enumerate(coeffs)}, name=name, extended=extended)
+        self._keys = [f"b{i}" for i in range(len(coeffs))]
+        self._lower, self._width = space.lower[0], space.upper[0] - space.lower[0]
+
+    @property
+    def degree(self) -> int:
+        """The degree :math:`n` of the polynomial (the number of coefficients minus one)."""
+        return len(self._keys) - 1
+
+    def _mapped(self, x: tf.Tensor) -> tf.Tensor:
+        return (x - self._lower) / self._width
+
+    def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
+        return _de_casteljau([self.params[k].value() for k in self._keys], self._mapped(x))
+
+    def _integral(self, lower: Any, upper: Any) -> tf.Tensor:
+        lower, upper = _limit_tensors(lower, upper)
+        b = [self.params[k].value() for k in self._keys]
+        # Antiderivative (degree n + 1): d_0 = 0, d_j = (b_0 + ... + b_{j-1}) / (n + 1).
+        scale = 1.0 / len(b)
+        d: list[Any] = [0.0]
+        for coeff in b:
+            d.append(d[-1] + scale * coeff)
+        return self._width * (_de_casteljau(d, self._mapped(upper)) - _de_casteljau(d, self._mapped(lower)))
+
+
+# -- kernel density -------------------------------------------------------------------------------
+def _kde_points(space: Space, data: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """The data as a 1-D float array, and the weights of a weighted zcache.Data (else None)."""
+    if isinstance(data, Data):
+        points = space.select(data).numpy()
+        weights = data.weights.numpy() if data.is_weighted else None
+    else:
+        try:
+            points = np.asarray(data, dtype=float)
+        except (TypeError, ValueError) as err:
+            raise ModelError(f"KDE1D needs a numpy array or a zcache.Data of events, got {data!r}.") from err
+        weights = None
+    if points.ndim == 2 and points.shape[1] == 1:
+        points = points[:, 0]
+    if points.ndim != 1:
+        raise ModelError(f"KDE1D needs one-dimensional data (shape (N,) or (N, 1)), got shape {points.shape}.")
+    if points.size == 0:
+        raise ModelError("KDE1D got no data points; give at least one event (two for the 'scott'/'silverman' rules).")
+    if not np.all(np.isfinite(points)):
+        raise ModelError(f"KDE1D: {int(np.sum(~np.isfinite(points)))} data point(s) are NaN or infinite; remove them.")
+    return np.array(points, dtype=np.float64), weights
+
+
+def _kde_weights(weights: Any, n: int) -> np.ndarray:
+    """Weights normalized to sum 1 (uniform when None)."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    try:
+        w = np.asarray(weights, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ModelError(f"KDE1D: weights must be numbers, got {weights!r}.") from err
+    if w.shape != (n,):
+        raise ModelError(f"KDE1D: give one weight per data point ({n}), got shape {w.shape}.")
+    if not np.all(np.isfinite(w)):
+        raise ModelError("KDE1D: some weights are NaN or infinite; give finite weights.")
+    if np.any(w < 0.0):
+        raise ModelError(
+            "KDE1D: some weights are negative (sWeights?); a kernel density needs non-negative weights. "
+            "Drop or clip the negative ones."
+        )
+    total = w.sum()
+    if not total > 0.0:
+        raise ModelError("KDE1D: the weights sum to 0; give at least one positive weight.")
+    return w / total
+
+
+def _kde_bandwidth(rule: Any, points: np.ndarray, w: np.ndarray) -> float:
+    """The kernel's standard deviation: scipy.stats.gaussian_kde's rule x weighted std, or a number."""
+    if isinstance(rule, str):
+        neff = 1.0 / np.sum(w * w)
+        if rule == "scott":
+            factor = neff ** (-1.0 / 5.0)
+        elif rule == "silverman":
+            factor = (0.75 * neff) ** (-1.0 / 5.0)
+        else:
+            raise ModelError(f"KDE1D: unknown bandwidth rule {rule!r}; use 'scott', 'silverman' or a positive number.")
+        # numpy.cov(points, aweights=w) with ddof=1, as gaussian_kde computes it
+        mean = np.sum(w * points)
+        denominator = 1.0 - np.sum(w * w)
+        var = np.sum(w * (points - mean) ** 2) / denominator if denominator > 0.0 else 0.0
+        if not var > 0.0:
+            raise ParameterValueError(
+                f"KDE1D: the data have no spread (one distinct point with positive weight), so the "
+                f"{rule!r} bandwidth is 0; give bandwidth=<a positive number> (the kernel's standard deviation)."
+            )
+        return float(math.sqrt(var) * factor)
+    if isinstance(rule, bool):
+        raise ModelError(f"KDE1D: bandwidth must be 'scott', 'silverman' or a positive number, got {rule!r}.")
+    try:
+        value = float(rule)
+    except (TypeError, ValueError) as err:
+        raise ModelError(f"KDE1D: bandwidth must be 'scott', 'silverman' or a positive number, got {rule!r}.") from err
+    if not (math.isfinite(value) and value > 0.0):
+        raise ParameterValueError(
+            f"KDE1D: the bandwidth is {value}; it must be a positive finite number (the kernel's standard "
+            "deviation, in units of the observable)."
+        )
+    return value
+
+
+class KDE1D(Model):
+    r"""Gaussian kernel density estimate of fixed data, truncated to the space and renormalized.
+
+    :math:`f(x) = \sum_k w_k\, \phi((x - x_k)/h)/h` over the data points :math:`x_k` (weights
+    :math:`w_k` normalized to 1, uniform by default), divided by its integral over the space.
+    Every data point contributes, also one outside the space (its kernel's tail), which is the
+    KDE of all the data restricted to the space: ``scipy.stats.gaussian_kde(points, weights=w)``
+    over the space, divided by its integral there.
+
+    The bandwidth :math:`h` (the kernel's standard deviation) is ``"scott"`` or ``"silverman"``
+    as ``scipy.stats.gaussian_kde`` computes them: a factor :math:`n_\mathrm{eff}^{-1/5}` (Scott)
+    or :math:`(3 n_\mathrm{eff}/4)^{-1/5}` (Silverman), :math:`n_\mathrm{eff} = 1/\sum w_k^2`,
+    times the weighted standard deviation of the data (``numpy.cov`` with ``aweights``); or a
+    positive number, taken as :math:`h` itself in units of the observable (not a factor, unlike
+    a number passed to scipy's ``bw_method``).
+
+    The model has no parameters: the data and the bandwidth are fixed when it is built (a later
+    ``set_data`` of a :class:`zcache.Data` passed in does not change it), so its normalization
+    is computed once. The integral is analytic (a sum of erf differences over the kernels) and
+    sampling is exact: a kernel is chosen with probability proportional to :math:`w_k` times its
+    mass inside the space, and the event drawn from that kernel truncated to the space by its
+    inverse CDF (no loop, no rejection).
+
+    Evaluation costs :math:`O(N_\mathrm{events} \times N_\mathrm{kernels})`: events are evaluated
+    in blocks of at most :math:`2^{22}` (event, kernel) pairs (``tf.map_fn``), so memory stays
+    around 100 MB for any sizes, but time grows with the product: a few nanoseconds per pair on
+    a CPU (about 1 s for :math:`2\cdot 10^4` events times :math:`2\cdot 10^4` kernels, 20 s for
+    :math:`10^5 \times 10^5`). A fit computes the pdf of its dataset once and reads it from the
+    cache afterwards, as the KDE has no parameters. ``_integral`` builds an (n_limits, n_kernels)
+    matrix, which is small for the edges of a binned fit.
+
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space.
+    data : numpy.ndarray or zcache.Data
+        The data points, shape (N,) or (N, 1), at least one, all finite; a :class:`zcache.Data`
+        gives its column of the space's observable (and its weights, unless ``weights`` is given).
+    bandwidth : {"scott", "silverman"} or float, default "scott"
+        The rule, or the kernel's standard deviation (> 0).
+    weights : array_like, optional
+        One non-negative weight per data point, not all zero.
+    name : str, optional
+        A label for reports; default the class name.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not one-dimensional; the data are empty, not 1-D, NaN or infinite; the
+        weights are the wrong length, negative, NaN or sum to 0; the bandwidth rule is unknown;
+        or the kernels put no probability inside the space.
+    ParameterValueError
+        The bandwidth is not a positive finite number, or a rule gives 0 (the data have no spread).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zcache.models import Space
+    >>> from zcache.shapes import KDE1D
+    >>> kde = KDE1D(Space("x", -3.0, 3.0), np.array([-1.0, 0.0, 0.5, 2.0]), bandwidth=0.4)
+    >>> kde.bandwidth, round(float(kde.integrate()), 12)
+    (0.4, 1.0)
+    >>> x = kde.sample(200).numpy()
+    >>> bool(x.min() >= -3.0 and x.max() <= 3.0)
+    True
+    """
+
+    def __init__(self, space: Space, data: Any, *, bandwidth: str | float = "scott", weights: Any = None,
+                 name: str | None = None, extended: Any = None) -> None:
+        _one_dimensional(space, "KDE1D")
+        points, data_weights = _kde_points(space, data)
+        w = _kde_weights(data_weights if weights is None else weights, points.size)
+        h = _kde_bandwidth(bandwidth, points, w)
+        lo, hi = space.lower[0], space.upper[0]
+        # Each kernel's probability inside the space (for sampling, and to refuse a KDE with none).
+        mass = 0.5 * _np_erf_difference((lo - points) / (h * _SQRT2), (hi - points) / (h * _SQRT2))
+        choose = w * mass
+        if not choose.sum() > 0.0:
+            raise ModelError(
+                f"KDE1D: the kernels (bandwidth {h:g}) put no probability inside {space!r}: the data lie "
+                "too far from it. Give data inside the space, or a larger bandwidth."
+            )
+        super().__init__(space, {}, name=name, extended=extended)
+        self._h = h
+        self._points = points
+        self._weights = w
+        self._choose = np.cumsum(choose)
+        self._block = max(1, _KDE_BLOCK_PAIRS // points.size)
+
+    @property
+    def bandwidth(self) -> float:
+        """The kernel's standard deviation :math:`h`, in units of the observable."""
+        return self._h
+
+    @property
+    def n_kernels(self) -> int:
+        """The number of data points (kernels)."""
+        return int(self._points.size)
+
+    def _kernel_sum(self, x: tf.Tensor) -> tf.Tensor:
+        points = tf.constant(self._points[None, :])
+        weights = tf.constant(self._weights[:, None])
+        z = (x[:, None] - points) * (1.0 / self._h)
+        return tf.linalg.matmul(tf.exp(-0.5 * z * z), weights)[:, 0]
+
+    def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
+        x = tf.convert_to_tensor(x, tf.float64)
+        shape = tf.shape(x)
+        flat = tf.reshape(x, [-1])
+        n = tf.size(flat)
+        # Blocks of `block` events (at most _KDE_BLOCK_PAIRS pairs each), the last one padded.
+        block = tf.minimum(tf.constant(self._block), tf.maximum(n, 1))
+        count = (n + block - 1) // block
+        padded = tf.pad(flat, [[0, count * block - n]])
+        blocks = tf.reshape(padded, tf.stack([count, block]))
+        values = tf.map_fn(self._kernel_sum, blocks, fn_output_signature=tf.TensorSpec([None], tf.float64))
+        out = tf.reshape(values, [-1])[:n]
+        return tf.reshape(out, shape) * (1.0 / (self._h * _SQRT_2PI))
+
+    def _integral(self, lower: Any, upper: Any) -> tf.Tensor:
+        lower, upper = _limit_tensors(lower, upper)
+        points = tf.constant(self._points)
+        scale = 1.0 / (self._h * _SQRT2)
+        a = (lower[..., None] - points) * scale
+        b = (upper[..., None] - points) * scale
+        return 0.5 * tf.reduce_sum(tf.constant(self._weights) * _erf_difference(a, b), axis=-1)
+
+    def _sample(self, n: tf.Tensor) -> tf.Tensor:
+        # The kernel by its weight x mass inside the space; then the inverse CDF of that kernel
+        # on [lo, hi], from the lower tail (a range above the kernel's centre is mirrored first),
+        # where the normal CDF and its inverse are accurate.
+        cum = tf.constant(self._choose)
+        u = rng().uniform([n], dtype=tf.float64) * cum[-1]
+        k = tf.minimum(tf.searchsorted(cum, u, side="right"), self.n_kernels - 1)
+        mu = tf.gather(tf.constant(self._points), k)
+        lo, hi, h = self.space.lower[0], self.space.upper[0], self._h
+        above = lo > mu
+        a = tf.where(above, 2.0 * mu - hi, lo)
+        b = tf.where(above, 2.0 * mu - lo, hi)
+        cdf_a = 0.5 * tf.math.erfc(-(a - mu) / (h * _SQRT2))
+        cdf_b = 0.5 * tf.math.erfc(-(b - mu) / (h * _SQRT2))
+        v = rng().uniform([n], dtype=tf.float64) * (cdf_b - cdf_a) + cdf_a
+        y = mu + h * tf.math.ndtri(v)
+        return tf.clip_by_value(tf.where(above, 2.0 * mu - y, y), lo, hi)
+
+
+def _np_erf_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The numpy twin of :func:`_erf_difference`."""
+    erf, erfc = scipy.special.erf, scipy.special.erfc
+    return np.where(a >= 0.0, erfc(a) - erfc(b), np.where(b <= 0.0, erfc(-b) - erfc(-a), erf(b) - erf(a)))
+
+
+# -- histogram ------------------------------------------------------------------------------------
+def _histogram_arrays(counts: Any, edges: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``counts, edges`` as float arrays, from numpy.histogram's pair or a 1-D hist / boost-histogram object."""
+    if edges is None:
+        if not (callable(getattr(counts, "values", None)) and hasattr(counts, "axes")):
+            raise ModelError(
+                "HistogramPdf needs counts and edges (as numpy.histogram returns them), or a 1-D hist.Hist / "
+                f"boost_histogram.Histogram; got {type(counts).__name__} without edges."
+            )
+        if len(counts.axes) != 1:
+            raise ModelError(f"HistogramPdf needs a 1-D histogram, got one with {len(counts.axes)} axes.")
+        edges = counts.axes[0].edges
+        counts = counts.values()
+    elif hasattr(counts, "axes") and callable(getattr(counts, "values", None)):
+        raise ModelError("HistogramPdf: a histogram object carries its own edges; do not pass edges too.")
+    try:
+        c = np.array(counts, dtype=float)
+        e = np.array(edges, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ModelError(f"HistogramPdf: counts and edges must be numbers, got {counts!r} and {edges!r}.") from err
+    if c.ndim != 1 or c.size == 0:
+        raise ModelError(f"HistogramPdf needs 1-D counts with at least one bin, got shape {c.shape}.")
+    if e.shape != (c.size + 1,):
+        raise ModelError(
+            f"HistogramPdf: {c.size} bins need {c.size + 1} edges (as numpy.histogram returns), got shape {e.shape}."
+        )
+    if not np.all(np.isfinite(c)):
+        raise ModelError("HistogramPdf: some counts are NaN or infinite; give finite counts.")
+    if not np.all(np.isfinite(e)):
+        raise ModelError("HistogramPdf: some edges are NaN or infinite; give finite edges.")
+    if np.any(c < 0.0):
+        raise ModelError(
+            f"HistogramPdf: {int(np.sum(c < 0.0))} bin(s) have negative counts; a density needs counts >= 0 "
+            "(clip them to 0, or merge bins)."
+        )
+    if not c.sum() > 0.0:
+        raise ModelError("HistogramPdf: all counts are 0; give a histogram with at least one positive count.")
+    if not np.all(np.diff(e) > 0.0):
+        raise ModelError("HistogramPdf: the edges must be strictly increasing; sort them and remove duplicates.")
+    return c, e
+
+
+class HistogramPdf(Model):
+    r"""A piecewise-constant density from a histogram: :math:`c_i / (w_i \sum_j c_j)` in bin :math:`i`.
+
+    From ``counts, edges`` as ``numpy.histogram`` returns them, or from a 1-D ``hist.Hist`` /
+    ``boost_histogram.Histogram`` (its ``.values()`` without flow bins, and ``.axes[0].edges``;
+    a weighted histogram gives its sums of weights). The edges must cover the space exactly.
+    Bins are half-open :math:`[e_i, e_{i+1})` except the last, which includes its upper edge (as
+    ``numpy.histogram``); the density is 0 outside the edges. The histogram is copied when the
+    model is built, which has no parameters. The integral is analytic (the CDF is piecewise
+    linear, sub-ranges too) and sampling exact (a bin by its probability, then uniform inside).
+
+    Parameters
+    ----------
+    space : Space
+        A one-dimensional space; the first and last edges must equal its limits.
+    counts : array_like or hist.Hist
+        The bin contents (non-negative, finite, not all zero), or a 1-D histogram object (then
+        ``edges`` must be None).
+    edges : array_like, optional
+        The ``len(counts) + 1`` bin edges, strictly increasing.
+    name : str, optional
+        A label for reports; default the class name.
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    ModelError
+        The space is not one-dimensional; the counts are negative, all zero, NaN or not 1-D;
+        the edges are missing, the wrong number, not strictly increasing, or do not start and
+        end at the space's limits; or a histogram object has more than one axis.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zcache.models import Space
+    >>> from zcache.shapes import HistogramPdf
+    >>> h = HistogramPdf(Space("x", 0.0, 4.0), [1.0, 3.0, 0.0, 4.0], [0.0, 1.0, 2.0, 3.0, 4.0])
+    >>> h.pdf(np.array([0.5, 1.0, 2.5, 4.0])).numpy().tolist()
+    [0.125, 0.375, 0.0, 0.5]
+    >>> float(h.integrate(0.5, 1.5))
+    0.25
+    """
+
+    def __init__(self, space: Space, counts: Any, edges: Any = None, *, name: str | None = None,
+                 extended: Any = None) -> None:
+        _one_dimensional(space, "HistogramPdf")
+        c, e = _histogram_arrays(counts, edges)
+        lo, hi = space.lower[0], space.upper[0]
+        tolerance = _EDGE_RTOL * (hi - lo)
+        if abs(e[0] - lo) > tolerance or abs(e[-1] - hi) > tolerance:
+            raise ModelError(
+                f"HistogramPdf: the edges span [{e[0]:g}, {e[-1]:g}] but the space is {space!r}; the edges must "
+                "cover the space exactly: build the histogram with range=(lower, upper) of the space, or "
+                "build the space from the first and last edges."
+            )
+        e[0], e[-1] = lo, hi  # rounding only (checked above)
+        super().__init__(space, {}, name=name, extended=extended)
+        self._counts = c
+        self._edges = e
+        self._widths = np.diff(e)
+        self._cumulative = np.concatenate([[0.0], np.cumsum(c)])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """A copy of the bin contents."""
+        return self._counts.copy()
+
+    @property
+    def edges(self) -> np.ndarray:
+        """A copy of the bin edges."""
+        return self._edges.copy()
+
+    def _bin(self, x: tf.Tensor) -> tf.Tensor:
+        """The bin of each value of the 1-D ``x`` (0 below the first inner edge, the last bin above)."""
+        return tf.searchsorted(tf.constant(self._edges[1:-1]), x, side="right")
+
+    def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
+        x = tf.convert_to_tensor(x, tf.float64)
+        flat = tf.reshape(x, [-1])
+        density = tf.gather(tf.constant(self._counts / self._widths), self._bin(flat))
+        inside = tf.logical_and(flat >= self._edges[0], flat <= self._edges[-1])
+        return tf.reshape(tf.where(inside, density, tf.zeros_like(density)), tf.shape(x))
+
+    def _cdf(self, x: tf.Tensor) -> tf.Tensor:
+        """The unnormalized CDF (counts below ``x``), piecewise linear, for any shape of ``x``."""
+        flat = tf.clip_by_value(tf.reshape(x, [-1]), self._edges[0], self._edges[-1])
+        i = self._bin(flat)
+        start = tf.gather(tf.constant(self._edges[:-1]), i)
+        inside = tf.gather(tf.constant(self._counts), i) * (flat - start) / tf.gather(tf.constant(self._widths), i)
+        return tf.reshape(tf.gather(tf.constant(self._cumulative[:-1]), i) + inside, tf.shape(x))
+
+    def _integral(self, lower: Any, upper: Any) -> tf.Tensor:
+        lower, upper = _limit_tensors(lower, upper)
+        return self._cdf(upper) - self._cdf(lower)
+
+    def _sample(self, n: tf.Tensor) -> tf.Tensor:
+        cum = tf.constant(self._cumulative[1:])
+        u = rng().uniform([n], dtype=tf.float64) * cum[-1]
+        i = tf.minimum(tf.searchsorted(cum, u, side="right"), self._counts.size - 1)
+        start = tf.gather(tf.constant(self._edges[:-1]), i)
+        x = start + rng().uniform([n], dtype=tf.float64) * tf.gather(tf.constant(self._widths), i)
+        return tf.clip_by_value(x, self._edges[0], self._edges[-1])
