@@ -57,7 +57,7 @@ from ._function import Function, function
 from ._graph_checks import require
 from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
-from .sampling import accept_reject, rng, set_seed
+from .sampling import accept_reject, rng, set_seed, truncated_normal
 
 __all__ = [
     "Space",
@@ -726,19 +726,8 @@ class Gaussian(Model):
         return 0.5 * math.sqrt(2.0 * math.pi) * sigma * diff
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
-        # Inverse CDF on [Phi(a), Phi(b)], always from the lower tail, where Phi and its inverse
-        # are accurate: a range above the mean is mirrored below it first.
         mu, sigma = self.params["mu"].value(), self.params["sigma"].value()
-        lo, hi = self.space.lower[0], self.space.upper[0]
-        above = lo > mu
-        a = tf.where(above, 2.0 * mu - hi, lo)
-        b = tf.where(above, 2.0 * mu - lo, hi)
-        cdf_a = 0.5 * tf.math.erfc(-(a - mu) / (sigma * _SQRT2))
-        cdf_b = 0.5 * tf.math.erfc(-(b - mu) / (sigma * _SQRT2))
-        u = rng().uniform([n], dtype=tf.float64) * (cdf_b - cdf_a) + cdf_a
-        y = mu + sigma * tf.math.ndtri(u)
-        x = tf.where(above, 2.0 * mu - y, y)
-        return tf.clip_by_value(x, lo, hi)
+        return truncated_normal(n, mu, sigma, self.space.lower[0], self.space.upper[0])
 
 
 class Exponential(Model):

@@ -116,7 +116,7 @@ import tensorflow as tf
 from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space
-from .sampling import rng
+from .sampling import rng, truncated_normal
 
 __all__ = [
     "CrystalBall", "DoubleCrystalBall", "ARGUS", "Voigtian", "JohnsonSU", "faddeeva",
@@ -1184,15 +1184,7 @@ class KDE1D(Model):
         u = rng().uniform([n], dtype=tf.float64) * cum[-1]
         k = tf.minimum(tf.searchsorted(cum, u, side="right"), self.n_kernels - 1)
         mu = tf.gather(tf.constant(self._points), k)
-        lo, hi, h = self.space.lower[0], self.space.upper[0], self._h
-        above = lo > mu
-        a = tf.where(above, 2.0 * mu - hi, lo)
-        b = tf.where(above, 2.0 * mu - lo, hi)
-        cdf_a = 0.5 * tf.math.erfc(-(a - mu) / (h * _SQRT2))
-        cdf_b = 0.5 * tf.math.erfc(-(b - mu) / (h * _SQRT2))
-        v = rng().uniform([n], dtype=tf.float64) * (cdf_b - cdf_a) + cdf_a
-        y = mu + h * tf.math.ndtri(v)
-        return tf.clip_by_value(tf.where(above, 2.0 * mu - y, y), lo, hi)
+        return truncated_normal(n, mu, self._h, self.space.lower[0], self.space.upper[0])
 
 
 def _np_erf_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
