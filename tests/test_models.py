@@ -915,3 +915,20 @@ def test_property_cached_pdf_equals_uncached(changes):
         cached = model.pdf(data).numpy()
         np.testing.assert_allclose(cached, ref, rtol=1e-11)
         np.testing.assert_allclose(cached, model.pdf(arr).numpy(), rtol=1e-14)
+
+
+def test_sum_of_extended_sums_lends_their_yields():
+    """A SumPdf of SumPdfs with yields (no yields= of its own) is extended with the total yield,
+    its fractions are the inner yields' shares, and every yield is a parameter of it."""
+    s = Space("x", -5.0, 5.0)
+    n = [zcache.Parameter(f"n_nested{k}", v) for k, v in enumerate([100.0, 300.0, 600.0])]
+    inner = SumPdf([Gaussian(s, -1.0, 0.5), Gaussian(s, 1.0, 0.5)], yields=n[:2])
+    outer = SumPdf([inner, Exponential(s, -0.2, extended=n[2])])
+    assert outer.is_extended and float(outer.get_yield()) == pytest.approx(1000.0)
+    np.testing.assert_allclose(outer.fractions().numpy(), [0.4, 0.6])
+    assert {p.name for p in outer.get_params(None)} >= {"n_nested0", "n_nested1", "n_nested2"}
+    x = np.linspace(-4.0, 4.0, 7)
+    expected = 0.4 * inner.pdf(x).numpy() + 0.6 * Exponential(s, -0.2).pdf(x).numpy()
+    np.testing.assert_allclose(outer.pdf(x).numpy(), expected, rtol=1e-12)
+    n[0].set_value(400.0)  # the inner yield moves the outer fractions: (400 + 300) / 1300
+    np.testing.assert_allclose(outer.fractions().numpy(), [700.0 / 1300.0, 600.0 / 1300.0])

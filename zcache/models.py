@@ -919,12 +919,13 @@ class SumPdf(Model):
             raise ModelError(f"SumPdf components must share one space; got {[p.space for p in pdfs]}.")
         if fracs is not None and yields is not None:
             raise ModelError("SumPdf takes fracs or yields, not both.")
+        name = name or "Sum"
         if fracs is None and yields is None:
             if not all(p.is_extended for p in pdfs):
                 raise ModelError("SumPdf needs fracs (K-1 fractions) or yields (K), or extended components.")
-            yields = [p._yield for p in pdfs]
-        name = name or "Sum"
-        if yields is not None:
+            # Each component lends its yield: its Parameter, or (a SumPdf with yields) its sum.
+            coefs = [p.yield_parameter if p.yield_parameter is not None else _ComponentYield(p) for p in pdfs]
+        elif yields is not None:
             if len(yields) != len(pdfs):
                 raise ModelError(f"SumPdf got {len(pdfs)} models but {len(yields)} yields; give one per model.")
             coefs = [as_parameter(y, f"{name}_yield{k}") for k, y in enumerate(yields)]
@@ -935,15 +936,15 @@ class SumPdf(Model):
                     "fractions (the last one is 1 minus their sum)."
                 )
             coefs = [as_parameter(f, f"{name}_frac{k}") for k, f in enumerate(fracs)]
-        super().__init__(space, {p.name: p for p in coefs}, name=name)
+        super().__init__(space, {p.name: p for p in coefs if isinstance(p, Parameter)}, name=name)
         self.pdfs = pdfs
         self._coefs = coefs
-        self._yields = yields is not None
+        self._yields = fracs is None
         if self._yields:
             self._yield = _SumOfYields(coefs)
 
     def _own_params(self) -> list[Parameter]:
-        return list(self._coefs)
+        return [c for c in self._coefs if isinstance(c, Parameter)]
 
     def _submodels(self) -> list[Model]:
         return list(self.pdfs)
@@ -1008,6 +1009,16 @@ class SumPdf(Model):
         idx = tf.minimum(tf.searchsorted(cum, u, side="right"), len(self.pdfs) - 1)
         candidates = tf.stack([p._sample_tensor(n) for p in self.pdfs], axis=1)  # (n, K, ...)
         return tf.gather(candidates, idx, axis=1, batch_dims=1)
+
+
+class _ComponentYield:
+    """A component's yield that is no single Parameter (a SumPdf with yields), as a coefficient."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    def value(self) -> tf.Tensor:
+        return self.model.get_yield()
 
 
 class _SumOfYields:
