@@ -36,6 +36,7 @@ from numpydoc.validate import Validator, error, validate
 PUBLIC_MODULES = (
     "zcache",
     "zcache.loss",
+    "zcache.binned",
     "zcache.models",
     "zcache.shapes",
     "zcache.plot",
