@@ -96,7 +96,7 @@ from ._cached_tensor import CachedTensor
 from ._graph_checks import require
 from ._parameter import Data, Parameter
 from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
-from .loss import BaseLoss, GaussianConstraint
+from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter
 from .types import Restorer
 
@@ -523,12 +523,7 @@ class _BinnedModelLoss(BaseLoss):
         return self.extended
 
     def _loss_params(self) -> list[Parameter]:
-        # Read from the model on every call: floating flags may change after the loss was built.
-        params = self.model.get_params(floating=None)
-        yield_parameter = self.model.yield_parameter
-        if not self._uses_yield() and yield_parameter is not None:  # the yield does not enter
-            params = [p for p in params if p is not yield_parameter]
-        return _unique([*params, *(q for c in self.constraints for q in c.params)])
+        return model_parameters(self.model, self.constraints, with_yield=self._uses_yield())
 
     def datasets(self) -> list[Data]:
         """The datasets the loss reads: the histogram's counts and variances.

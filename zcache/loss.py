@@ -58,7 +58,9 @@ from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model
 
-__all__ = ["BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint"]
+__all__ = [
+    "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
+]
 
 
 def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
@@ -567,13 +569,7 @@ class UnbinnedNLL(BaseLoss):
         require(self._inside.value(), DataRangeError, self._range_message)
 
     def _loss_params(self) -> list[Parameter]:
-        # Read from the model on every call: the floating flags (and so the fit's parameters)
-        # may change after the loss was built.
-        params = self.model.get_params(floating=None)
-        yield_parameter = self.model.yield_parameter
-        if not self.extended and yield_parameter is not None:  # the yield does not enter
-            params = [p for p in params if p is not yield_parameter]
-        return _unique([*params, *(q for c in self.constraints for q in c.params)])
+        return model_parameters(self.model, self.constraints, with_yield=self.extended)
 
     def datasets(self) -> list[Data]:
         """The loss's dataset (and its weights, for weighted data).
@@ -703,6 +699,41 @@ class SimultaneousLoss(BaseLoss):
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])
+
+
+def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (), *,
+                     with_yield: bool = True) -> list[Parameter]:
+    """Every parameter a loss of ``model`` depends on (fixed ones too), each once, in a stable order.
+
+    Read from the model on every call, so that the floating flags (and so a fit's parameters)
+    may change after the loss was built. What a loss subclass returns from ``_loss_params``.
+
+    Parameters
+    ----------
+    model : zcache.models.Model
+        The model.
+    constraints : sequence of GaussianConstraint
+        Their parameters come last.
+    with_yield : bool
+        Whether the model's yield Parameter enters (an extended loss); else it is left out.
+
+    Returns
+    -------
+    list of Parameter
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> g = Gaussian(Space("x", 0.0, 1.0), zcache.Parameter("mu_mp", 0.5), 0.1, extended=10.0)
+    >>> [p.name for p in model_parameters(g, with_yield=False)]
+    ['mu_mp', 'Gaussian_sigma']
+    """
+    params = model.get_params(floating=None)
+    yield_parameter = model.yield_parameter
+    if not with_yield and yield_parameter is not None:
+        params = [p for p in params if p is not yield_parameter]
+    return _unique([*params, *(q for c in constraints for q in c.params)])
 
 
 def _unique(params: Sequence[Parameter]) -> list[Parameter]:
