@@ -590,3 +590,16 @@ def test_unknown_weightcorr_is_refused():
         Minuit(weightcorr="bootstrap")
     with pytest.raises(ValueError, match="weightcorr"):
         Scipy(weightcorr="sumw3")
+
+
+def test_weights_all_one_need_no_correction():
+    """A weighted dataset whose weights are all 1 (a toy drawn into it) gets plain HESSE errors."""
+    x, _ = _weighted_setup(seed=14, n=1000)
+    mu = zcache.Parameter("mu_w1", 0.0, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter("sigma_w1", 1.0, lower=0.1, upper=5.0)
+    space = Space("x", -4.0, 4.0)
+    ones = Minuit().minimize(UnbinnedNLL(Gaussian(space, mu, sigma), zcache.Data(x, weights=np.ones(x.size))))
+    mu.set_value(0.0), sigma.set_value(1.0)
+    plain = Minuit().minimize(UnbinnedNLL(Gaussian(space, mu, sigma), zcache.Data(x)))
+    assert ones.weightcorr is None
+    assert ones.errors == pytest.approx(plain.errors, rel=1e-6)

@@ -75,3 +75,21 @@ def test_run_toys_rejects_bad_input():
         run_toys(model, loss + UnbinnedNLL(Gaussian(space, mu, 2.0), model.sample(50)), n_toys=1, n_events=10)
     with pytest.raises(ModelError, match="not extended"):
         run_toys(model, loss, n_toys=1)
+
+
+def test_run_toys_puts_the_users_data_back():
+    """The loss's dataset is refilled per toy; afterwards it holds the user's events and weights
+    again (a refit or a plot after a toy study must not see the last toy)."""
+    space = Space("x", -5.0, 5.0)
+    mu = zcache.Parameter("mu_back", 0.0, lower=-2.0, upper=2.0)
+    model = Gaussian(space, mu, 1.0)
+    x = np.random.default_rng(4).normal(0.3, 1.0, 500)
+    w = np.random.default_rng(5).uniform(0.5, 1.5, x.size)
+    data = zcache.Data(x, weights=w)
+    loss = UnbinnedNLL(model, data)
+    before = float(loss.value())
+    toys = run_toys(model, loss, n_toys=2, n_events=300, seed=3)
+    assert (toys.table["nevents"] == 300).all()
+    np.testing.assert_array_equal(data.numpy(), x)
+    np.testing.assert_array_equal(data.weights.numpy(), w)
+    assert float(loss.value()) == pytest.approx(before, rel=1e-14)

@@ -633,6 +633,11 @@ def corrected_covariance(loss: BaseLoss, params: Sequence[Parameter], best: np.n
     return covariance @ d @ covariance / scale**2  # H^-1 D H^-1, with H^-1 = C / scale
 
 
+def _has_weights(loss: BaseLoss) -> bool:
+    """Whether a dataset of ``loss`` has a weight other than 1 (all 1: plain HESSE is right)."""
+    return any(d.is_weighted and not np.all(d.weights.numpy() == 1.0) for d in loss.datasets())
+
+
 def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.ndarray:
     """The Hessian of the loss's constraint terms with respect to ``params`` (exact: they are quadratic)."""
     variables = [backing_variable(p) for p in params]
@@ -821,7 +826,7 @@ class Scipy:
                 valid = False
         grad = loss.value_gradient_at(best, params, offset=f0)[1].numpy()
         edm = float(0.5 * grad @ (covariance / (2.0 * loss.errordef)) @ grad) if covariance is not None else float("nan")
-        weightcorr = self.weightcorr if loss.is_weighted else None
+        weightcorr = self.weightcorr if _has_weights(loss) else None
         if covariance is not None and weightcorr is not None:
             covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
         errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
@@ -873,7 +878,8 @@ class Minuit:
         Hessian of the loss with squared weights; None keeps the plain inverse Hessian, which
         is wrong for weights other than 1. ``result.errors`` and ``result.covariance`` hold the
         corrected numbers; ``result.minuit`` (MINOS, profiles) sees the weighted likelihood
-        as it is, uncorrected. Ignored for unweighted data.
+        as it is, uncorrected. Ignored for unweighted data, and for weighted data whose
+        weights are all 1 (e.g. a toy drawn into a weighted dataset).
 
     Raises
     ------
@@ -962,7 +968,7 @@ class Minuit:
         set_values(params, best)
         has_errors = self.hesse and m.valid and m.covariance is not None
         covariance = np.array(m.covariance) if has_errors else None
-        weightcorr = self.weightcorr if loss.is_weighted else None
+        weightcorr = self.weightcorr if _has_weights(loss) else None
         if covariance is not None and weightcorr is not None:
             covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
         errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)

@@ -172,7 +172,8 @@ def run_toys(
     Returns
     -------
     ToyResult
-        One row per toy; the parameters are left at the generating values.
+        One row per toy; the parameters are left at the generating values, and the loss's
+        dataset holds its own events (and weights) again.
 
     Raises
     ------
@@ -195,6 +196,8 @@ def run_toys(
     fields = [(n, "f8") for n in names] + [(f"{n}_err", "f8") for n in names] + [(f"{n}_pull", "f8") for n in names]
     fields += [("valid", "?"), ("fmin", "f8"), ("nfcn", "i8"), ("nevents", "i8"), ("time", "f8")]
     table = np.zeros(int(n_toys), dtype=fields)
+    # The loss's dataset is refilled for every toy: keep the user's events (and weights) to put back.
+    events, weights = loss.data.value(), loss.data.weights
     try:
         for i in _progress(range(int(n_toys)), int(n_toys), progress):
             t0 = time.perf_counter()
@@ -212,4 +215,5 @@ def run_toys(
             row["time"] = time.perf_counter() - t0
     finally:
         set_values(params, truth)
+        loss.data.set_data(events, weights=weights)
     return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)))
