@@ -968,10 +968,11 @@ class Minuit:
         set_values(params, best)
         has_errors = self.hesse and m.valid and m.covariance is not None
         covariance = np.array(m.covariance) if has_errors else None
+        errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
         weightcorr = self.weightcorr if _has_weights(loss) else None
         if covariance is not None and weightcorr is not None:
             covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
-        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
+            errors = np.sqrt(np.diag(covariance))
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = m._zcache_state = _FitState(loss, params, offset=f0, fval=float(m.fval))
         result = FitResult(
