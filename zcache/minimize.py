@@ -194,7 +194,10 @@ class FitResult:
     values : dict of str to float
         Parameter name -> best value.
     errors : dict of str to float
-        Parameter name -> HESSE error (NaN without HESSE).
+        Parameter name -> HESSE error (NaN without HESSE). From :class:`Minuit` these are Minuit's
+        own ``errors``: for a parameter with limits Minuit maps the error through its bound
+        transform, so they can differ (by ~1e-4 relative near nothing, more near a limit) from
+        ``sqrt(diag(covariance))``; with a weight correction they are the corrected covariance's.
     valid : bool
         Minuit's verdict (converged, EDM below tolerance, covariance fine).
     fmin : float
@@ -208,7 +211,8 @@ class FitResult:
     nhessian : int
         Calls of its Hessian.
     covariance : ndarray or None
-        The covariance matrix (None without HESSE).
+        The covariance matrix (None without HESSE): the inverse Hessian in the parameters
+        themselves, ``2 errordef H^-1`` (weight-corrected if ``weightcorr``).
     params : list of Parameter or None
         The fitted parameters, in order (None in an unpickled result: see :attr:`names`).
     time : float

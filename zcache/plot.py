@@ -740,6 +740,11 @@ def plot_profile(
     if not valid.all():
         ax.plot(x[~valid], delta[~valid], "x", color="C3", ms=8, label="not converged", zorder=4)
     best, error = result.values[name], result.errors[name]
+    if result.covariance is not None:
+        # The parabola is the curvature itself: Minuit's error of a bounded parameter has been through
+        # its limit transform, the covariance has not.
+        k = list(result.values).index(name)
+        error = float(np.sqrt(result.covariance[k, k]))
     if np.isfinite(error) and error > 0:
         grid = np.linspace(x[0], x[-1], _CURVE_POINTS)
         ax.plot(grid, errordef * ((grid - best) / error) ** 2, "--", color="C0", label="HESSE parabola", zorder=2)
