@@ -25,14 +25,15 @@ import zcache
 
 # == modes =====================================================================================
 def save_modes() -> Callable[[], None]:
-    """The graph and autograd modes and ``tf.config.functions_run_eagerly()`` now; call the
+    """The graph, autograd and jit modes and ``tf.config.functions_run_eagerly()`` now; call the
     result to put them back."""
-    graph, autograd = zcache.get_graph_mode(), zcache.get_autograd_mode()
+    graph, autograd, jit = zcache.get_graph_mode(), zcache.get_autograd_mode(), zcache.get_jit_mode()
     backend = tf.config.functions_run_eagerly()
 
     def restore() -> None:
         zcache.set_graph_mode(graph, set_backend=False)
         zcache.set_autograd_mode(autograd)
+        zcache.set_jit_mode(jit)
         tf.config.run_functions_eagerly(backend)
 
     return restore

@@ -21,6 +21,7 @@ def test_benchmarks_quick(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
     assert "run_all.py" in text and "Cache hit" in text and "What the numbers say" in text
+    assert "XLA-compiled loss" in text and "| 10,000 | auto |" in text
 
 
 def test_bench_fit_single_fit_quick_without_peers(monkeypatch):

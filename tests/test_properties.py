@@ -262,18 +262,27 @@ class AutoWeighted(zcache.Data):
 
 
 class Traced:
-    """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch
-    and autograd mode (a zcache.function keeps one graph per autograd mode)."""
+    """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch,
+    autograd mode and jit (a zcache.function keeps one graph per autograd mode and jit). A
+    compiled call may also trace the uncompiled graph once (a cache's first fill or new shape,
+    which XLA cannot store, or a graph XLA refuses)."""
 
     def __init__(self, world, fn):
         self.world, self.fn, self.expected, self.seen = world, fn, 0, set()
 
     def __call__(self, *args):
-        key = (self.world.epoch, zcache.get_autograd_mode())
+        from zcache._mode import compiles
+
+        jit = compiles(self.fn.wraps) and self.fn.jit_fallback is None
+        key = (self.world.epoch, zcache.get_autograd_mode(), jit)
+        plain = (*key[:2], False)
         if self.fn.traced and key not in self.seen:
             self.expected += 1
             self.seen.add(key)
         out = self.fn(*args)
+        if self.fn.traced and jit and plain not in self.seen and self.fn.trace_count == self.expected + 1:
+            self.expected += 1
+            self.seen.add(plain)
         assert self.fn.trace_count == self.expected, (
             f"{self.fn!r} retraced: trace_count {self.fn.trace_count}, expected {self.expected}"
         )
@@ -1346,6 +1355,23 @@ class CacheMachine(RuleBasedStateMachine):
         with zcache.set_autograd_mode(mode):
             self.world.check(traced=traced)
         assert zcache.get_autograd_mode() is before
+
+    @rule(mode=st.sampled_from([True, "auto", {"gradient": True}]), traced=st.booleans(), p=params,
+          kind=BAD_VALUES)
+    def jit_mode_block(self, mode, traced, p, kind):
+        """Under XLA: exact values and gradients, and a refused in-graph write raises and changes nothing."""
+        w = self.world
+        before = zcache.get_jit_mode()
+        with zcache.set_jit_mode(mode):
+            w.check(traced=traced)
+            if kind != "vector":
+                valid = w.validity()
+                with pytest.raises(ParameterValueError):
+                    w.setter(p)(tf.constant(bad_value(p, kind), tf.float64))
+                w.assert_inputs_unchanged()
+                assert not w.validity_changed(valid)
+                w.check(traced=traced)
+        assert zcache.get_jit_mode() == before
 
     @rule(traced=st.booleans())
     def read_traced_or_eager(self, traced):

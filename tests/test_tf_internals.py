@@ -231,3 +231,19 @@ def test_second_order_cond_error_is_recognized():
         return outer.gradient(g, p.variable)
 
     assert float(second()) == pytest.approx(6.0, rel=1e-12)
+
+
+def test_xla_shape_error_is_recognized():
+    """XLA cannot assign a Variable of another shape: the text zcache.function runs one call uncompiled on."""
+    v = tf.Variable(np.zeros([0]), shape=tf.TensorShape(None))
+
+    @tf.function(jit_compile=True, autograph=False)
+    def fill(x):
+        v.assign(x)
+        return tf.reduce_sum(v.read_value())
+
+    with pytest.raises(tf.errors.OpError) as info:
+        fill(tf.ones([3], tf.float64))
+    assert _tf_internals.is_xla_shape_error(info.value)
+    assert not _tf_internals.is_xla_shape_error(tf.errors.InvalidArgumentError(None, None, "another problem"))
+    assert not _tf_internals.is_xla_shape_error(ValueError("cannot be changed after initialization"))

@@ -77,8 +77,10 @@ from ._gradient import hessian as hessian  # noqa: E402
 from ._gradient import value_and_gradient as value_and_gradient  # noqa: E402
 from ._mode import get_autograd_mode as get_autograd_mode  # noqa: E402
 from ._mode import get_graph_mode as get_graph_mode  # noqa: E402
+from ._mode import get_jit_mode as get_jit_mode  # noqa: E402
 from ._mode import set_autograd_mode as set_autograd_mode  # noqa: E402
 from ._mode import set_graph_mode as set_graph_mode  # noqa: E402
+from ._mode import set_jit_mode as set_jit_mode  # noqa: E402
 from ._parameter import Data as Data  # noqa: E402
 from ._parameter import Parameter as Parameter  # noqa: E402
 from ._parameter import set_values as set_values  # noqa: E402
@@ -101,6 +103,8 @@ __all__ = [
     "get_graph_mode",
     "set_autograd_mode",
     "get_autograd_mode",
+    "set_jit_mode",
+    "get_jit_mode",
     "clear_graph_cache",
     # gradients, precompute, the dependency graph
     "gradient",

@@ -3,7 +3,7 @@
 What is per thread, what is per process
 ---------------------------------------
 Process-wide (one setting for every thread; change them from one thread, between
-computations): the graph mode and the autograd mode (``zcache.set_graph_mode``,
+computations): the graph, jit and autograd modes (``zcache.set_graph_mode``,
 ``zcache.set_autograd_mode``), the dependency graph, every Parameter, Data and cache.
 
 Per thread (this module's :data:`CONTEXT`; a new thread starts with all of it empty):
@@ -18,6 +18,7 @@ Per thread (this module's :data:`CONTEXT`; a new thread starts with all of it em
 ``journals``     stack of undo journals of eagerly run ``zcache.function`` calls
 ``eager``        :func:`run_eagerly`: every ``zcache.function`` eager on this thread
 ``graph_depth``  how deep this thread is inside the dependency graph's lock
+``jit_checks``   the checks of the XLA-compiled ``zcache.function`` body being traced
 ===============  ==================================================================
 
 The engine lock :data:`ENGINE_LOCK` (re-entrant) is held by every eager write of an
@@ -66,6 +67,9 @@ class _Context(threading.local):
         self.journals: list[dict[int, tuple[Any, Any]]] = []
         self.eager = False
         self.graph_depth = 0
+        # (graph key, checks) of the XLA-compiled zcache.function body being traced: its
+        # in-graph checks become outputs there instead of Assert ops (``_graph_checks.require``)
+        self.jit_checks: list[tuple[int, list[Any]]] = []
 
 
 #: This thread's context.

@@ -5,16 +5,24 @@ A call goes one of three ways:
 1. inside another trace: the body is inlined into it (never a ``tf.function`` nested in another);
 2. eagerly, when the policy (or :func:`zcache._context.run_eagerly`) says so: the body runs
    with an undo journal (:func:`zcache._trace.call_eagerly`);
-3. traced: the graph for this autograd mode is called under the engine lock
+3. traced: the graph for this autograd mode and jit mode is called under the engine lock
    (:meth:`Function._call_graph`); a graph whose body writes inputs returns its trace id
    and the written parameters' final values, and Python finishes what the graph could not
    (:meth:`Function._after_writes`), or undoes its writes when the call fails
    (:meth:`Function._undo_writes`).
+
+Compiled with XLA (``zcache.set_jit_mode``), a graph's checks are outputs, not Assert ops
+(XLA drops those): the call inspects them after the graph ran and, if one failed, takes
+the path of a failed call (undo, then the check's zcache error). A graph that still holds an
+Assert (a check in a nested graph) or that XLA cannot compile runs uncompiled instead
+(:attr:`Function.jit_fallback`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import types
 import weakref
 from collections.abc import Callable
@@ -27,10 +35,10 @@ from ._cache_state import invalidate_eagerly
 from ._cached_tensor import drop_compiled
 from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording
 from ._depgraph import GRAPH
-from ._graph_checks import error_from
-from ._mode import IDENTIFIERS, get_autograd_mode, traces
+from ._graph_checks import assertion_ops, collecting, error_from, failed_check
+from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
 from ._parameter import backing_variable, refresh_mirrors, undo_graph_writes
-from ._tf_internals import EAGER_TENSOR
+from ._tf_internals import EAGER_TENSOR, is_xla_shape_error
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
 
@@ -40,6 +48,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _MAX_TRACES_DEFAULT = 40
 _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
+_CHECK_IDS = itertools.count(1)
+
+
+class _JitRefused(Exception):
+    """Raised while tracing for XLA: the graph holds a check XLA would drop."""
 
 
 class Function:
@@ -61,6 +74,9 @@ class Function:
     trace_count : int
         How many times the Python body has been traced into a graph, over the whole life
         of the function (a retrace shows up as an increase).
+    jit_fallback : str or None
+        Why this function runs uncompiled although the jit mode compiles it (a check in a
+        nested graph, or an error of XLA); None while it compiles. Cleared by :meth:`reset`.
     """
 
     def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
@@ -82,9 +98,11 @@ class Function:
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
-        # One tf.function per autograd mode: the mode is read while tracing (zcache.gradient),
-        # so a graph traced under one mode must not serve the other.
-        self._tf_functions: dict[bool, Any] = {}
+        # One tf.function per (autograd mode, jit): the autograd mode is read while tracing
+        # (zcache.gradient), so a graph traced under one mode must not serve the other.
+        self._tf_functions: dict[tuple[bool, bool], Any] = {}
+        self._checks: dict[int, list[tuple[type[Exception], str]]] = {}  # id -> checks of a compiled trace
+        self.jit_fallback: str | None = None
         self._concrete: dict[Any, Any] = {}
         self._live_traces = 0
         self._traces: dict[int, TraceRecord] = {}  # trace id -> record (only traces that write inputs)
@@ -133,57 +151,93 @@ class Function:
         """
         with ENGINE_LOCK:
             data_before = self._data_before()
-            self._traced_now = {}  # filled by a trace made during this call
-            try:
-                out, trace_id, finals = self._run(args, kwargs)
-            except BaseException as err:
-                self._undo_writes({**self._traced_now, **data_before})
-                if isinstance(err, tf.errors.InvalidArgumentError):
-                    raise error_from(err) from None
-                raise
+            plain = False  # this call uncompiled
+            while True:
+                self._traced_now = {}  # filled by a trace made during this call
+                jit = not plain and compiles(self.wraps) and self.jit_fallback is None
+                try:
+                    out, trace_id, finals, checks = self._run(args, kwargs, jit)
+                    if checks is not None:  # compiled: its checks are outputs
+                        failed = failed_check(checks[1], self._checks[int(checks[0])])
+                        if failed is not None:
+                            raise failed
+                except _JitRefused as err:  # while tracing: nothing ran
+                    self.jit_fallback = str(err)
+                    continue
+                except BaseException as err:
+                    self._undo_writes({**self._traced_now, **data_before})
+                    if jit and isinstance(err, tf.errors.OpError):  # XLA refused it: nothing ran
+                        if not is_xla_shape_error(err):
+                            self.jit_fallback = f"XLA failed: {type(err).__name__}: {err.message.splitlines()[0]}"
+                        # A Variable of another shape (a cache's first fill or new events, or
+                        # set_data to another number of events) cannot be reshaped inside XLA:
+                        # this call runs uncompiled, the next compiles for the new shapes.
+                        plain = True
+                        continue
+                    if isinstance(err, tf.errors.InvalidArgumentError):
+                        raise error_from(err) from None
+                    raise
+                break
             if trace_id is not None:
                 self._after_writes(self._traces[int(trace_id)], finals)
         return out
 
-    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any, Any]:
         autograd = get_autograd_mode()
-        tf_function = self._tf_functions.get(autograd)
+        tf_function = self._tf_functions.get((autograd, jit))
         if tf_function is None:
-            tf_function = self._tf_functions[autograd] = tf.function(self._traced_body(), autograph=False)
+            tf_function = self._tf_functions[(autograd, jit)] = tf.function(
+                self._traced_body(jit), autograph=False, jit_compile=jit)
         if kwargs or not all(type(a) is EAGER_TENSOR for a in args):
             return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
         # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
-        key = (autograd, tuple((a.dtype, tuple(a.shape)) for a in args))
+        key = (autograd, jit, tuple((a.dtype, tuple(a.shape)) for a in args))
         concrete = self._concrete.get(key)
         if concrete is None:
             concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
         return concrete(*args)
 
-    def _traced_body(self) -> Callable[..., Any]:
+    def _traced_body(self, jit: bool) -> Callable[..., Any]:
         # A fresh wrapper per function, `__wrapped__` pointing at the user's function: TF keys
         # its signature and its "frequent retracing" statistics by the wrapped function.
         def body(*args: Any, **kwargs: Any) -> Any:
-            return self._trace_body(*args, **kwargs)
+            return self._trace_body(jit, *args, **kwargs)
 
         return functools.update_wrapper(body, self.python_function)
 
-    def _trace_body(self, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
-        """The traced graph: ``(output, trace id, final parameter values)``; no writes: ``(output, None, None)``."""
+    def _trace_body(self, jit: bool, *args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
+        """The traced graph: ``(output, trace id, final parameter values, checks)``.
+
+        No writes: trace id and final values are None. ``checks``: ``(checks id, bool vector)``
+        for a graph compiled with XLA that has checks, else None.
+        """
         if not tf.inside_function():  # tf.config.run_functions_eagerly(True): writes are eager
-            return call_eagerly(self.python_function, *args, **kwargs), None, None
+            return call_eagerly(self.python_function, *args, **kwargs), None, None, None
         self.trace_count += 1
         self._live_traces += 1
         # A traced graph is reused by any later gradient request: all parameters count.
-        with tracing(TraceRecord()) as record, differentiating(None), recording() as reads:
-            out = self.python_function(*args, **kwargs)
+        with contextlib.ExitStack() as scopes:
+            collected = scopes.enter_context(collecting()) if jit else []
+            with tracing(TraceRecord()) as record, differentiating(None), recording() as reads:
+                out = self.python_function(*args, **kwargs)
+        if jit:
+            asserts = assertion_ops(tf.compat.v1.get_default_graph())
+            if asserts:
+                self._live_traces -= 1
+                raise _JitRefused(f"a check in a nested graph ({asserts[0]}) would be dropped by XLA")
+        checks = None
+        if collected:
+            check_id = next(_CHECK_IDS)
+            self._checks[check_id] = [(error, message) for _, error, message in collected]
+            checks = (tf.constant(check_id, tf.int64), tf.stack([ok for ok, _, _ in collected]))
         # What the graph reads (with the graph's ancestors: what it depends on) decides
         # whether a precompute change must drop it; outer recordings see the reads too.
         self._reads.update(obj.node_id for obj in reads)
         for obj in reads:
             record_read(obj)
         if not record.mutations:
-            return out, None, None
+            return out, None, None, checks
         self._traces[record.id] = record
         new_data = [uid for uid in record.written("data") if uid not in self._data_writes]
         with tf.init_scope():  # traced within this call: the data as they are before it runs
@@ -195,7 +249,7 @@ class Function:
         record.param_ids = tuple(p.node_id for p in params)
         self._param_writes.update(record.param_ids)
         finals = tf.stack([backing_variable(p).read_value() for p in params]) if params else None
-        return out, tf.constant(record.id, tf.int64), finals
+        return out, tf.constant(record.id, tf.int64), finals, checks
 
     # -- after the call --------------------------------------------------------------------
     def _after_writes(self, record: TraceRecord, finals: Any) -> None:

@@ -1,24 +1,40 @@
 """Checks inside a traced graph that fail as zcache errors.
 
-A check that fails while a graph runs raises TensorFlow's ``InvalidArgumentError``;
-zcache marks each check's message with the name of the zcache error it stands for
-(``[zcache:ParameterValueError] ...``), and ``zcache.function`` turns a failed call
-back into that error (:func:`error_from`), with the same message as the eager check.
+Every in-graph check of zcache goes through :func:`require`. In an ordinary graph a check
+is an Assert op; when it fails while the graph runs TensorFlow raises
+``InvalidArgumentError``, whose message zcache marks with the name of the zcache error it
+stands for (``[zcache:ParameterValueError] ...``), and ``zcache.function`` turns the failed
+call back into that error (:func:`error_from`), with the same message as the eager check.
+
+XLA drops Assert ops ("Ignoring Assert operator"). So while the body of an XLA-compiled
+``zcache.function`` is traced (:func:`collecting`), a check made in that body's own graph
+adds no op: its condition is collected and becomes a boolean *output* of the compiled
+function, which the function's call inspects after the graph ran (:func:`failed_check`);
+the input writes it guards keep the old value where it fails (:func:`checks_hold`).
+A check made in a nested graph (a ``tf.cond`` branch, a loop body, a cache's miss
+branch) cannot be an output; it stays an Assert, and ``zcache.function`` refuses to compile
+a graph that contains one (:func:`assertion_ops`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
 from . import exceptions
-from ._tf_internals import failed_assertion_text
+from ._context import CONTEXT
+from ._tf_internals import failed_assertion_text, graph_key
 
-__all__ = ["error_from", "marked", "require"]
+__all__ = ["assertion_ops", "checks_hold", "collecting", "error_from", "failed_check", "marked", "require"]
 
 _MARK = re.compile(r"\[zcache:(\w+)\] (.*?)(?:\] \[|\]?$)", re.MULTILINE)
+
+#: Op types that check values at run time and that XLA drops.
+_ASSERTION_OPS = frozenset({"Assert", "CheckNumerics", "CheckNumericsV2"})
 
 
 def marked(error: type[Exception], message: str) -> str:
@@ -27,12 +43,14 @@ def marked(error: type[Exception], message: str) -> str:
 
 
 def require(ok: Any, error: type[Exception], message: str) -> list[Any]:
-    """Raise ``error`` eagerly if ``ok`` is False; inside a trace, return the check op.
+    """Raise ``error`` eagerly if ``ok`` is False; inside a trace, check it in the graph.
+
+    The one helper for every in-graph check of zcache (so that each also holds under XLA).
 
     Parameters
     ----------
     ok : bool tensor
-        The condition that must hold.
+        The condition that must hold (every element, for a non-scalar).
     error : type
         The zcache error raised when it does not.
     message : str
@@ -41,7 +59,15 @@ def require(ok: Any, error: type[Exception], message: str) -> list[Any]:
     Returns
     -------
     list
-        The assertion op inside a trace (make the guarded writes depend on it), else ``[]``.
+        The assertion op inside an ordinary trace (make the guarded writes depend on it);
+        the condition itself where it is an output of an XLA-compiled function (guarded
+        writes select with :func:`checks_hold`); ``[]`` eagerly and for a check known at
+        trace time.
+
+    Raises
+    ------
+    error
+        Eagerly, or at trace time for a condition known then, when ``ok`` is False.
 
     Examples
     --------
@@ -49,12 +75,127 @@ def require(ok: Any, error: type[Exception], message: str) -> list[Any]:
     >>> from zcache.exceptions import ModelError
     >>> require(tf.constant(True), ModelError, "never raised")
     []
+    >>> try:
+    ...     require(tf.constant([True, False]), ModelError, "one is False")
+    ... except ModelError as err:
+    ...     print(err)
+    one is False
     """
-    if tf.inside_function():
-        return [tf.debugging.assert_equal(ok, tf.constant(True), message=marked(error, message))]
-    if not bool(ok):
-        raise error(message)
-    return []
+    ok = tf.reduce_all(tf.convert_to_tensor(ok, tf.bool))
+    static = tf.get_static_value(ok)
+    if static is not None:
+        if not bool(static):
+            raise error(message)
+        return []
+    if not tf.inside_function():  # pragma: no cover -- an eager tensor always has a static value
+        return []
+    stack = CONTEXT.jit_checks
+    if stack and stack[-1][0] == graph_key():
+        stack[-1][1].append((ok, error, message))
+        return [ok]  # a value: guarded writes use it (checks_hold), control dependencies accept it
+    return [tf.debugging.assert_equal(ok, tf.constant(True), message=marked(error, message))]
+
+
+def checks_hold(checks: list[Any]) -> Any:
+    """Whether every check of ``checks`` that is an output of an XLA-compiled trace holds.
+
+    XLA runs a write whatever its control dependencies: a guarded write writes
+    ``tf.where(checks_hold(checks), new, old)`` instead, so a refused value changes neither
+    the input nor a cache flag.
+
+    Parameters
+    ----------
+    checks : list
+        What :func:`require` returned.
+
+    Returns
+    -------
+    bool tensor or None
+        None outside such a trace, or when ``checks`` holds none of its checks.
+
+    Examples
+    --------
+    >>> checks_hold([]) is None
+    True
+    """
+    stack = CONTEXT.jit_checks
+    if not checks or not stack or stack[-1][0] != graph_key():
+        return None
+    collected = {id(ok) for ok, _, _ in stack[-1][1]}
+    oks = [c for c in checks if id(c) in collected]
+    return tf.reduce_all(tf.stack(oks)) if oks else None
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[tuple[Any, type[Exception], str]]]:
+    """While the body of an XLA-compiled function is traced: its checks, as ``(ok, error, message)``.
+
+    Only checks made in the graph being built when the block opens are collected.
+    """
+    checks: list[tuple[Any, type[Exception], str]] = []
+    CONTEXT.jit_checks.append((graph_key(), checks))
+    try:
+        yield checks
+    finally:
+        CONTEXT.jit_checks.pop()
+
+
+def failed_check(oks: Any, checks: list[tuple[type[Exception], str]]) -> Exception | None:
+    """The error of the first failed check, given the outputs ``oks`` of the collected checks.
+
+    Parameters
+    ----------
+    oks : bool tensor
+        One entry per check, in the order they were made while tracing.
+    checks : list of (type, str)
+        The error and message of each.
+
+    Returns
+    -------
+    Exception or None
+        The error to raise, or None when every check held.
+
+    Examples
+    --------
+    >>> import tensorflow as tf
+    >>> from zcache.exceptions import FitError
+    >>> failed_check(tf.constant([True, False]), [(FitError, "a"), (FitError, "b")])
+    FitError('b')
+    """
+    values = oks.numpy()
+    if values.all():
+        return None
+    error, message = checks[int((~values).argmax())]
+    return error(message)
+
+
+def assertion_ops(graph: Any) -> list[str]:
+    """Names of the run-time checks (Assert, CheckNumerics) in ``graph`` and every function it calls.
+
+    Parameters
+    ----------
+    graph : tf.Graph
+        A graph (a ``FuncGraph`` being built is fine).
+
+    Returns
+    -------
+    list of str
+        ``"function/op"`` names (``"/op"`` for the graph itself); empty when there is none.
+
+    Examples
+    --------
+    >>> import tensorflow as tf
+    >>> g = tf.Graph()
+    >>> with g.as_default():
+    ...     _ = tf.debugging.assert_equal(tf.compat.v1.placeholder(tf.bool), True)
+    >>> [name.split("/")[-1] for name in assertion_ops(g)]
+    ['Assert']
+    """
+    graph_def = graph.as_graph_def()
+    found = [f"/{node.name}" for node in graph_def.node if node.op in _ASSERTION_OPS]
+    for func in graph_def.library.function:
+        found += [f"{func.signature.name}/{node.name}" for node in func.node_def if node.op in _ASSERTION_OPS]
+    return found
 
 
 def error_from(err: tf.errors.InvalidArgumentError) -> Exception:

@@ -21,6 +21,9 @@ The setters double as context managers, restoring the previous setting on exit::
     with zcache.set_graph_mode(False):
         ...  # everything eager, handy for debugging
 
+The jit policy (:func:`set_jit_mode`, same settings) picks which *traced* functions are
+compiled with XLA; ``'auto'`` compiles ``loss`` only, and the default is ``False``.
+
 Changing the policy inside a trace raises :class:`IllegalInGraphModeError`.
 """
 
@@ -37,10 +40,14 @@ from .exceptions import GraphModeError, UnknownIdentifierError
 __all__ = [
     "IDENTIFIERS",
     "executing_eagerly",
+    "JIT_AUTO",
+    "compiles",
     "get_autograd_mode",
     "get_graph_mode",
+    "get_jit_mode",
     "set_autograd_mode",
     "set_graph_mode",
+    "set_jit_mode",
     "traces",
 ]
 
@@ -53,6 +60,18 @@ IDENTIFIERS: dict[str, bool] = {
     "model": False,
 }
 
+#: Identifiers whose traced functions ``set_jit_mode('auto')`` compiles with XLA.
+JIT_AUTO: dict[str, bool] = {
+    "tensor": False,
+    "loss": True,
+    "sample": False,
+    "gradient": False,
+    "model": False,
+}
+
+#: The jit setting zcache starts with.
+_JIT_DEFAULT: bool | str = False
+
 
 class _State:
     """The process-wide mode state (one setting for all threads; see ``_context``)."""
@@ -60,6 +79,8 @@ class _State:
     graph_setting: bool | str | dict[str, bool] = "auto"
     policy: dict[str, bool] = dict(IDENTIFIERS)
     autograd: bool = True
+    jit_setting: bool | str | dict[str, bool] = _JIT_DEFAULT
+    jit_policy: dict[str, bool] = {}  # set below, from _JIT_DEFAULT
 
 
 _state = _State()
@@ -210,3 +231,106 @@ def get_autograd_mode() -> bool:
 def traces(wraps: str) -> bool:
     """Whether the current policy traces functions with identifier ``wraps``."""
     return _state.policy[wraps]
+
+
+def _jit_policy_for(jit: object) -> dict[str, bool]:
+    if jit is True or jit is False:
+        return {key: bool(jit) for key in IDENTIFIERS}
+    if isinstance(jit, str):
+        if jit == "auto":
+            return dict(JIT_AUTO)
+        raise GraphModeError(
+            f"Unknown jit mode {jit!r}. Use True (compile every traced zcache.function with XLA), "
+            "False (no XLA), 'auto' (compile the 'loss' functions), or a dict such as {'loss': True}."
+        )
+    if isinstance(jit, Mapping):
+        policy = dict(JIT_AUTO)
+        for key, value in jit.items():
+            if key not in IDENTIFIERS:
+                raise UnknownIdentifierError(
+                    f"Unknown identifier {key!r} in the jit-mode dict; known identifiers are {sorted(IDENTIFIERS)}."
+                )
+            if not isinstance(value, bool):
+                raise GraphModeError(f"The jit-mode dict maps identifiers to True/False, got {key!r}: {value!r}.")
+            policy[key] = value
+        return policy
+    raise GraphModeError(f"Jit mode must be True, False, 'auto' or a dict, got {jit!r} ({type(jit).__name__}).")
+
+
+def set_jit_mode(jit: bool | str | Mapping[str, bool]) -> Restorer:
+    """Set which traced :func:`function`-decorated functions are compiled with XLA.
+
+    A function picks ``jit_compile`` when it is traced (its graphs are kept per setting), so
+    a change takes effect at the next call, without ``clear_graph_cache``. Functions that
+    the graph mode runs eagerly stay eager. In a compiled graph every in-graph check of
+    zcache is an output, not an Assert op: a refused input still raises the zcache error
+    and leaves parameters, data and caches as they were. A graph that XLA cannot compile
+    (or that holds a check in a nested graph) runs uncompiled; ``Function.jit_fallback``
+    says why.
+
+    Parameters
+    ----------
+    jit : bool, 'auto' or dict of str to bool
+        ``True`` compiles every identifier, ``False`` none, ``'auto'`` the ``'loss'``
+        functions (a loss's value, gradient and Hessian), and a dict such as
+        ``{'tensor': True}`` overrides single identifiers of ``'auto'``.
+
+    Returns
+    -------
+    Restorer
+        As a context manager it restores the previous mode.
+
+    Raises
+    ------
+    GraphModeError
+        For an unknown setting (state unchanged).
+    UnknownIdentifierError
+        For an unknown identifier in a dict (state unchanged).
+    IllegalInGraphModeError
+        When called inside a trace.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> with zcache.set_jit_mode("auto"):
+    ...     zcache.get_jit_mode()
+    'auto'
+    >>> zcache.get_jit_mode()
+    False
+    """
+    forbid_in_trace("set_jit_mode")
+    policy = _jit_policy_for(jit)
+    old_setting, old_policy = _state.jit_setting, _state.jit_policy
+    _state.jit_setting = dict(jit) if isinstance(jit, Mapping) else jit
+    _state.jit_policy = policy
+
+    def restore() -> None:
+        _state.jit_setting, _state.jit_policy = old_setting, old_policy
+
+    return Restorer(restore)
+
+
+def get_jit_mode() -> bool | str | dict[str, bool]:
+    """The current jit-mode setting, as it was given to :func:`set_jit_mode`.
+
+    Returns
+    -------
+    bool, str or dict
+        ``True``, ``False``, ``'auto'`` or a dict of identifiers.
+
+    Examples
+    --------
+    >>> import zcache
+    >>> zcache.get_jit_mode()
+    False
+    """
+    setting = _state.jit_setting
+    return dict(setting) if isinstance(setting, dict) else setting
+
+
+def compiles(wraps: str) -> bool:
+    """Whether the current jit policy compiles traced functions with identifier ``wraps``."""
+    return _state.jit_policy[wraps]
+
+
+_state.jit_policy = _jit_policy_for(_JIT_DEFAULT)

@@ -22,7 +22,7 @@ import tensorflow as tf
 from ._cache_state import invalidate_eagerly
 from ._context import ENGINE_LOCK, record_read, substitute
 from ._depgraph import DATA, GRAPH, PARAMETER
-from ._graph_checks import marked
+from ._graph_checks import checks_hold, require
 from ._restorer import Restorer
 from ._tensorlike import StandIn, TensorLike
 from ._tf_internals import eager_variable
@@ -236,17 +236,15 @@ class Parameter(TensorLike):
         static = tf.get_static_value(value)
         if static is not None:  # a constant: refuse it now, with the eager message
             self._checked(static)
-        mark = marked(ParameterValueError, f"Parameter '{self.name}': ")
+        mark = f"Parameter '{self.name}': "
         fix = " Pass a finite value within the limits, or widen them."
-        checks = [tf.debugging.assert_all_finite(value, mark + "value is not finite; unchanged." + fix)]
+        checks = require(tf.math.is_finite(value), ParameterValueError, mark + "value is not finite; unchanged." + fix)
         if self.lower is not None:
-            checks.append(tf.debugging.assert_greater_equal(
-                value, tf.constant(self.lower, tf.float64),
-                message=mark + f"value is below the lower limit {self.lower}; unchanged." + fix))
+            checks += require(value >= tf.constant(self.lower, tf.float64), ParameterValueError,
+                              mark + f"value is below the lower limit {self.lower}; unchanged." + fix)
         if self.upper is not None:
-            checks.append(tf.debugging.assert_less_equal(
-                value, tf.constant(self.upper, tf.float64),
-                message=mark + f"value is above the upper limit {self.upper}; unchanged." + fix))
+            checks += require(value <= tf.constant(self.upper, tf.float64), ParameterValueError,
+                              mark + f"value is above the upper limit {self.upper}; unchanged." + fix)
         return self._write_in_graph(value, checks)
 
     def _write_in_graph(self, value: tf.Tensor, checks: list[Any]) -> Restorer:
@@ -255,6 +253,9 @@ class Parameter(TensorLike):
         # final values after each call (and restores the Variable from it if the call fails).
         GRAPH.input_changes += 1  # gradients taken across this write must not see it
         old = self._var.read_value()
+        held = checks_hold(checks)  # compiled for XLA: the checks are values, not Assert ops
+        if held is not None:
+            value = tf.where(held, value, old)
         # Every write waits for the checks: a failed check leaves value and flags untouched.
         with tf.control_dependencies(checks):
             self._var.assign(value)
@@ -751,19 +752,20 @@ class Data(TensorLike):
             )
         tensor = tf.cast(tensor, self.np_dtype)
         where = f"Data '{self.name}': "
-        checks = [tf.debugging.assert_greater(
-            tf.shape(tensor)[0], 0,
-            message=marked(EmptyDataError, where + "no events; data unchanged. "
-            "A likelihood over no events is undefined: skip the empty sample instead."))]
+        checks = require(tf.shape(tensor)[0] > 0, EmptyDataError, where + "no events; data unchanged. "
+                         "A likelihood over no events is undefined: skip the empty sample instead.")
         if self.np_dtype.kind in "fc":
-            checks.append(tf.debugging.assert_all_finite(
-                tensor, marked(InvalidDataError, where
-                               + "NaN or infinite values; data unchanged. Remove or fix those events first.")))
+            checks += require(tf.math.is_finite(tensor), InvalidDataError,
+                              where + "NaN or infinite values; data unchanged. Remove or fix those events first.")
         GRAPH.input_changes += 1
         old = self._var.read_value()
+        held = checks_hold(checks)  # compiled for XLA: the checks are values, not Assert ops
+        if held is not None:
+            tensor = tf.where(held, tensor, old)
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
-            handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
+            refused = None if held is None else tf.logical_not(held)
+            handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, refused))
         note_mutation(self.node_id, handled)
         return Restorer(lambda: self._set_events(old))
 
@@ -778,10 +780,9 @@ class Data(TensorLike):
             w = tf.ones([n], tf.float64) if weights is None else tf.cast(weights, tf.float64)
             if w.shape.rank is not None and w.shape.rank != 1:
                 raise DataShapeError(f"Data '{self.name}': weights must be 1-D, one per event; data unchanged.")
-            check = tf.debugging.assert_equal(
-                tf.shape(w)[0], n, message=marked(DataShapeError, f"Data '{self.name}': weights and events "
-                                                  "differ in number; data unchanged. Give one weight per event."))
-            with tf.control_dependencies([check]):
+            check = require(tf.equal(tf.shape(w)[0], n), DataShapeError, f"Data '{self.name}': weights and "
+                            "events differ in number; data unchanged. Give one weight per event.")
+            with tf.control_dependencies(check):
                 w = tf.identity(w)
         else:  # every check before either write
             array = self._checked(_as_array(array, self.name))
@@ -912,10 +913,9 @@ def set_vector_in_graph(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
     upper = tf.constant([np.inf if p.upper is None else p.upper for p in params], tf.float64)
     ok = tf.reduce_all(tf.math.is_finite(x) & (x >= lower) & (x <= upper))
     names = ", ".join(p.name for p in params)
-    check = tf.debugging.assert_equal(ok, tf.constant(True), message=marked(
-        ParameterValueError, f"a value for one of ({names}) is NaN or outside its limits; all unchanged."))
+    checks = require(ok, ParameterValueError, f"a value for one of ({names}) is NaN or outside its limits; all unchanged.")
     for i, p in enumerate(params):
-        p._write_in_graph(x[i], [check])
+        p._write_in_graph(x[i], checks)
 
 
 def _names(obs: Any, what: str) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ __all__ = [
     "failed_assertion_text",
     "graph_key",
     "is_second_order_cond_error",
+    "is_xla_shape_error",
     "separately_compiled",
     "stop_recording",
     "tie_gradient_to_graph",
@@ -188,3 +189,15 @@ def failed_assertion_text(text: str) -> str:
 def is_second_order_cond_error(err: Exception) -> bool:
     """Whether ``err`` is TensorFlow refusing the second-order gradient of a shape-relaxed cond."""
     return isinstance(err, ValueError) and "partially known TensorShape" in str(err)
+
+
+def is_xla_shape_error(err: Exception) -> bool:
+    """Whether ``err`` is XLA refusing to change a Variable's shape inside a compiled function.
+
+    A cache's first fill, or ``set_data`` to another number of events, assigns a Variable of a
+    new shape; XLA cannot, and ``zcache.function`` runs that one call uncompiled. Matched on
+    TensorFlow's message text (no public error type says it).
+    """
+    message = getattr(err, "message", str(err))
+    return isinstance(err, tf.errors.OpError) and (
+        "cannot be changed after initialization" in message or "Incompatible shapes" in message)

@@ -1,0 +1,392 @@
+"""The XLA-compiled mode (``zcache.set_jit_mode``): same numbers, same cache contract, and every
+in-graph check still raises its zcache error (XLA drops Assert ops; under jit the checks are
+outputs of the compiled function, inspected after each call)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import zcache
+from zcache._graph_checks import assertion_ops, require
+from zcache.exceptions import (
+    DataRangeError,
+    FitError,
+    GraphModeError,
+    IllegalInGraphModeError,
+    InvalidDataError,
+    ModelError,
+    ParameterValueError,
+    UnknownIdentifierError,
+)
+from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
+from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+# XLA sums the 2,000 log-densities in another order (and fuses exp/log differently) than
+# TensorFlow's kernels: the loss differs by a few ulps of each term, i.e. about N * 1e-16
+# relative to a sum of N terms; gradients cancel between events, so their relative error is
+# larger where they are near zero. Measured: value 3e-15, gradient 2e-13 (of its norm).
+VALUE_RTOL = 1e-12
+GRAD_ATOL = 1e-9
+
+
+@pytest.fixture(autouse=True)
+def _restore_jit():
+    before = zcache.get_jit_mode()
+    yield
+    zcache.set_jit_mode(before)
+
+
+@pytest.fixture
+def fit():
+    space = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter("mu", 5.0, lower=3.0, upper=7.0)
+    sigma = zcache.Parameter("sigma", 0.5, lower=0.05, upper=2.0)
+    lam = zcache.Parameter("lam", -0.3, lower=-2.0, upper=-0.01)
+    nsig = zcache.Parameter("nsig", 600.0, lower=0.0, upper=1e5)
+    nbkg = zcache.Parameter("nbkg", 1400.0, lower=0.0, upper=1e5)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    rng = np.random.default_rng(7)
+    x = np.r_[rng.normal(5.0, 0.5, 600), rng.exponential(1 / 0.3, 3000)]
+    x = x[(x > 0.0) & (x < 10.0)][:2000]
+    data = zcache.Data(x, name="x")
+    loss = ExtendedUnbinnedNLL(model, data)
+    zcache.precompute(loss)
+    return loss, data, list(loss.params)
+
+
+def _compiled_graphs(fn):
+    """The concrete graphs of ``fn``'s XLA-compiled tf.functions."""
+    graphs = []
+    for (_, jit), tf_function in fn._tf_functions.items():
+        if jit:
+            graphs += [c.graph for c in tf_function._list_all_concrete_functions()]
+    return graphs
+
+
+def _state(params, data, caches):
+    return [float(p) for p in params], data.numpy().copy(), [c.is_valid for c in caches]
+
+
+# -- the policy ------------------------------------------------------------------------------
+def test_set_jit_mode_settings_and_restorer():
+    assert zcache.get_jit_mode() is False
+    with zcache.set_jit_mode("auto"):
+        assert zcache.get_jit_mode() == "auto"
+        with zcache.set_jit_mode({"tensor": True}):
+            assert zcache.get_jit_mode() == {"tensor": True}
+        assert zcache.get_jit_mode() == "auto"
+    assert zcache.get_jit_mode() is False
+    for bad in ("fast", 1, None, {"loss": 1}):
+        with pytest.raises(GraphModeError):
+            zcache.set_jit_mode(bad)
+    with pytest.raises(UnknownIdentifierError):
+        zcache.set_jit_mode({"losses": True})
+    assert zcache.get_jit_mode() is False
+
+    @zcache.function(wraps="loss")
+    def inside():
+        zcache.set_jit_mode(True)
+        return tf.constant(1.0)
+
+    with pytest.raises(IllegalInGraphModeError):
+        inside()
+
+
+def test_auto_compiles_loss_functions_only():
+    from zcache._mode import compiles
+
+    with zcache.set_jit_mode("auto"):
+        assert [k for k in ("tensor", "loss", "sample", "gradient", "model") if compiles(k)] == ["loss"]
+    with zcache.set_jit_mode({"loss": False, "tensor": True}):
+        assert compiles("tensor") and not compiles("loss")
+
+
+def test_switching_takes_effect_without_clear_graph_cache():
+    p = zcache.Parameter("p_switch", 2.0)
+
+    @zcache.function(wraps="loss")
+    def f():
+        return p.value() ** 2
+
+    assert float(f()) == 4.0 and f.trace_count == 1
+    with zcache.set_jit_mode(True):
+        assert float(f()) == 4.0 and f.trace_count == 2  # its own, compiled graph
+        p.set_value(3.0)
+        assert float(f()) == 9.0 and f.trace_count == 2  # no retrace on a value change
+    assert float(f()) == 9.0 and f.trace_count == 2  # the uncompiled graph is still there
+    assert set(f._tf_functions) == {(True, False), (True, True)}
+    assert f.jit_fallback is None
+
+
+# -- numbers ---------------------------------------------------------------------------------
+def test_values_gradients_hessian_equal_uncompiled(fit):
+    loss, _, params = fit
+    moved = {"mu": 5.1, "sigma": 0.55, "lam": -0.28, "nsig": 620.0, "nbkg": 1390.0}
+    x = np.array([moved[p.name] for p in params])
+    start = [float(p) for p in params]
+    ref = [loss.value(), *loss.value_gradient(), loss.value_at(x), *loss.value_gradient_at(x),
+           loss.hessian_at(x)]
+    zcache.set_values(params, start)
+    with zcache.set_jit_mode("auto"):
+        got = [loss.value(), *loss.value_gradient(), loss.value_at(x), *loss.value_gradient_at(x),
+               loss.hessian_at(x)]
+        got2 = [loss.value(), *loss.value_gradient()]  # at x now (value_at set it), hits
+    for r, g in zip(ref, got, strict=True):
+        r, g = r.numpy(), g.numpy()
+        if r.ndim == 0:
+            np.testing.assert_allclose(g, r, rtol=VALUE_RTOL)
+        else:
+            np.testing.assert_allclose(g, r, rtol=1e-9, atol=GRAD_ATOL * max(1.0, np.abs(r).max()))
+    np.testing.assert_allclose(got2[0].numpy(), ref[3].numpy(), rtol=VALUE_RTOL)
+    for name in ("_value_fn",):
+        fn = getattr(loss, name)
+        assert fn.jit_fallback is None
+        graphs = _compiled_graphs(fn)
+        assert graphs and all(assertion_ops(g) == [] for g in graphs)
+    for fn in loss._at(tuple(params)):
+        assert fn.jit_fallback is None
+        assert all(assertion_ops(g) == [] for g in _compiled_graphs(fn))
+
+
+def test_caches_keep_their_contract_under_jit():
+    x = zcache.Data(np.linspace(0.0, 1.0, 500), name="xc")
+    mu = zcache.Parameter("mu_c", 0.2)
+    s = zcache.Parameter("s_c", 1.0)
+    shape = zcache.CachedTensor(lambda: tf.exp(-0.5 * (x.value() - mu.value()) ** 2), name="shape_c")
+
+    @zcache.function(wraps="loss")
+    def loss():
+        return -tf.reduce_sum(tf.math.log(shape.value())) * s.value()
+
+    def reference():
+        return -np.sum(-0.5 * (x.numpy() - float(mu)) ** 2) * float(s)
+
+    with zcache.set_jit_mode(True):
+        # the first fill gives the cache's Variable its shape, which XLA cannot: that call
+        # runs uncompiled (a second trace), every later one compiled
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        traces = loss.trace_count
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        assert shape.stats == {"hits": 1, "misses": 1}
+        s.set_value(2.0)
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)  # hit
+        mu.set_value(0.4)
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)  # miss: never stale
+        assert shape.stats == {"hits": 2, "misses": 2}
+        x.set_data(np.linspace(0.0, 2.0, 500))
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        x.set_data(np.linspace(0.0, 2.0, 300))  # a new shape: this call uncompiled, then recompiled
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        assert shape.stats == {"hits": 3, "misses": 4}
+        assert loss.trace_count == traces
+        # exact gradients through a hit
+        g = zcache.gradient(loss, [mu, s])
+        expected = [-np.sum(x.numpy() - 0.4) * 2.0, reference() / 2.0]
+        np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-10)
+        assert loss.jit_fallback is None
+
+
+def test_new_number_of_events_recompiles_without_retrace(fit):
+    loss, data, _ = fit
+    with zcache.set_jit_mode("auto"):
+        first = float(loss.value())
+        traces = loss._value_fn.trace_count
+        data.set_data(data.numpy()[:1500])
+        second = float(loss.value())
+        assert loss._value_fn.trace_count == traces  # XLA recompiles per shape; TF does not retrace
+    assert float(loss.value()) == pytest.approx(second, rel=VALUE_RTOL)
+    assert first != second
+
+
+# -- refused inputs raise, and change nothing ------------------------------------------------
+@pytest.mark.parametrize("bad", [np.nan, 8.0, np.inf], ids=["nan", "above", "inf"])
+def test_value_at_refuses_bad_values_under_jit(fit, bad):
+    loss, data, params = fit
+    caches = zcache.precompute(loss).cached
+    x = np.array([float(p) for p in params])
+    x[[p.name for p in params].index("mu")] = bad
+    with zcache.set_jit_mode("auto"):
+        good = float(loss.value())
+        before = _state(params, data, caches)
+        for call in (loss.value_at, loss.value_gradient_at, loss.hessian_at):
+            with pytest.raises(ParameterValueError, match="NaN or outside its limits; all unchanged"):
+                call(x)
+            after = _state(params, data, caches)
+            assert after[0] == before[0]
+            np.testing.assert_array_equal(after[1], before[1])
+            assert after[2] == before[2]
+            assert float(loss.value()) == pytest.approx(good, rel=VALUE_RTOL)  # no cache stale
+    with pytest.raises(ParameterValueError) as eager_err:
+        loss.value_at(x)
+    with zcache.set_jit_mode("auto"), pytest.raises(ParameterValueError) as jit_err:
+        loss.value_at(x)
+    assert str(jit_err.value) == str(eager_err.value)
+
+
+def test_refused_write_leaves_no_cache_valid_with_a_refused_value():
+    p = zcache.Parameter("p_ref", 1.0, lower=0.0, upper=5.0)
+    q = zcache.Parameter("q_ref", 1.0)
+    c = zcache.CachedTensor(lambda: p.value() * 10.0, name="c_ref")
+
+    @zcache.function(wraps="loss")
+    def set_and_read(v, w):
+        q.set_value(w)  # an unguarded write: must be undone as well
+        p.set_value(v)
+        return c.value() + q.value()
+
+    with zcache.set_jit_mode(True):
+        assert float(set_and_read(tf.constant(2.0, tf.float64), tf.constant(3.0, tf.float64))) == 23.0
+        assert c.is_valid
+        with pytest.raises(ParameterValueError, match="above the upper limit 5.0"):
+            set_and_read(tf.constant(9.0, tf.float64), tf.constant(4.0, tf.float64))
+        assert (float(p), float(q)) == (2.0, 3.0)
+        assert float(p.variable.numpy()) == 2.0 and float(q.variable.numpy()) == 3.0
+        # XLA ran the write, but of the old value (checks_hold): c kept its flag and value
+        assert c.is_valid and c.stats["misses"] == 1
+        assert float(c.value()) == 20.0
+        assert set_and_read.jit_fallback is None
+    # the same message as the uncompiled graph
+    with pytest.raises(ParameterValueError) as plain:
+        set_and_read(tf.constant(9.0, tf.float64), tf.constant(4.0, tf.float64))
+    with zcache.set_jit_mode(True), pytest.raises(ParameterValueError) as compiled:
+        set_and_read(tf.constant(9.0, tf.float64), tf.constant(4.0, tf.float64))
+    assert str(plain.value) == str(compiled.value)
+    with zcache.set_jit_mode(True), pytest.raises(ParameterValueError, match="not finite"):
+        set_and_read(tf.constant(np.nan, tf.float64), tf.constant(4.0, tf.float64))
+    assert (float(p), float(q)) == (2.0, 3.0)
+
+
+def test_bad_set_data_inside_a_compiled_function(fit):
+    loss, data, params = fit
+    good = data.numpy().copy()
+    with zcache.set_jit_mode("auto"):
+        value = float(loss.value())
+
+        @zcache.function(wraps="loss")
+        def refill(x):
+            data.set_data(x)
+            return loss.value()
+
+        assert float(refill(tf.constant(good))) == pytest.approx(value, rel=VALUE_RTOL)
+        outside = good.copy()
+        outside[3] = 12.0
+        with pytest.raises(DataRangeError, match="lie outside"):
+            refill(tf.constant(outside))
+        np.testing.assert_array_equal(data.numpy(), good)
+        assert float(loss.value()) == pytest.approx(value, rel=VALUE_RTOL)
+        nan = good.copy()
+        nan[5] = np.nan
+        with pytest.raises(InvalidDataError, match="NaN or infinite values; data unchanged"):
+            refill(tf.constant(nan))
+        np.testing.assert_array_equal(data.numpy(), good)
+        assert float(loss.value()) == pytest.approx(value, rel=VALUE_RTOL)
+        assert refill.jit_fallback is None
+        assert all(assertion_ops(g) == [] for g in _compiled_graphs(refill))
+    assert {p.name: float(p) for p in params} == {"mu": 5.0, "sigma": 0.5, "lam": -0.3, "nsig": 600.0,
+                                                   "nbkg": 1400.0}
+
+
+def test_nan_loss_raises_fit_error_under_jit():
+    space = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter("mu_nan", 1.0, lower=0.0, upper=10.0)
+    sigma = zcache.Parameter("sigma_nan", 1.0, lower=0.01, upper=5.0)
+    data = zcache.Data(np.linspace(0.5, 9.5, 200), name="x_nan")
+    loss = UnbinnedNLL(Gaussian(space, mu, sigma), data)
+    fine = float(loss.value())
+    width = zcache.CachedTensor(lambda: 2.0 * sigma.value(), name="width_nan")
+
+    @zcache.function(wraps="loss")
+    def at(m, s):
+        mu.set_value(m)
+        sigma.set_value(s)
+        return loss.value() + 0.0 * width.value()  # width: computed and flagged at s, then undone
+
+    with pytest.raises(FitError) as plain:
+        at(tf.constant(0.0, tf.float64), tf.constant(0.02, tf.float64))
+    with zcache.set_jit_mode(True):
+        assert float(loss.value()) == pytest.approx(fine, rel=VALUE_RTOL)
+        with pytest.raises(FitError) as compiled:
+            at(tf.constant(0.0, tf.float64), tf.constant(0.02, tf.float64))
+        assert (float(mu), float(sigma)) == (1.0, 1.0)
+        assert float(loss.value()) == pytest.approx(fine, rel=VALUE_RTOL)
+        assert float(width.value()) == 2.0  # not the 0.04 the failed call stored
+        assert at.jit_fallback is None
+    assert str(compiled.value) == str(plain.value)
+
+
+# -- what cannot be compiled runs uncompiled --------------------------------------------------
+def test_check_inside_a_cache_falls_back_to_uncompiled_and_still_raises():
+    p = zcache.Parameter("p_nested", 1.0)
+
+    def positive_double():
+        checks = require(p.value() > 0.0, ModelError, "p must be positive")
+        with tf.control_dependencies(checks):
+            return 2.0 * p.value()
+
+    c = zcache.CachedTensor(positive_double, name="c_nested")
+
+    @zcache.function(wraps="loss")
+    def f():
+        return c.value() + 1.0
+
+    with zcache.set_jit_mode(True):
+        assert float(f()) == 3.0
+        assert f.jit_fallback is not None and "nested graph" in f.jit_fallback
+        p.set_value(-1.0)
+        with pytest.raises(ModelError, match="p must be positive"):
+            f()
+        assert not c.is_valid
+
+
+def test_what_xla_cannot_compile_runs_uncompiled():
+    x = zcache.Data(np.array([1.0, 2.0, 2.0, 3.0]), name="x_strings")
+
+    @zcache.function(wraps="loss")
+    def distinct():  # string ops have no XLA kernel
+        return tf.size(tf.strings.as_string(x.value()))
+
+    with zcache.set_jit_mode(True):
+        assert int(distinct()) == 4
+        assert distinct.jit_fallback is not None and "XLA" in distinct.jit_fallback
+        assert int(distinct()) == 4
+
+
+# -- a fit -------------------------------------------------------------------------------------
+def test_minuit_fit_same_with_jit_on_and_off(fit):
+    from zcache.minimize import Minuit
+
+    loss, _, params = fit
+    start = [float(p) for p in params]
+    results = []
+    for jit in (False, "auto"):
+        zcache.set_values(params, start)
+        with zcache.set_jit_mode(jit):
+            result = Minuit().minimize(loss)
+        results.append(([float(p) for p in params], result))
+    (v0, r0), (v1, r1) = results
+    assert r0.valid and r1.valid
+    np.testing.assert_allclose(v1, v0, rtol=1e-6, atol=1e-6)
+    assert r1.fmin == pytest.approx(r0.fmin, rel=1e-10)
+
+
+def test_set_data_to_another_number_of_events_inside_a_compiled_function(fit):
+    loss, data, _ = fit
+    good = data.numpy().copy()
+
+    @zcache.function(wraps="loss")
+    def refill(x):
+        data.set_data(x)
+        return loss.value()
+
+    with zcache.set_jit_mode("auto"):
+        fewer = float(refill(tf.constant(good[:1500])))  # another shape: this call uncompiled
+        assert float(refill(tf.constant(good[:1500]))) == pytest.approx(fewer, rel=VALUE_RTOL)
+        assert refill.jit_fallback is None
+        assert data.numpy().shape == (1500,)
+        with pytest.raises(InvalidDataError):
+            refill(tf.constant(np.r_[good[:999], np.nan]))
+        np.testing.assert_array_equal(data.numpy(), good[:1500])
+    assert float(loss.value()) == pytest.approx(fewer, rel=VALUE_RTOL)
