@@ -169,14 +169,16 @@ class ZcacheFitter(peers.Fitter):
         Range, start point and limits.
     use_gradient : bool
         zcache's gradient (automatic, through caches) or Minuit's finite differences.
+    jit : bool
+        Compile the loss with XLA (``zcache.set_jit_mode('auto')``) during the fits.
 
     The first :meth:`fit` includes what zcache's Minuit does once per loss: the precompute
     pass and the tracing. MIGRAD only (``hesse=False``), as for the peers in table 1.
     """
 
-    def __init__(self, x: np.ndarray, setup: peers.GaussExpSetup, use_gradient: bool = True) -> None:
-        self.setup, self.use_gradient = setup, use_gradient
-        self.name = f"zcache graph, {_grad_text(use_gradient)}"
+    def __init__(self, x: np.ndarray, setup: peers.GaussExpSetup, use_gradient: bool = True, jit: bool = False) -> None:
+        self.setup, self.use_gradient, self.jit = setup, use_gradient, jit
+        self.name = f"zcache graph{' + XLA' if jit else ''}, {_grad_text(use_gradient)}"
         self.status = zcache_status()
         if self.status != "ok":
             return
@@ -192,7 +194,7 @@ class ZcacheFitter(peers.Fitter):
         if self.status != "ok":
             raise RuntimeError(f"zcache: {self.status}")
         zcache.set_values([self.params[p] for p in peers.PARAMS], [self.setup.start[p] for p in peers.PARAMS])
-        with zcache.set_graph_mode(True):
+        with zcache.set_graph_mode(True), zcache.set_jit_mode("auto" if self.jit else False):
             t0 = time.perf_counter()
             result = self.minimizer.minimize(self.loss)
             seconds = time.perf_counter() - t0
@@ -205,13 +207,17 @@ class ZcacheFitter(peers.Fitter):
         )
 
 
-def zcache_toys(n_toys: int, setup: peers.GaussExpSetup, seed: int = 1, use_gradient: bool = True) -> peers.ToyStudy:
+def zcache_toys(n_toys: int, setup: peers.GaussExpSetup, seed: int = 1, use_gradient: bool = True,
+                jit: bool = False) -> peers.ToyStudy:
     """Toy study with ``zcache.toys.run_toys`` (generate in place, MIGRAD + HESSE, repeat).
 
     ``run_toys`` is called twice, for toy 1 (which traces) and for toys 2..n, so that the
     TensorFlow graphs traced after the first toy and the memory growth can be measured.
+    ``jit``: the loss compiled with XLA, on padded data (``capacity='auto'``: a toy of another
+    size keeps the compiled kernels).
     """
-    study = peers.ToyStudy(name=f"zcache graph, {_grad_text(use_gradient)}", status=zcache_status())
+    study = peers.ToyStudy(name=f"zcache graph{' + XLA' if jit else ''}, {_grad_text(use_gradient)}",
+                           status=zcache_status())
     if study.status != "ok":
         return study
     from zcache.loss import ExtendedUnbinnedNLL
@@ -221,9 +227,11 @@ def zcache_toys(n_toys: int, setup: peers.GaussExpSetup, seed: int = 1, use_grad
     names = {p: params[p].name for p in peers.PARAMS}
     n_events = setup.n_events
     minimizer = _minuit(use_gradient, hesse=True)
-    with zcache.set_graph_mode(True):
+    with zcache.set_graph_mode(True), zcache.set_jit_mode("auto" if jit else False):
         zcache.models.set_seed(seed)
-        loss = ExtendedUnbinnedNLL(model, model.sample(n_events))
+        data = zcache.Data(model.sample(n_events).numpy(), name=f"toys_{next(_TAGS)}",
+                           capacity="auto" if jit else None)
+        loss = ExtendedUnbinnedNLL(model, data)
         first = run_toys(model, loss, n_toys=1, n_events=n_events, minimizer=minimizer, seed=seed, progress=False)
         rss0 = peers.rss_mb()
         tables = [first.table]
@@ -252,7 +260,8 @@ def _fitters(cfg: Config, include: Sequence[str]) -> list[peers.Fitter]:
     if "numpy" in include:
         out += [peers.NumpyFitter(x, cfg.fit_setup, gradient=False), peers.NumpyFitter(x, cfg.fit_setup, gradient=True)]
     if "zcache" in include:
-        out += [ZcacheFitter(x, cfg.fit_setup, use_gradient=True), ZcacheFitter(x, cfg.fit_setup, use_gradient=False)]
+        out += [ZcacheFitter(x, cfg.fit_setup, use_gradient=True), ZcacheFitter(x, cfg.fit_setup, use_gradient=False),
+                ZcacheFitter(x, cfg.fit_setup, use_gradient=True, jit=True)]
     if "zfit" in include:
         out += [peers.ZfitFitter(x, cfg.fit_setup, graph=True, gradient="minuit"),
                 peers.ZfitFitter(x, cfg.fit_setup, graph=True, gradient="zfit")]
@@ -365,19 +374,22 @@ def _say_single_fit(rows: Rows, cfg: Config) -> str:
     base = _find(rows, "numpy + iminuit, Minuit's")
     zc = _find(rows, "zcache graph, zcache's")
     zc_num = _find(rows, "zcache graph, Minuit's")
+    zc_xla = _find(rows, "zcache graph + XLA")
     zf = _find(rows, "zfit graph, Minuit's")
     if base is not None:
         parts.append(
             f"Hand-written numpy + iminuit (Minuit's numerical gradient) fits the "
             f"{cfg.fit_setup.n_events:,} events in {base['warm fit [s]']:.3f} s ({base['nfcn']} calls)."
         )
-    for label, row in (("zcache (default: zcache's gradient)", zc), ("zcache with Minuit's gradient", zc_num)):
+    for label, row in (("zcache (default: zcache's gradient)", zc), ("zcache with Minuit's gradient", zc_num),
+                       ("zcache with the loss compiled by XLA (set_jit_mode('auto'))", zc_xla)):
         if row is None:
             continue
         ratio = row["warm / numpy+iminuit"]
         word = "met" if isinstance(ratio, float) and ratio <= TARGET_VS_NUMPY else "**missed**"
+        first = "precompute + tracing + XLA compiles" if row is zc_xla else "precompute + tracing"
         parts.append(
-            f"{label}: first fit {row['first fit [s]']:.2f} s (precompute + tracing), warm fit "
+            f"{label}: first fit {row['first fit [s]']:.2f} s ({first}), warm fit "
             f"{row['warm fit [s]']:.3f} s, {ratio:.2f}× numpy + iminuit (target ≤ {TARGET_VS_NUMPY:.0f}: {word}); "
             f"{row['traces in warm fits']} graphs traced during its warm fits."
         )
@@ -434,11 +446,11 @@ def bench_toys(cfg: Config, include: Sequence[str] = ("numpy", "zcache", "zfit")
     if "numpy" in include:
         studies.append(peers.numpy_toys(cfg.n_toys, setup, seed=setup.seed))
     if "zcache" in include:
-        for use_gradient in (True, False):
+        for use_gradient, jit in ((True, False), (False, False), (True, True)):
             try:
-                studies.append(zcache_toys(cfg.n_toys, setup, seed=setup.seed, use_gradient=use_gradient))
+                studies.append(zcache_toys(cfg.n_toys, setup, seed=setup.seed, use_gradient=use_gradient, jit=jit))
             except Exception as err:  # noqa: BLE001 - report in the table, keep the other rows
-                studies.append(peers.ToyStudy(name=f"zcache graph, {_grad_text(use_gradient)}",
+                studies.append(peers.ToyStudy(name=f"zcache graph{' + XLA' if jit else ''}, {_grad_text(use_gradient)}",
                                               status=f"failed: {type(err).__name__}: {str(err)[:200]}"))
     if "zfit" in include:
         studies.append(peers.zfit_toys(cfg.n_toys, setup, seed=setup.seed))

@@ -1045,3 +1045,21 @@ def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
         pdf.sample(2000)
     quoted = re.search(r"envelope \(([0-9.]+) x its maximum", str(err.value))
     assert quoted is not None and float(quoted.group(1)) == zcache.amplitudes._FMAX_SAFETY, str(err.value)
+
+
+def test_padded_data_in_an_amplitude_fit(kin, mc, x_data, x_mc):
+    """Padded fit data (capacity=): the NLL of the events, against numpy; a padded phase-space
+    sample is refused (its integrals are means over every row)."""
+    padded = zcache.Data(x_data[:700], name="data_padded", obs=("s12", "s13"), capacity=1024)
+    w = build(kin, mc, padded, names=("NR", "Kst"))
+    couplings, mass_of = state(w)
+    ref = nll_np(x_data[:700], x_mc, w.names, couplings, **mass_of)
+    assert float(w.loss.value()) == pytest.approx(ref, rel=1e-10)
+    assert float(w.loss_u.value()) == pytest.approx(ref, rel=1e-10)
+    padded.set_data(x_data[:555])
+    assert float(w.loss.value()) == pytest.approx(nll_np(x_data[:555], x_mc, w.names, couplings, **mass_of), rel=1e-10)
+    padded_mc = zcache.Data(x_mc[:1000], name="mc_padded", obs=("s12", "s13"), capacity="auto")
+    with pytest.raises(ModelError, match="padded"):
+        AmplitudePdf(w.amp, padded_mc)
+    with pytest.raises(ModelError, match="padded"):
+        w.amp.integral_matrix(padded_mc)

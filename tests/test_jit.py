@@ -164,12 +164,13 @@ def test_caches_keep_their_contract_under_jit():
         return -np.sum(-0.5 * (x.numpy() - float(mu)) ** 2) * float(s)
 
     with zcache.set_jit_mode(True):
-        # the first fill gives the cache's Variable its shape, which XLA cannot: that call
-        # runs uncompiled (a second trace), every later one compiled
+        # the first call (new data shapes) runs uncompiled: it gives the cache's Variable its
+        # shape, which XLA cannot; every later one is compiled (a second trace)
+        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
+        assert loss.trace_count == 1
         np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
         traces = loss.trace_count
-        np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)
-        assert shape.stats == {"hits": 1, "misses": 1}
+        assert traces == 2 and shape.stats == {"hits": 1, "misses": 1}
         s.set_value(2.0)
         np.testing.assert_allclose(float(loss()), reference(), rtol=1e-12)  # hit
         mu.set_value(0.4)
@@ -333,8 +334,8 @@ def test_check_inside_a_cache_falls_back_to_uncompiled_and_still_raises():
         return c.value() + 1.0
 
     with zcache.set_jit_mode(True):
-        assert float(f()) == 3.0
-        assert f.jit_fallback is not None and "nested graph" in f.jit_fallback
+        assert float(f()) == 3.0  # the first call (new data shapes) runs uncompiled
+        assert float(f()) == 3.0 and f.jit_fallback is not None and "nested graph" in f.jit_fallback
         p.set_value(-1.0)
         with pytest.raises(ModelError, match="p must be positive"):
             f()
@@ -349,6 +350,7 @@ def test_what_xla_cannot_compile_runs_uncompiled():
         return tf.size(tf.strings.as_string(x.value()))
 
     with zcache.set_jit_mode(True):
+        assert int(distinct()) == 4 and distinct.jit_fallback is None  # the first call runs uncompiled
         assert int(distinct()) == 4
         assert distinct.jit_fallback is not None and "XLA" in distinct.jit_fallback
         assert int(distinct()) == 4
@@ -390,3 +392,86 @@ def test_set_data_to_another_number_of_events_inside_a_compiled_function(fit):
             refill(tf.constant(np.r_[good[:999], np.nan]))
         np.testing.assert_array_equal(data.numpy(), good[:1500])
     assert float(loss.value()) == pytest.approx(fewer, rel=VALUE_RTOL)
+
+
+# -- shape buckets: padded data ---------------------------------------------------------------
+def _padded_fit(capacity):
+    space = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter("mu", 5.0, lower=3.0, upper=7.0)
+    sigma = zcache.Parameter("sigma", 0.5, lower=0.05, upper=2.0)
+    lam = zcache.Parameter("lam", -0.3, lower=-2.0, upper=-0.01)
+    nsig = zcache.Parameter("nsig", 600.0, lower=0.0, upper=1e5)
+    nbkg = zcache.Parameter("nbkg", 1400.0, lower=0.0, upper=1e5)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    rng = np.random.default_rng(11)
+    x = np.r_[rng.normal(5.0, 0.5, 1200), rng.exponential(1 / 0.3, 6000)]
+    x = x[(x > 0.0) & (x < 10.0)][:4000]
+    data = zcache.Data(x[:2000], name="x_padded", capacity=capacity)
+    return model, data, ExtendedUnbinnedNLL(model, data), x
+
+
+def _variable_shapes(loss):
+    """The shapes of every Variable the loss's compiled graphs read: XLA compiles per these shapes."""
+    return sorted((v.name, tuple(tf.shape(v).numpy())) for fn in loss.functions()
+                  for g in _compiled_graphs(fn) for v in g.variables)
+
+
+def test_padded_data_new_sizes_neither_retrace_nor_recompile():
+    import time
+
+    model, data, loss, x = _padded_fit(capacity=4096)
+    params = list(loss.params)
+    x0 = np.array([float(p) for p in params])
+    plain = zcache.Data(x[:2000], name="x_plain")
+    reference = ExtendedUnbinnedNLL(model, plain)
+    with zcache.set_jit_mode("auto"):
+        t0 = time.perf_counter()
+        loss.value_gradient_at(x0, params)  # traces; fills the caches uncompiled (a new shape for XLA)
+        loss.value_gradient_at(x0 * (1 + 1e-9), params)  # compiles
+        first = time.perf_counter() - t0
+        traces, shapes = [f.trace_count for f in loss.functions()], _variable_shapes(loss)
+        assert shapes  # the compiled graphs read the padded events (and their caches)
+        for n in (1500, 3999, 17, 2000):
+            data.set_data(x[:n])
+            t0 = time.perf_counter()
+            value, grad = loss.value_gradient_at(x0, params)
+            elapsed = time.perf_counter() - t0
+            plain.set_data(x[:n])
+            with zcache.set_jit_mode(False):
+                ref_value, ref_grad = reference.value_gradient_at(x0, params)
+            assert float(value) == pytest.approx(float(ref_value), rel=VALUE_RTOL)
+            np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-10, atol=GRAD_ATOL)
+            assert elapsed < first / 5, (n, elapsed, first)  # a recompile costs about as much as the first call
+        assert [f.trace_count for f in loss.functions()] == traces
+        assert _variable_shapes(loss) == shapes
+        assert all(f.jit_fallback is None for f in loss.functions())
+        data.set_data(x[:4000].repeat(2)[:4097])  # past the capacity: grows once (a new bucket)
+        assert data.capacity == 8192
+        grown = ExtendedUnbinnedNLL(model, zcache.Data(x[:4000].repeat(2)[:4097], name="x_grown"))
+        for _ in range(2):  # uncompiled (new shapes), then compiled for them
+            value, _ = loss.value_gradient_at(x0, params)
+            assert float(value) == pytest.approx(float(grown.value_at(x0, params)), rel=VALUE_RTOL)
+        assert [f.trace_count for f in loss.functions()] == traces
+
+
+def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
+    """A toy study on padded data, compiled: no retrace after the first toy, same fits as without XLA."""
+    from zcache.minimize import Minuit
+    from zcache.toys import run_toys
+
+    model, data, loss, _ = _padded_fit(capacity=4096)
+    params = list(loss.params)
+    with zcache.set_jit_mode("auto"):
+        run_toys(model, loss, 1, seed=1, minimizer=Minuit(), progress=False)  # compiles
+        traces = [f.trace_count for f in loss.functions()]
+        compiled = run_toys(model, loss, 4, seed=5, minimizer=Minuit(), progress=False)
+        assert [f.trace_count for f in loss.functions()] == traces
+        assert all(f.jit_fallback is None for f in loss.functions())
+    plain = run_toys(model, loss, 4, seed=5, minimizer=Minuit(), progress=False)
+    assert compiled.table["nevents"].tolist() == plain.table["nevents"].tolist()
+    assert len(set(plain.table["nevents"].tolist())) > 1  # the toys have different sizes
+    assert compiled.table["valid"].all() and plain.table["valid"].all()
+    for p in params:
+        err = plain.table[f"{p.name}_err"]
+        np.testing.assert_array_less(np.abs(compiled.table[p.name] - plain.table[p.name]), 1e-3 * err)
+    assert data.nevents == 2000  # run_toys puts the events back

@@ -296,3 +296,104 @@ def test_bad_weights_raise_and_change_nothing(weights, error):
     with pytest.raises(DataError, match="created without weights"):
         plain.set_data(np.array([1.0, 2.0]), weights=[1.0, 1.0])
     assert plain.weights is None and not plain.is_weighted
+
+
+def test_failed_eager_call_puts_weighted_data_back_with_their_weights():
+    """The undo of an eagerly run zcache.function restores events and weights (it used to reset
+    the weights to 1: the events' undo went through set_data, which reads no weights as 'all 1')."""
+    d = zcache.Data(np.array([1.0, 2.0, 3.0]), name="undo_w", weights=[0.5, 2.0, 3.0])
+
+    @zcache.function(wraps="model")
+    def fails():
+        d.set_data(np.array([4.0, 5.0]), weights=[7.0, 8.0])
+        raise RuntimeError("boom")
+
+    with zcache.set_graph_mode(False), pytest.raises(RuntimeError, match="boom"):
+        fails()
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(d.weights.numpy(), [0.5, 2.0, 3.0])
+
+
+# == padded data (shape buckets) ===============================================================
+def test_padded_data_layout_and_growth():
+    d = zcache.Data(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), name="pad2", obs=("a", "b"), capacity=4)
+    assert d.capacity == 4 and d.nevents == 3 and not d.is_weighted
+    np.testing.assert_array_equal(d.value().numpy(), [[1, 2], [3, 4], [5, 6], [5, 6]])  # last event repeated
+    np.testing.assert_array_equal(d.numpy(), [[1, 2], [3, 4], [5, 6]])
+    np.testing.assert_array_equal(d.weights.numpy(), [1, 1, 1, 0])
+    np.testing.assert_array_equal(d.mask.numpy(), [1, 1, 1, 0])
+    np.testing.assert_array_equal(d.weights_data.numpy(), [1, 1, 1])
+    d.set_data(np.ones((2, 2)))
+    assert d.capacity == 4 and d.nevents == 2 and d.value().shape == (4, 2)
+    d.set_data(np.ones((5, 2)))  # more than the capacity: the next power of two
+    assert d.capacity == 8 and d.weights_data.capacity == 8 and d.nevents == 5
+    np.testing.assert_array_equal(d.weights.numpy(), [1] * 5 + [0] * 3)
+    d.set_data(np.ones((1, 2)))  # never shrinks
+    assert d.capacity == 8 and d.nevents == 1 and "capacity=8" in repr(d)
+    assert zcache.Data(np.arange(5.0), capacity="auto").capacity == 8
+    assert zcache.Data(np.arange(8.0), capacity="auto").capacity == 8
+    assert zcache.Data(np.arange(9.0), capacity=3).capacity == 16
+    assert zcache.Data(np.arange(3.0)).mask is None
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 2.5, "big", True])
+def test_bad_capacity_is_refused(capacity):
+    with pytest.raises(DataError, match="capacity must be"):
+        zcache.Data(np.arange(3.0), capacity=capacity)
+
+
+def test_padded_weighted_data():
+    d = zcache.Data(np.array([1.0, 2.0, 3.0]), name="padw", weights=[0.5, -1.0, 2.0], capacity="auto")
+    assert d.is_weighted and d.capacity == 4
+    np.testing.assert_array_equal(d.weights.numpy(), [0.5, -1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(d.weights_data.numpy(), [0.5, -1.0, 2.0])
+    total = zcache.CachedTensor(lambda: tf.reduce_sum(d.weights * d.value()), name="padded weighted sum")
+    assert float(total.value()) == pytest.approx(0.5 - 2.0 + 6.0)
+    with d.set_data([1.0, 1.0], weights=[3.0, 4.0]):
+        assert float(total.value()) == pytest.approx(7.0)
+        np.testing.assert_array_equal(d.weights.numpy(), [3.0, 4.0, 0.0, 0.0])
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
+    assert float(total.value()) == pytest.approx(4.5)
+    d.set_data([2.0, 5.0])  # a sample: weights 1, padding 0
+    np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0, 0.0, 0.0])
+
+
+def test_padded_set_data_inside_a_function(graph_mode):
+    d = zcache.Data(np.arange(1.0, 5.0), name="padf", capacity=8)
+    total = zcache.CachedTensor(lambda: tf.reduce_sum(d.weights * d.value()), name="padf sum")
+    assert float(total.value()) == 10.0
+
+    @zcache.function
+    def refill(x):
+        d.set_data(x)
+        return tf.reduce_sum(d.weights * d.value()), d.nevents
+
+    s, n = refill(tf.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], tf.float64))
+    assert float(s) == 21.0 and int(n) == 6
+    assert d.nevents == 6 and d.capacity == 8 and float(total.value()) == 21.0
+    np.testing.assert_array_equal(d.value().numpy(), [1, 2, 3, 4, 5, 6, 6, 6])
+    if refill.traced:
+        with pytest.raises(DataShapeError, match="capacity"):  # cannot grow inside a graph
+            refill(tf.constant(np.arange(9.0)))
+    else:  # run eagerly: it grows, as set_data outside a function
+        assert int(refill(tf.constant(np.arange(9.0)))[1]) == 9 and d.capacity == 16
+        d.set_data(np.arange(1.0, 7.0))
+    with pytest.raises(InvalidDataError):
+        refill(tf.constant([1.0, np.nan]))
+    np.testing.assert_array_equal(d.numpy(), [1, 2, 3, 4, 5, 6])  # both refused: unchanged
+    assert d.nevents == 6 and float(total.value()) == 21.0
+
+
+def test_failed_call_restores_padded_data_and_count(graph_mode):
+    d = zcache.Data(np.arange(1.0, 4.0), name="padundo", capacity=4)
+
+    @zcache.function
+    def fails(x):
+        d.set_data(x)
+        tf.debugging.assert_equal(tf.constant(False), True, message="boom")
+        return d.nevents
+
+    with pytest.raises((tf.errors.InvalidArgumentError, RuntimeError)):
+        fails(tf.constant([9.0], tf.float64))
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0, 1.0, 0.0])

@@ -263,26 +263,21 @@ class AutoWeighted(zcache.Data):
 
 class Traced:
     """A zcache.function plus the trace count it must have: one per clear_graph_cache epoch,
-    autograd mode and jit (a zcache.function keeps one graph per autograd mode and jit). A
-    compiled call may also trace the uncompiled graph once (a cache's first fill or new shape,
-    which XLA cannot store, or a graph XLA refuses)."""
+    autograd mode and jit (a zcache.function keeps one graph per autograd mode and jit). Under a
+    jit policy a call may run the uncompiled graph (the first call for new data shapes) or the
+    compiled one, so a graph is expected once it exists; any retrace of it fails the check."""
 
     def __init__(self, world, fn):
         self.world, self.fn, self.expected, self.seen = world, fn, 0, set()
 
     def __call__(self, *args):
-        from zcache._mode import compiles
-
-        jit = compiles(self.fn.wraps) and self.fn.jit_fallback is None
-        key = (self.world.epoch, zcache.get_autograd_mode(), jit)
-        plain = (*key[:2], False)
-        if self.fn.traced and key not in self.seen:
-            self.expected += 1
-            self.seen.add(key)
         out = self.fn(*args)
-        if self.fn.traced and jit and plain not in self.seen and self.fn.trace_count == self.expected + 1:
-            self.expected += 1
-            self.seen.add(plain)
+        if self.fn.traced:
+            for autograd, jit in list(self.fn._tf_functions):
+                key = (self.world.epoch, autograd, jit)
+                if key not in self.seen:
+                    self.expected += 1
+                    self.seen.add(key)
         assert self.fn.trace_count == self.expected, (
             f"{self.fn!r} retraced: trace_count {self.fn.trace_count}, expected {self.expected}"
         )

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = [
@@ -64,7 +64,7 @@ class _Context(threading.local):
         self.memo: dict[Any, Any] | None = None
         self.grad_params: list[frozenset[int] | None] = []
         self.traces: list[Any] = []
-        self.journals: list[dict[int, tuple[Any, Any]]] = []
+        self.journals: list[dict[int, Callable[[], Any]]] = []  # node id -> undo
         self.eager = False
         self.graph_depth = 0
         # (graph key, checks) of the XLA-compiled zcache.function body being traced: its

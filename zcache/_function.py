@@ -37,7 +37,7 @@ from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, record
 from ._depgraph import GRAPH
 from ._graph_checks import assertion_ops, collecting, error_from, failed_check
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
-from ._parameter import backing_variable, refresh_mirrors, undo_graph_writes
+from ._parameter import Data, backing_variable, data_snapshot, refresh_mirrors, storage_rows, undo_graph_writes
 from ._tf_internals import EAGER_TENSOR, is_xla_shape_error
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
@@ -103,6 +103,9 @@ class Function:
         self._tf_functions: dict[tuple[bool, bool], Any] = {}
         self._checks: dict[int, list[tuple[type[Exception], str]]] = {}  # id -> checks of a compiled trace
         self.jit_fallback: str | None = None
+        self._jit_rows: tuple[int, ...] | None = None  # data rows the last uncompiled call stored caches for
+        self._rows_key: tuple[int, int] | None = None
+        self._row_data: list[weakref.ref[Data]] = []
         self._concrete: dict[Any, Any] = {}
         self._live_traces = 0
         self._traces: dict[int, TraceRecord] = {}  # trace id -> record (only traces that write inputs)
@@ -152,6 +155,10 @@ class Function:
         with ENGINE_LOCK:
             data_before = self._data_before()
             plain = False  # this call uncompiled
+            if compiles(self.wraps) and self.jit_fallback is None:
+                # New data shapes (or no call yet): one uncompiled call first, which stores every
+                # cache at its new shape; XLA cannot reshape a Variable, and would fail (and log) trying.
+                plain = self._data_rows() != self._jit_rows
             while True:
                 self._traced_now = {}  # filled by a trace made during this call
                 jit = not plain and compiles(self.wraps) and self.jit_fallback is None
@@ -178,9 +185,23 @@ class Function:
                         raise error_from(err) from None
                     raise
                 break
+            if not jit:  # the caches now hold values of these shapes: XLA may compile for them
+                self._jit_rows = self._data_rows()
             if trace_id is not None:
                 self._after_writes(self._traces[int(trace_id)], finals)
         return out
+
+    def _data_rows(self) -> tuple[int, ...]:
+        """Rows of every Data the graphs read, directly or through caches (XLA compiles per shape)."""
+        key = (len(self._reads), GRAPH.version)
+        if self._rows_key != key:
+            ids: set[int] = set()
+            for uid in self._reads:
+                ids.add(uid)
+                ids.update(GRAPH.ancestor_inputs(uid))
+            self._row_data = [weakref.ref(o) for o in GRAPH.objects(sorted(ids)) if isinstance(o, Data)]
+            self._rows_key = key
+        return tuple(-1 if (d := ref()) is None else storage_rows(d) for ref in self._row_data)
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any, Any]:
         autograd = get_autograd_mode()
@@ -241,7 +262,7 @@ class Function:
         self._traces[record.id] = record
         new_data = [uid for uid in record.written("data") if uid not in self._data_writes]
         with tf.init_scope():  # traced within this call: the data as they are before it runs
-            self._traced_now.update({o.node_id: (o, backing_variable(o).read_value()) for o in GRAPH.objects(new_data)})
+            self._traced_now.update({o.node_id: (o, data_snapshot(o)) for o in GRAPH.objects(new_data)})
         self._data_writes.update(new_data)
         # The parameters' final values, read after every write of the graph (automatic
         # control dependencies keep program order per Variable): their Python mirrors.
@@ -272,7 +293,7 @@ class Function:
         """The current values of the Data some trace of this function writes (to undo a failed call)."""
         if not self._data_writes:
             return {}
-        return {o.node_id: (o, backing_variable(o).read_value()) for o in GRAPH.objects(list(self._data_writes))}
+        return {o.node_id: (o, data_snapshot(o)) for o in GRAPH.objects(list(self._data_writes))}
 
     def _undo_writes(self, data_before: dict[int, Any]) -> None:
         """A call failed: put back every input its graph may have written, invalidating dependents."""

@@ -41,6 +41,8 @@ __all__ = [
     "Data",
     "Parameter",
     "backing_variable",
+    "data_snapshot",
+    "storage_rows",
     "refresh_mirrors",
     "set_values",
     "set_vector_in_graph",
@@ -204,7 +206,7 @@ class Parameter(TensorLike):
             old = self._current()
             changed = v != old
             if changed:
-                journal(self, old)
+                journal(self, lambda: self.set_value(old))
                 self._assign(v)
         if changed:
             _input_changed(GRAPH.dependent_caches(self.node_id))
@@ -285,11 +287,24 @@ class Data(TensorLike):
         live in a second :class:`Data` (:attr:`weights_data`), so a change of weights
         invalidates exactly what reads them and never retraces; every zcache loss honours
         them (see :mod:`zcache.loss`). Without weights the dataset stays unweighted for life.
+    capacity : int or 'auto', optional
+        Pad the events to a fixed number of rows (a *shape bucket*), so that ``set_data`` with
+        another number of events keeps every shape: nothing is retraced and an XLA-compiled
+        loss (``zcache.set_jit_mode``) is not recompiled — the toy-study case. ``'auto'``:
+        the next power of two of the number of events; an int: at least that many rows.
+        More events than the capacity grow it to the next power of two (one recompile under
+        XLA); it never shrinks. Padding rows repeat the last event (valid input for every
+        model) and have weight 0 in :attr:`weights`, which every loss honours; ``numpy()``,
+        ``nevents`` and ``weights_data.numpy()`` give the events without the padding, while
+        :meth:`value` is the padded tensor (of ``capacity`` rows). Memory: up to twice the
+        events (and a weight per row). ``None`` (default): no padding.
 
     Raises
     ------
     DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
         If ``array``, ``obs`` or ``weights`` is not usable as a dataset.
+    DataError
+        For a ``capacity`` that is neither None, ``'auto'`` nor a positive int.
 
     Examples
     --------
@@ -303,12 +318,17 @@ class Data(TensorLike):
     >>> w = zcache.Data(np.array([1.0, 2.0]), name="m", weights=[0.5, -0.25])
     >>> w.is_weighted, w.weights.numpy().tolist()
     (True, [0.5, -0.25])
+    >>> p = zcache.Data(np.array([1.0, 2.0, 3.0]), name="p", capacity=4)
+    >>> p.value().numpy().tolist(), p.weights.numpy().tolist(), p.numpy().tolist()
+    ([1.0, 2.0, 3.0, 3.0], [1.0, 1.0, 1.0, 0.0], [1.0, 2.0, 3.0])
     """
 
     _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
+    #: What padding rows hold: copies of the last event (events) or zeros (weights).
+    _ZERO_PADDING = False
 
     def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None,
-                 weights: Any = None) -> None:
+                 weights: Any = None, capacity: int | str | None = None) -> None:
         arr = _as_array(array, name or "data")
         if arr.dtype.kind not in self._KINDS:
             raise DataDtypeError(
@@ -325,16 +345,58 @@ class Data(TensorLike):
         self.obs = None if obs is None else _obs_names(obs, self.event_shape, self.name)
         arr = self._checked(arr)
         w = None if weights is None else _checked_weights(weights, arr.shape[0], self.name)  # before creating
+        n = arr.shape[0]
+        #: Rows of the padded storage (None: not padded).
+        self.capacity: int | None = _capacity_for(capacity, n, self.name)
+        stored = self._padded(arr)
         self._var = eager_variable(
-            arr, shape=tf.TensorShape([None, *self.event_shape]), trainable=False, name=_tf_name(self.name)
+            stored, shape=tf.TensorShape([None, *self.event_shape]), trainable=False, name=_tf_name(self.name)
         )
+        self._rows = stored.shape[0]  # rows stored after the last eager write (see storage_rows)
+        # The number of events of padded data, written with the events (in a graph too).
+        self._n_var = None if self.capacity is None else eager_variable(
+            np.int64(n), shape=tf.TensorShape([]), trainable=False, name=_tf_name(self.name) + "_n")
         self.node_id = GRAPH.add_node(self, DATA, self.name)
+        self._user_weights = w is not None
         # Weights are a Data of their own: snapshots, stand-ins in backward passes, undo on a failed
-        # call and invalidation then work for them with no code of their own.
-        self._weights = None if w is None else Data(w, name=f"{self.name}:weights")
+        # call and invalidation then work for them with no code of their own. Padded data always
+        # have them (1 per event, 0 per padding row): losses sum over events with them.
+        if w is None and self.capacity is not None and not self._ZERO_PADDING:
+            w = np.ones(n)
+        self._weights = None if w is None else _Weights(w, name=f"{self.name}:weights", capacity=self.capacity)
 
     def __repr__(self) -> str:
-        return f"<zcache.Data '{self.name}' shape=(?, {', '.join(map(str, self.event_shape))}) dtype={self.np_dtype}>"
+        padded = "" if self.capacity is None else f" capacity={self.capacity}"
+        return (f"<zcache.Data '{self.name}' shape=(?, {', '.join(map(str, self.event_shape))}) "
+                f"dtype={self.np_dtype}{padded}>")
+
+    def _padded(self, arr: np.ndarray) -> np.ndarray:
+        """``arr`` padded to the capacity (grown first if it holds more events)."""
+        if self.capacity is None:
+            return arr
+        n = arr.shape[0]
+        if n > self.capacity:
+            self.capacity = _next_power_of_two(n)
+        out = np.zeros((self.capacity, *arr.shape[1:]), dtype=arr.dtype)
+        out[:n] = arr
+        if not self._ZERO_PADDING:
+            out[n:] = arr[-1]
+        return out
+
+    def _padded_in_graph(self, tensor: tf.Tensor) -> tf.Tensor:
+        """``tensor`` padded in a graph to the storage's current number of rows."""
+        n = tf.shape(tensor)[0]
+        rows = tf.range(tf.shape(self._var)[0])
+        padded = tf.gather(tensor, tf.clip_by_value(rows, 0, tf.maximum(n - 1, 0)))
+        if self._ZERO_PADDING:
+            keep = tf.reshape(rows < n, [-1] + [1] * len(self.event_shape))
+            padded = tf.where(keep, padded, tf.zeros_like(padded))
+        return padded
+
+    def numpy(self) -> np.ndarray:
+        """The events as a numpy array (without the padding of padded data)."""
+        arr = self.value().numpy()
+        return arr if self.capacity is None else arr[: self.nevents]
 
     @property
     def variable(self) -> tf.Variable:
@@ -348,9 +410,16 @@ class Data(TensorLike):
 
     @property
     def nevents(self) -> Any:
-        """Number of events (an int eagerly, a scalar tensor inside a trace)."""
-        n = tf.shape(self._var, out_type=tf.int64)[0]
+        """Number of events (an int eagerly, a scalar tensor inside a trace); padding not counted."""
+        n = tf.shape(self._var, out_type=tf.int64)[0] if self._n_var is None else self._n_var.read_value()
         return n if tf.inside_function() else int(n)
+
+    @property
+    def mask(self) -> tf.Tensor | None:
+        """1.0 for each event and 0.0 for each padding row of padded data (float64); None if not padded."""
+        if self._n_var is None:
+            return None
+        return tf.cast(tf.range(tf.shape(self._var, out_type=tf.int64)[0]) < self._n_var.read_value(), tf.float64)
 
     def value(self) -> tf.Tensor:
         """The data as a tensor (recorded as a read)."""
@@ -361,21 +430,24 @@ class Data(TensorLike):
     @property
     def is_weighted(self) -> bool:
         """Whether the dataset was created with ``weights=`` (fixed for its life)."""
-        return self._weights is not None
+        return self._user_weights
 
     @property
     def weights(self) -> tf.Tensor | None:
-        """The event weights as a float64 tensor of shape (N,), or None for unweighted data.
+        """The event weights, a float64 tensor with one entry per row of :meth:`value`.
 
-        Reading them is a read of :attr:`weights_data` (a cache that uses them depends on them).
+        None for unweighted data that are not padded. Padded data have 0 on every padding row (and 1 on the events of unweighted data), so a
+        weighted sum over :meth:`value` is a sum over the events. Reading them is a read of
+        :attr:`weights_data` (a cache that uses them depends on them).
         """
         return None if self._weights is None else self._weights.value()
 
     @property
     def weights_data(self) -> Data | None:
-        """The :class:`Data` that holds the weights (None for unweighted data).
+        """The :class:`Data` that holds the weights (None for unweighted data that are not padded).
 
         Losses list it among their datasets, so fit results snapshot the weights with the events.
+        Its ``numpy()`` holds one weight per event (no padding).
         """
         return self._weights
 
@@ -705,7 +777,7 @@ class Data(TensorLike):
         DataError
             ``weights`` given for a dataset created without weights.
         """
-        if weights is not None and self._weights is None:
+        if weights is not None and not self._user_weights:
             raise DataError(
                 f"Data '{self.name}' was created without weights; data unchanged. Create it with "
                 "zcache.Data(..., weights=...) to fit weighted events."
@@ -722,11 +794,20 @@ class Data(TensorLike):
                 return self._set_data_in_graph(array)
         arr = _as_array(array, self.name)
         arr = self._checked(arr)
+        if tf.inside_function() and self.capacity is not None:  # padded in the graph, to the rows it has then
+            return self._set_data_in_graph(tf.constant(arr))
         with _WRITES:
-            old = self._var.read_value()  # keeps the old buffer alive, no copy
+            # keeps the old buffer alive, no copy (the events only, for padded data)
+            old = self._var.read_value()
+            if self._n_var is not None:
+                old = old.numpy()[: int(self._n_var.numpy())]
             if not tf.inside_function():
-                journal(self, old)
-            self._var.assign(arr)
+                journal(self, lambda: self._set_events(old))
+            stored = self._padded(arr)
+            self._var.assign(stored)
+            self._rows = stored.shape[0]
+            if self._n_var is not None:
+                self._n_var.assign(arr.shape[0])
         if tf.inside_function():
             GRAPH.input_changes += 1
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, None))
@@ -757,17 +838,32 @@ class Data(TensorLike):
         if self.np_dtype.kind in "fc":
             checks += require(tf.math.is_finite(tensor), InvalidDataError,
                               where + "NaN or infinite values; data unchanged. Remove or fix those events first.")
+        n = tf.shape(tensor, out_type=tf.int64)[0]
+        if self._n_var is not None:
+            checks += require(n <= tf.shape(self._var, out_type=tf.int64)[0], DataShapeError, where + (
+                "more events than the capacity; data unchanged. Inside a zcache.function the capacity "
+                "cannot grow: call set_data outside it once (it grows the capacity), or create the Data "
+                "with a larger capacity=."))
         GRAPH.input_changes += 1
         old = self._var.read_value()
+        old_n = None if self._n_var is None else self._n_var.read_value()
+        with tf.control_dependencies(checks):
+            if self._n_var is not None:
+                tensor = self._padded_in_graph(tensor)
         held = checks_hold(checks)  # compiled for XLA: the checks are values, not Assert ops
         if held is not None:
             tensor = tf.where(held, tensor, old)
+            if old_n is not None:
+                n = tf.where(held, n, old_n)
         with tf.control_dependencies(checks):
             self._var.assign(tensor)
+            if self._n_var is not None:
+                self._n_var.assign(n)
             refused = None if held is None else tf.logical_not(held)
             handled = tuple(c.node_id for c in _invalidate_in_graph(self.node_id, refused))
         note_mutation(self.node_id, handled)
-        return Restorer(lambda: self._set_events(old))
+        before = old if old_n is None else old[:old_n]
+        return Restorer(lambda: self._set_events(before))
 
 
     def _set_weighted(self, array: Any, weights: Any) -> Restorer:
@@ -797,6 +893,28 @@ class Data(TensorLike):
                 weights_restorer.restore()
 
         return Restorer(restore)
+
+
+class _Weights(Data):
+    """The weights of a Data: padding rows hold 0 (and a padded one has no weights of its own)."""
+
+    _ZERO_PADDING = True
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _capacity_for(capacity: Any, n: int, name: str) -> int | None:
+    """The starting capacity for ``n`` events, or a DataError for a setting that is not one."""
+    if capacity is None:
+        return None
+    if isinstance(capacity, str) and capacity == "auto":
+        return _next_power_of_two(n)
+    if isinstance(capacity, (int, np.integer)) and not isinstance(capacity, bool) and capacity >= 1:
+        return int(capacity) if n <= capacity else _next_power_of_two(n)
+    raise DataError(f"Data '{name}': capacity must be None, 'auto' or a positive int, got {capacity!r}; "
+                    "nothing created.")
 
 
 def _checked_weights(weights: Any, n: int, name: str) -> np.ndarray:
@@ -884,7 +1002,7 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
         old = [p._current() for p in params]
         for p, v, o in zip(params, checked, old, strict=True):
             if v != o:
-                journal(p, o)
+                journal(p, lambda p=p, o=o: p.set_value(o))
                 p._assign(v)
                 dirty.update(GRAPH.dependent_caches(p.node_id))
     _input_changed(dirty)
@@ -1002,11 +1120,11 @@ def refresh_mirrors(params: list[Parameter], values: list[float]) -> set[int]:
     return changed
 
 
-def undo_graph_writes(params: list[Parameter], data_before: dict[int, tuple[Data, tf.Tensor]]) -> set[int]:
+def undo_graph_writes(params: list[Parameter], data_before: dict[int, tuple[Data, Any]]) -> set[int]:
     """After a failed ``zcache.function`` call: put back every input its graph may have written.
 
     Parameters get their Python mirror (the value before the call), data the snapshot in
-    ``data_before`` (node id -> (data, tensor)). Returns the ids of the caches that depend
+    ``data_before`` (node id -> (data, :func:`data_snapshot`)). Returns the ids of the caches that depend
     on an input that had changed (now stale).
     """
     dirty: set[int] = set()
@@ -1016,11 +1134,28 @@ def undo_graph_writes(params: list[Parameter], data_before: dict[int, tuple[Data
                 continue
             p._var.assign(p._mirror)
         dirty.update(GRAPH.dependent_caches(p.node_id))
-    for data, before in data_before.values():
+    for data, (before, before_n) in data_before.values():
         with _WRITES:
             now = data._var.read_value()
-            if now.shape == before.shape and bool(tf.reduce_all(tf.equal(now, before))):
+            same_n = before_n is None or int(data._n_var.numpy()) == int(before_n)
+            if same_n and now.shape == before.shape and bool(tf.reduce_all(tf.equal(now, before))):
                 continue
             data._var.assign(before)
+            data._rows = before.shape[0]
+            if before_n is not None:
+                data._n_var.assign(before_n)
         dirty.update(GRAPH.dependent_caches(data.node_id))
     return dirty
+
+
+def storage_rows(data: Data) -> int:
+    """The rows of ``data``'s storage after its last eager write (the padded capacity, or the events).
+
+    ``zcache.function`` compares them between calls to know when XLA meets new shapes.
+    """
+    return data._rows
+
+
+def data_snapshot(data: Data) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """What :func:`undo_graph_writes` needs to put ``data`` back: its storage (and event count)."""
+    return data._var.read_value(), None if data._n_var is None else data._n_var.read_value()

@@ -160,31 +160,29 @@ def note_mutation(uid: int, handled: tuple[int, ...], unchanged: Any = None) -> 
         stack[-1].unchanged.setdefault(uid, []).append(unchanged)
 
 
-def journal(obj: Any, old: Any) -> None:
-    """An eager write of ``obj`` (its value before: ``old``), inside an eagerly run function.
+def journal(obj: Any, undo: Callable[[], Any]) -> None:
+    """An eager write of ``obj`` inside an eagerly run function; ``undo()`` puts it back.
 
-    The call's journal keeps the first old value of each input, so that a call that fails can
-    put every input back, as a traced call does.
+    The call's journal keeps the first undo of each input, so that a call that fails can put
+    every input back, as a traced call does. ``undo`` restores that one input only (the
+    events of a weighted Data, not its weights: those are an input of their own).
     """
     stack = CONTEXT.journals
     if stack:
-        stack[-1].setdefault(obj.node_id, (obj, old))
+        stack[-1].setdefault(obj.node_id, undo)
 
 
 def call_eagerly(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run ``func`` eagerly; if it raises, put back every input it wrote (first old values)."""
     stack = CONTEXT.journals
-    written: dict[int, tuple[Any, Any]] = {}
+    written: dict[int, Callable[[], Any]] = {}
     stack.append(written)
     try:
         out = func(*args, **kwargs)
     except BaseException:
         stack.pop()
-        for obj, old in reversed(list(written.values())):
-            if hasattr(obj, "set_data"):
-                obj.set_data(old)
-            else:
-                obj.set_value(old)
+        for undo in reversed(list(written.values())):
+            undo()
         raise
     stack.pop()
     if stack:  # an outer eager call may fail later: it must undo these writes as well

@@ -695,6 +695,7 @@ class CoherentSum(Cachable):
         """
         if not isinstance(mc, Data):
             raise ModelError(f"integral_matrix needs the phase-space sample as a zcache.Data, got {type(mc).__name__}.")
+        _refuse_padded(mc)
         if self.cache:
             return self._cached_integral_matrix(mc)
         m = self.amplitude_matrix(mc)
@@ -763,6 +764,7 @@ class AmplitudePdf(Model):
                 f"AmplitudePdf needs the phase-space sample as a zcache.Data (kinematics.sample(n)), got "
                 f"{type(phasespace).__name__}."
             )
+        _refuse_padded(phasespace)
         super().__init__(amplitude.kinematics.space, name=name or "AmplitudePdf", extended=extended)
         self.amplitude = amplitude
         self.phasespace = phasespace
@@ -814,8 +816,12 @@ class AmplitudePdf(Model):
             float64 scalar.
         """
         intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data))
-        n = tf.cast(tf.shape(intensity)[0], tf.float64)
-        return tf.reduce_sum(tf.math.log(intensity)) - n * tf.math.log(self.normalization())
+        mask = data.mask if isinstance(data, Data) else None
+        if mask is None:
+            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
+        else:  # padded data: the padding rows left out
+            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
+        return total - n * tf.math.log(self.normalization())
 
     def normalization(self) -> tf.Tensor:
         r""":math:`V \langle |A|^2 \rangle_{MC}` (through the cached integral matrix).
@@ -884,3 +890,13 @@ def fit_fractions(amplitude: CoherentSum, mc: Data) -> np.ndarray:
     c = amplitude.coupling_vector().numpy()
     total = float(np.real(c @ m @ np.conj(c)))
     return np.abs(c) ** 2 * np.real(np.diag(m)) / total
+
+
+def _refuse_padded(mc: Data) -> None:
+    """Phase-space integrals are means over the sample: padding rows would enter them."""
+    if mc.capacity is not None:
+        raise ModelError(
+            f"The phase-space sample '{mc.name}' is padded (capacity={mc.capacity}); its integrals are "
+            "means over every row. Create the phase-space sample without capacity= (only the fitted "
+            "data need a shape bucket)."
+        )

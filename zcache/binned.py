@@ -310,7 +310,7 @@ class BinnedData:
             if obs is None and sample.obs is not None and len(sample.obs) == 1:
                 obs = sample.obs[0]
             if sample.is_weighted:
-                weights = sample.weights.numpy()
+                weights = sample.weights_data.numpy()  # one per event (no padding)
         else:
             values = _float_array(sample, "the sample", "BinnedData.from_numpy")
         if values.ndim != 1:

@@ -589,7 +589,7 @@ class UnbinnedNLL(BaseLoss):
             if weights is None:
                 nll = -self.model.sum_log_pdf(self.data)
                 n = tf.cast(self.data.nevents, tf.float64)
-            else:  # -sum_i w_i log p_i; the Poisson term counts sum_i w_i events
+            else:  # -sum_i w_i log p_i; the Poisson term counts sum_i w_i events (padding rows: w = 0)
                 nll = -tf.reduce_sum(weights * self.model.log_pdf(self.data))
                 n = tf.reduce_sum(weights)
         if self.extended:
@@ -610,7 +610,7 @@ class UnbinnedNLL(BaseLoss):
             ``[(ell, w)]`` for weighted data, ``[]`` for unweighted data.
         """
         weights = self.data.weights
-        if weights is None:
+        if not self.data.is_weighted:
             return []
         terms = self.model.log_pdf(self.data)
         if self.extended:

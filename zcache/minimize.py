@@ -599,7 +599,7 @@ def corrected_covariance(loss: BaseLoss, params: Sequence[Parameter], best: np.n
     params = tuple(params)
     scale = 2.0 * loss.errordef  # covariance = scale * H^-1, with H the Hessian of the loss
     if method == "sumw2":
-        restorers = [d.set_data(d.numpy(), weights=d.weights.numpy() ** 2) for d in loss.datasets() if d.is_weighted]
+        restorers = [d.set_data(d.numpy(), weights=d.weights_data.numpy() ** 2) for d in loss.datasets() if d.is_weighted]
         try:
             h2 = loss.hessian_at(best, params).numpy()
         finally:
@@ -639,7 +639,7 @@ def corrected_covariance(loss: BaseLoss, params: Sequence[Parameter], best: np.n
 
 def _has_weights(loss: BaseLoss) -> bool:
     """Whether a dataset of ``loss`` has a weight other than 1 (all 1: plain HESSE is right)."""
-    return any(d.is_weighted and not np.all(d.weights.numpy() == 1.0) for d in loss.datasets())
+    return any(d.is_weighted and not np.all(d.weights_data.numpy() == 1.0) for d in loss.datasets())
 
 
 def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.ndarray:

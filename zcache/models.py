@@ -431,14 +431,16 @@ class Model(Cachable):
         Parameters
         ----------
         data : zcache.Data or array_like
-            As for :meth:`pdf`.
+            As for :meth:`pdf`; the padding rows of padded data (``capacity=``) are left out.
 
         Returns
         -------
         tf.Tensor
             float64 scalar.
         """
-        return tf.reduce_sum(self.log_pdf(data))
+        terms = self.log_pdf(data)
+        mask = data.mask if isinstance(data, Data) else None
+        return tf.reduce_sum(terms if mask is None else mask * terms)
 
     @cached
     def _cached_pdf(self, data: Data) -> tf.Tensor:

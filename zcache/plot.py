@@ -202,8 +202,8 @@ def _obs_tuple(obs: Any) -> tuple[str, ...] | None:
 def _events(model: Model, data: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """The events in the model's observable order, (N,) for 1-D else (N, n_obs), and their weights."""
     if isinstance(data, Data):
-        x = model.space.select(data).numpy()
-        w = None if data.weights is None else np.asarray(data.weights, dtype=float)
+        x = model.space.select(data).numpy()[: data.nevents]  # padded data: the events only
+        w = data.weights_data.numpy() if data.is_weighted else None
         return x, w
     x = np.asarray(data, dtype=float)
     if model.space.n_obs == 1 and x.ndim == 2 and x.shape[1] == 1:

@@ -971,8 +971,8 @@ class Bernstein(Model):
 def _kde_points(space: Space, data: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """The data as a 1-D float array, and the weights of a weighted zcache.Data (else None)."""
     if isinstance(data, Data):
-        points = space.select(data).numpy()
-        weights = data.weights.numpy() if data.is_weighted else None
+        points = space.select(data).numpy()[: data.nevents]  # padded data: the events only
+        weights = data.weights_data.numpy() if data.is_weighted else None
     else:
         try:
             points = np.asarray(data, dtype=float)

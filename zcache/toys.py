@@ -197,7 +197,9 @@ def run_toys(
     fields += [("valid", "?"), ("fmin", "f8"), ("nfcn", "i8"), ("nevents", "i8"), ("time", "f8")]
     table = np.zeros(int(n_toys), dtype=fields)
     # The loss's dataset is refilled for every toy: keep the user's events (and weights) to put back.
-    events, weights = loss.data.value(), loss.data.weights
+    data = loss.data
+    events = data.numpy()
+    weights = data.weights_data.numpy() if data.is_weighted else None
     try:
         for i in _progress(range(int(n_toys)), int(n_toys), progress):
             t0 = time.perf_counter()
@@ -215,5 +217,5 @@ def run_toys(
             row["time"] = time.perf_counter() - t0
     finally:
         set_values(params, truth)
-        loss.data.set_data(events, weights=weights)
+        data.set_data(events, weights=weights)
     return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)))
