@@ -437,8 +437,9 @@ class Data(TensorLike):
         """The event weights, a float64 tensor with one entry per row of :meth:`value`.
 
         None for unweighted data that are not padded. Padded data have 0 on every padding row
-        (and 1 on the events of unweighted data), so a weighted sum over :meth:`value` is a sum over the events. Reading them is a read of
-        :attr:`weights_data` (a cache that uses them depends on them).
+        (and 1 on the events of unweighted data), so a weighted sum over :meth:`value` is a sum
+        over the events. Reading them is a read of :attr:`weights_data` (a cache that uses them
+        depends on them).
         """
         return None if self._weights is None else self._weights.value()
 
