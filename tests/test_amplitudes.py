@@ -1063,3 +1063,21 @@ def test_padded_data_in_an_amplitude_fit(kin, mc, x_data, x_mc):
         AmplitudePdf(w.amp, padded_mc)
     with pytest.raises(ModelError, match="padded"):
         w.amp.integral_matrix(padded_mc)
+
+
+def test_mass_check_inside_a_cache_raises_its_error_in_a_traced_loss(kin, mc, data):
+    """A check that fails inside a cache's miss branch cancels the ops beside it, and TensorFlow
+    may report that cancellation (CancelledError) instead: the call is undone and rerun eagerly,
+    which raises the check's ModelError. Afterwards the loss is what it was."""
+    free = zcache.Parameter("m_free_traced", 1.425)  # no limits: the range check stays in the graph
+    amps = [(ComplexParameter("c_nr_traced", 1.0, floating=False), NonResonant(kin)),
+            (ComplexParameter("c_free_traced", 0.3 - 0.2j), Resonance(kin, ("12", "13"), free, 0.27, 0, name="K0t"))]
+    loss = UnbinnedNLL(AmplitudePdf(CoherentSum(amps), mc), data)
+    with zcache.set_graph_mode(True):
+        before = float(loss.value())
+        free.set_value(5.0)  # above the channels' range
+        for _ in range(3):
+            with pytest.raises(ModelError, match="left the channels' range"):
+                loss.value()
+        free.set_value(1.425)
+        assert float(loss.value()) == pytest.approx(before, rel=1e-14)

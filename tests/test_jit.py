@@ -475,3 +475,41 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
         err = plain.table[f"{p.name}_err"]
         np.testing.assert_array_less(np.abs(compiled.table[p.name] - plain.table[p.name]), 1e-3 * err)
     assert data.nevents == 2000  # run_toys puts the events back
+
+
+# -- an amplitude fit ----------------------------------------------------------------------------
+def test_amplitude_loss_compiles_and_keeps_its_mass_check():
+    """A Dalitz amplitude loss compiles (a mass whose limits lie inside the channel's range needs no
+    in-graph check); a mass without such limits keeps the check, runs uncompiled, and still raises."""
+    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+    from zcache.phasespace import DalitzKinematics
+
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
+    zcache.models.set_seed(3)
+    mc, data = kin.sample(4000, name="mc_jit"), kin.sample(2000, name="data_jit")
+    limited = zcache.Parameter("m_kst_jit", 0.8955, lower=0.85, upper=0.95)
+    free = zcache.Parameter("m_k0_jit", 1.425)  # no limits: the range check stays in the graph
+    amps = [(ComplexParameter("c_nr_jit", 1.0, floating=False), NonResonant(kin)),
+            (ComplexParameter("c_kst_jit", 0.5 + 0.3j), Resonance(kin, ("12", "13"), limited, 0.047, 1, name="Kst")),
+            (ComplexParameter("c_k0_jit", 0.3 - 0.2j), Resonance(kin, ("12", "13"), 1.425, 0.27, 0, name="K0"))]
+    loss = UnbinnedNLL(AmplitudePdf(CoherentSum(amps), mc), data)
+    params = list(loss.params)
+    x0 = np.array([float(p) for p in params])
+    ref_value, ref_grad = loss.value_gradient_at(x0, params)
+    with zcache.set_jit_mode("auto"):
+        for _ in range(3):
+            value, grad = loss.value_gradient_at(x0, params)
+        assert all(f.jit_fallback is None for f in loss.functions())
+    assert float(value) == pytest.approx(float(ref_value), rel=VALUE_RTOL)
+    np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-9, atol=GRAD_ATOL)
+
+    checked = UnbinnedNLL(AmplitudePdf(CoherentSum(
+        [amps[0], (ComplexParameter("c_free_jit", 0.3 - 0.2j), Resonance(kin, ("12", "13"), free, 0.27, 0, name="K0f"))]),
+        mc), data)
+    with zcache.set_jit_mode("auto"):
+        for _ in range(2):
+            float(checked.value())
+        assert "nested graph" in (checked._value_fn.jit_fallback or "")
+        free.set_value(5.0)  # above the channels' range
+        with pytest.raises(ModelError, match="left the channels' range"):
+            checked.value()

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from ._cache_state import invalidate_eagerly
 from ._cached_tensor import drop_compiled
-from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording
+from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from ._depgraph import GRAPH
 from ._graph_checks import assertion_ops, collecting, error_from, failed_check
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
@@ -181,6 +181,12 @@ class Function:
                         # this call runs uncompiled, the next compiles for the new shapes.
                         plain = True
                         continue
+                    if isinstance(err, tf.errors.CancelledError):
+                        # A check that failed in one branch cancels the ops running beside it, and
+                        # TensorFlow may report a cancellation instead of the check. Everything is
+                        # undone: run the call eagerly, which raises the check's own error.
+                        with run_eagerly():
+                            return call_eagerly(self.python_function, *args, **kwargs)
                     if isinstance(err, tf.errors.InvalidArgumentError):
                         raise error_from(err) from None
                     raise

@@ -483,7 +483,8 @@ class Resonance(Amplitude):
             )
         super().__init__(
             kinematics,
-            {"mass": as_parameter(mass, f"{name}_mass", lower=self._mass_range[0], upper=self._mass_range[1]),
+            # a fixed mass given as a number: limits just inside the open range
+            {"mass": as_parameter(mass, f"{name}_mass", lower=math.nextafter(lo, hi), upper=math.nextafter(hi, lo)),
              "width": as_parameter(width, f"{name}_width", lower=0.0)},
             name,
         )
@@ -505,7 +506,11 @@ class Resonance(Amplitude):
         kin = self.kinematics
         m0, g0 = self.mass.value(), self.width.value()
         lo, hi = self._mass_range
-        checks = require(
+        mass = self.mass
+        # Limits strictly inside the range guarantee the check (a Parameter never leaves its limits):
+        # then it is left out, which also keeps an XLA-compiled loss free of a check it would drop.
+        guaranteed = (mass.lower is not None and mass.upper is not None and mass.lower > lo and mass.upper < hi)
+        checks = [] if guaranteed else require(
             tf.logical_and(m0 > lo, m0 < hi), ModelError,
             f"Resonance '{self.name}': its mass left the channels' range ({lo:g}, {hi:g}), where the "
             "breakup momenta at the pole are undefined; give the mass Parameter limits inside this range.",
