@@ -49,6 +49,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 _MAX_TRACES_DEFAULT = 40
 _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
 _CHECK_IDS = itertools.count(1)
+#: Data shapes ((node id, rows) of the data a graph reads) for which a call has run and stored the
+#: caches: XLA-compiled graphs over them are safe to run (oldest dropped past _STORED_ROWS_KEPT).
+_STORED_ROWS: dict[tuple[tuple[int, int], ...], None] = {}
+_STORED_ROWS_KEPT = 256
 
 
 class _JitRefused(Exception):
@@ -103,7 +107,7 @@ class Function:
         self._tf_functions: dict[tuple[bool, bool], Any] = {}
         self._checks: dict[int, list[tuple[type[Exception], str]]] = {}  # id -> checks of a compiled trace
         self.jit_fallback: str | None = None
-        self._jit_rows: tuple[int, ...] | None = None  # data rows the last uncompiled call stored caches for
+        self._jit_traced = False  # a graph for XLA traced: its reads (and data) are known
         self._rows_key: tuple[int, int] | None = None
         self._row_data: list[weakref.ref[Data]] = []
         self._concrete: dict[Any, Any] = {}
@@ -156,9 +160,12 @@ class Function:
             data_before = self._data_before()
             plain = False  # this call uncompiled
             if compiles(self.wraps) and self.jit_fallback is None:
-                # New data shapes (or no call yet): one uncompiled call first, which stores every
-                # cache at its new shape; XLA cannot reshape a Variable, and would fail (and log) trying.
-                plain = self._data_rows() != self._jit_rows
+                # New data shapes: one uncompiled call first, which stores every cache at its new
+                # shape; XLA cannot reshape a Variable, and would fail (and log) trying. Which data
+                # the graph reads is known once it is traced (tracing alone runs nothing).
+                if not self._jit_traced:
+                    self._trace_for_jit(args, kwargs)
+                plain = self.jit_fallback is not None or self._data_rows() not in _STORED_ROWS
             while True:
                 self._traced_now = {}  # filled by a trace made during this call
                 jit = not plain and compiles(self.wraps) and self.jit_fallback is None
@@ -191,14 +198,31 @@ class Function:
                         raise error_from(err) from None
                     raise
                 break
-            if not jit:  # the caches now hold values of these shapes: XLA may compile for them
-                self._jit_rows = self._data_rows()
+            if compiles(self.wraps):  # the caches now hold values of these shapes: XLA may compile for them
+                _STORED_ROWS[self._data_rows()] = None
+                while len(_STORED_ROWS) > _STORED_ROWS_KEPT:
+                    del _STORED_ROWS[next(iter(_STORED_ROWS))]
             if trace_id is not None:
                 self._after_writes(self._traces[int(trace_id)], finals)
         return out
 
-    def _data_rows(self) -> tuple[int, ...]:
-        """Rows of every Data the graphs read, directly or through caches (XLA compiles per shape)."""
+    def _trace_for_jit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Trace (not run) the graph for XLA, so that its reads are known; a refusal is a fallback."""
+        try:
+            self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
+        except _JitRefused as err:
+            self.jit_fallback = str(err)
+        self._jit_traced = True
+
+    def _tf_function(self, autograd: bool, jit: bool) -> Any:
+        tf_function = self._tf_functions.get((autograd, jit))
+        if tf_function is None:
+            tf_function = self._tf_functions[(autograd, jit)] = tf.function(
+                self._traced_body(jit), autograph=False, jit_compile=jit)
+        return tf_function
+
+    def _data_rows(self) -> tuple[tuple[int, int], ...]:
+        """(node id, rows) of every Data the graphs read, directly or through caches (XLA compiles per shape)."""
         key = (len(self._reads), GRAPH.version)
         if self._rows_key != key:
             ids: set[int] = set()
@@ -207,14 +231,11 @@ class Function:
                 ids.update(GRAPH.ancestor_inputs(uid))
             self._row_data = [weakref.ref(o) for o in GRAPH.objects(sorted(ids)) if isinstance(o, Data)]
             self._rows_key = key
-        return tuple(-1 if (d := ref()) is None else storage_rows(d) for ref in self._row_data)
+        return tuple((-1, -1) if (d := ref()) is None else (d.node_id, storage_rows(d)) for ref in self._row_data)
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any, Any]:
         autograd = get_autograd_mode()
-        tf_function = self._tf_functions.get((autograd, jit))
-        if tf_function is None:
-            tf_function = self._tf_functions[(autograd, jit)] = tf.function(
-                self._traced_body(jit), autograph=False, jit_compile=jit)
+        tf_function = self._tf_function(autograd, jit)
         if kwargs or not all(type(a) is EAGER_TENSOR for a in args):
             return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
