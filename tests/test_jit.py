@@ -447,7 +447,7 @@ def test_padded_data_new_sizes_neither_retrace_nor_recompile():
         assert _variable_shapes(loss) == shapes
         assert all(f.jit_fallback is None for f in loss.functions())
         data.set_data(x[:4000].repeat(2)[:4097])  # past the capacity: grows once (a new bucket)
-        assert data.capacity == 8192
+        assert data.capacity == 4608
         grown = ExtendedUnbinnedNLL(model, zcache.Data(x[:4000].repeat(2)[:4097], name="x_grown"))
         for _ in range(2):  # uncompiled (new shapes), then compiled for them
             value, _ = loss.value_gradient_at(x0, params)

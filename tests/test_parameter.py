@@ -325,15 +325,27 @@ def test_padded_data_layout_and_growth():
     np.testing.assert_array_equal(d.weights_data.numpy(), [1, 1, 1])
     d.set_data(np.ones((2, 2)))
     assert d.capacity == 4 and d.nevents == 2 and d.value().shape == (4, 2)
-    d.set_data(np.ones((5, 2)))  # more than the capacity: the next power of two
-    assert d.capacity == 8 and d.weights_data.capacity == 8 and d.nevents == 5
-    np.testing.assert_array_equal(d.weights.numpy(), [1] * 5 + [0] * 3)
+    d.set_data(np.ones((5, 2)))  # more than the capacity: its size class (at least 16 rows)
+    assert d.capacity == 16 and d.weights_data.capacity == 16 and d.nevents == 5
+    np.testing.assert_array_equal(d.weights.numpy(), [1] * 5 + [0] * 11)
     d.set_data(np.ones((1, 2)))  # never shrinks
-    assert d.capacity == 8 and d.nevents == 1 and "capacity=8" in repr(d)
-    assert zcache.Data(np.arange(5.0), capacity="auto").capacity == 8
-    assert zcache.Data(np.arange(8.0), capacity="auto").capacity == 8
-    assert zcache.Data(np.arange(9.0), capacity=3).capacity == 16
+    assert d.capacity == 16 and d.nevents == 1 and "capacity=16" in repr(d)
+    assert zcache.Data(np.arange(5.0), capacity="auto").capacity == 16
+    assert zcache.Data(np.arange(10_000.0), capacity="auto").capacity == 10_240  # 8 classes per octave
+    assert zcache.Data(np.arange(40.0), capacity=3).capacity == 40
+    assert zcache.Data(np.arange(41.0), capacity=3).capacity == 44
     assert zcache.Data(np.arange(3.0)).mask is None
+
+
+def test_size_classes_pad_at_most_an_eighth():
+    from zcache._parameter import size_class
+
+    sizes = np.unique(np.r_[np.arange(1, 5000), np.geomspace(5000, 1e7, 400).astype(int)])
+    classes = np.array([size_class(n) for n in sizes])
+    assert (classes >= sizes).all() and (classes >= 16).all()
+    big = sizes >= 16
+    assert ((classes[big] - sizes[big]) / sizes[big]).max() <= 0.125
+    assert len(set(classes[(sizes > 1024) & (sizes <= 2048)])) == 8  # eight per power of two
 
 
 @pytest.mark.parametrize("capacity", [0, -3, 2.5, "big", True])
@@ -343,7 +355,7 @@ def test_bad_capacity_is_refused(capacity):
 
 
 def test_padded_weighted_data():
-    d = zcache.Data(np.array([1.0, 2.0, 3.0]), name="padw", weights=[0.5, -1.0, 2.0], capacity="auto")
+    d = zcache.Data(np.array([1.0, 2.0, 3.0]), name="padw", weights=[0.5, -1.0, 2.0], capacity=4)
     assert d.is_weighted and d.capacity == 4
     np.testing.assert_array_equal(d.weights.numpy(), [0.5, -1.0, 2.0, 0.0])
     np.testing.assert_array_equal(d.weights_data.numpy(), [0.5, -1.0, 2.0])
