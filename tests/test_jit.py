@@ -191,6 +191,40 @@ def test_caches_keep_their_contract_under_jit():
         assert loss.jit_fallback is None
 
 
+def test_a_cache_hit_under_jit_does_not_compute_the_miss_branch():
+    """XLA keeps the cache's tf.cond a conditional (a select would compute the miss on every hit).
+
+    The miss branch is element-wise only (what XLA would turn into a select); the compiled
+    program must hold a conditional, and the hit must not cost what the miss costs.
+    """
+    x = zcache.Data(np.linspace(0.0, 1.0, 20_000), name="x_sel")
+    p = zcache.Parameter("p_sel", 1.0)
+
+    def expensive():
+        y = x.value()
+        for _ in range(40):
+            y = tf.sin(y) + 0.1
+        return y
+
+    column = zcache.CachedTensor(expensive, name="sines_sel")
+
+    @zcache.function(wraps="tensor")
+    def total():
+        return tf.reduce_sum(column.value() * p.value())
+
+    with zcache.set_graph_mode(True), zcache.set_jit_mode(True):
+        total()
+        total()
+        assert total.jit_fallback is None
+        [tf_function] = [f for (_, jit), f in total._tf_functions.items() if jit]
+        hlo = tf_function.experimental_get_compiler_ir()(stage="optimized_hlo")
+        assert " conditional(" in hlo, "XLA compiled the cache read as a select: every hit computes its miss"
+        p.set_value(2.0)
+        hits = column.stats["hits"]
+        np.testing.assert_allclose(float(total()), 2.0 * float(tf.reduce_sum(expensive())), rtol=1e-12)
+        assert column.stats["hits"] == hits + 1
+
+
 def test_new_number_of_events_recompiles_without_retrace(fit):
     loss, data, _ = fit
     with zcache.set_jit_mode("auto"):

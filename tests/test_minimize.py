@@ -603,3 +603,36 @@ def test_weights_all_one_need_no_correction():
     plain = Minuit().minimize(UnbinnedNLL(Gaussian(space, mu, sigma), zcache.Data(x)))
     assert ones.weightcorr is None
     assert ones.errors == pytest.approx(plain.errors, rel=1e-6)
+
+
+def test_minuit_computes_each_gradient_and_hessian_once(ext_sample):
+    """During MIGRAD + HESSE a gradient or Hessian at a point already evaluated is not recomputed.
+
+    Counted on the loss's own calls; the fit still matches the numpy reference, and after the
+    fit the kept values are gone: the gradient function of ``result.minuit`` computes on the
+    data the loss holds now.
+    """
+    p, loss = zc_model("once", ext_sample, start={"mu": 5.3, "sigma": 0.7, "nsig": 450.0})
+    calls = {"value": 0, "value_gradient": 0, "hessian": 0}
+    for name in calls:
+        original = getattr(loss, f"{name}_at")
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        setattr(loss, f"{name}_at", counted)
+    with zcache.set_graph_mode(True):
+        result = Minuit(tol=1e-4).minimize(loss)
+    assert result.valid and result.nhessian >= 2 and result.ngrad >= 2
+    assert_matches(result, np_minuit(ext_sample, TRUTH), p)
+    # one value call for the start (the offset), then every value call also gives the gradient
+    assert calls["value"] == 1
+    assert calls["value_gradient"] == result.nfcn
+    assert calls["hessian"] == result.nhessian - 1  # HESSE's Hessian is MIGRAD's last one
+    best = np.array([result.values[q.name] for q in loss.params])
+    other = np_sample(22)
+    loss.datasets()[0].set_data(other)
+    expected = loss.value_gradient_at(best, offset=0.0)[1].numpy()
+    assert np.allclose(result.minuit.grad(best), expected, rtol=1e-12)
+    assert not np.allclose(result.minuit.grad(best), 0.0, atol=1e-3)

@@ -247,3 +247,44 @@ def test_xla_shape_error_is_recognized():
     assert _tf_internals.is_xla_shape_error(info.value)
     assert not _tf_internals.is_xla_shape_error(tf.errors.InvalidArgumentError(None, None, "another problem"))
     assert not _tf_internals.is_xla_shape_error(ValueError("cannot be changed after initialization"))
+
+
+def test_keep_conditional_keeps_an_element_wise_cond_a_conditional_under_xla():
+    """Pinned: XLA turns a cond with an element-wise miss function into a select; keep_conditional stops it.
+
+    If the first assertion fails, XLA no longer does this and ``keep_conditional`` may go; if
+    the second fails, it no longer works and every cache hit under jit computes its miss.
+    """
+    x = tf.Variable(np.linspace(0.0, 1.0, 1000))
+    flag = tf.Variable(True)
+    count = tf.Variable(0, dtype=tf.int64)
+    hits = tf.Variable(0, dtype=tf.int64)
+
+    def sines():
+        y = x.read_value()
+        for _ in range(5):
+            y = tf.sin(y) + 0.1
+        return y
+
+    def body(keep):
+        inner = _tf_internals.separately_compiled(sines)  # as a cache's miss branch is
+
+        def miss():
+            y = inner()
+            n = count.read_value() + 1
+            count.assign(_tf_internals.keep_conditional(n) if keep else n)
+            return y
+
+        def hit():  # a hit counts too (an empty branch would keep the conditional anyway)
+            hits.assign_add(1)
+            return x.read_value()
+
+        return tf.reduce_sum(tf.cond(flag.read_value(), hit, miss))
+
+    def optimized(keep):
+        fn = tf.function(lambda: body(keep), jit_compile=True)
+        return fn.experimental_get_compiler_ir()(stage="optimized_hlo")
+
+    assert " conditional(" not in optimized(False)
+    assert " conditional(" in optimized(True)
+    assert int(_tf_internals.keep_conditional(tf.constant(7, tf.int64))) == 7

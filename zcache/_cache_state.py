@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._tf_internals import eager_variable
+from ._tf_internals import eager_variable, keep_conditional
 from .exceptions import CachedValueError
 
 __all__ = ["CacheState", "invalidate_eagerly"]
@@ -153,7 +153,8 @@ class CacheState:
         """
         self.traced = True
         with tf.control_dependencies([out]):
-            done = [self.flag.assign(True), self.misses.assign_add(1)]
+            # the counter goes through keep_conditional: XLA then keeps the cache's cond
+            done = [self.flag.assign(True), self.misses.assign(keep_conditional(self.misses.value() + 1))]
         with tf.control_dependencies(done):
             return tf.identity(out)
 

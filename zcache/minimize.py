@@ -670,6 +670,8 @@ def _clip(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
 
 
 _HUGE = 1e30
+#: Gradients a Minuit fit keeps, of its most recent function calls.
+_KEPT_GRADIENTS = 4
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
 
 
@@ -942,19 +944,49 @@ class Minuit:
         run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
         names, lower, upper, x0 = run.names, run.lower, run.upper, run.x0
         params, f0 = run.params, run.f0
-
-        def fcn(x: np.ndarray) -> float:
-            return float(loss.value_at(_clip(x, lower, upper), params, offset=f0))
-
-        def grad(x: np.ndarray) -> np.ndarray:
-            return loss.value_gradient_at(_clip(x, lower, upper), params, offset=f0)[1].numpy()
-
-        def hess(x: np.ndarray) -> np.ndarray:
-            return loss.hessian_at(_clip(x, lower, upper), params).numpy()
-
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         analytic = self.use_gradient
+
+        # MIGRAD asks for the gradient only at points whose value it has just had (the start,
+        # and the point each line search accepts). During MIGRAD and HESSE one call computes
+        # both and the gradient is kept for the few most recent points: a gradient request
+        # then costs nothing (measured at 50k events: 10 value and 6 gradient calls per fit,
+        # every gradient at a point already seen; the same for HESSE's Hessian, which MIGRAD
+        # has just computed at the minimum). Off afterwards, so MINOS and profiles,
+        # which may run on other data, never read a kept gradient.
+        kept: dict[bytes, np.ndarray] = {}
+        kept_hessian: dict[bytes, np.ndarray] = {}
+        share = {"on": analytic}
+
+        def fcn(x: np.ndarray) -> float:
+            x = _clip(x, lower, upper)
+            if not share["on"]:
+                return float(loss.value_at(x, params, offset=f0))
+            value, gradient = loss.value_gradient_at(x, params, offset=f0)
+            if len(kept) >= _KEPT_GRADIENTS:
+                del kept[next(iter(kept))]
+            kept[x.tobytes()] = gradient.numpy()
+            return float(value)
+
+        def grad(x: np.ndarray) -> np.ndarray:
+            x = _clip(x, lower, upper)
+            found = kept.get(x.tobytes()) if share["on"] else None
+            if found is not None:
+                return found.copy()
+            return loss.value_gradient_at(x, params, offset=f0)[1].numpy()
+
+        def hess(x: np.ndarray) -> np.ndarray:
+            # HESSE after MIGRAD asks again for the Hessian MIGRAD computed at its minimum.
+            x = _clip(x, lower, upper)
+            if share["on"] and x.tobytes() in kept_hessian:
+                return kept_hessian[x.tobytes()].copy()
+            hessian = loss.hessian_at(x, params).numpy()
+            if share["on"]:
+                kept_hessian.clear()
+                kept_hessian[x.tobytes()] = hessian
+            return hessian.copy()
+
         m = FitMinuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False, name=names)
         m.errordef = loss.errordef
         m.limits = list(zip(lower, upper, strict=True))
@@ -966,6 +998,9 @@ class Minuit:
         # zcache's Hessian it costs one call.
         if self.hesse and m.valid:
             m.hesse()
+        share["on"] = False
+        kept.clear()
+        kept_hessian.clear()
         elapsed = time.perf_counter() - run.start
 
         best = _clip(np.array(m.values), lower, upper)
