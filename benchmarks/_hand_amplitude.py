@@ -58,16 +58,19 @@ class HandTF:
         :math:`V`, the Dalitz plot's area.
     fixed : sequence of complex
         Values of the leading fixed couplings.
+    jit : bool
+        Compile the function with XLA (``jit_compile=True``).
     """
 
-    def __init__(self, a_data: np.ndarray, integrals: np.ndarray, area: float, fixed: np.ndarray) -> None:
+    def __init__(self, a_data: np.ndarray, integrals: np.ndarray, area: float, fixed: np.ndarray,
+                 jit: bool = False) -> None:
         self.a = tf.Variable(np.asarray(a_data, np.complex128), trainable=False, name="hand_A")
         self.i = tf.Variable(np.asarray(integrals, np.complex128), trainable=False, name="hand_I")
         self.fixed = tf.constant(np.asarray(fixed, np.complex128))
         self.n = float(a_data.shape[0])
         self.log_area = float(np.log(area))
         self.nbytes = int(a_data.nbytes + integrals.nbytes)
-        self._fn = tf.function(self._value_gradient, autograph=False)
+        self._fn = tf.function(self._value_gradient, autograph=False, jit_compile=jit)
 
     def _nll(self, x: tf.Tensor) -> tf.Tensor:
         r, phi = x[0::2], x[1::2]
