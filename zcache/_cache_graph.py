@@ -2,7 +2,7 @@ r"""A cache read inside a traced graph: ``tf.cond`` between the stored value and
 
 .. code-block:: text
 
-    tf.cond(not flag, miss_branch, count_hit); value = stored.read_value()
+    value = tf.cond(not flag, miss_branch, read_stored)
 
 so the same graph serves a hit and a miss, and invalidation is a flag write that may
 happen outside any trace. The miss branch (compute, store, then set the flag) is traced
@@ -97,25 +97,16 @@ def read_in_graph(state: CacheState, miss: MissBranch) -> tf.Tensor:
     def compute_and_store() -> tf.Tensor:
         out = miss.function()()
         static_shape.append(out.shape)
-        with tf.control_dependencies([state.validated_in_graph(out)]):
-            return tf.constant(True)
-
-    def count_hit() -> tf.Tensor:
-        with tf.control_dependencies([state.hits.assign_add(1)]):
-            return tf.constant(False)
+        return state.validated_in_graph(out)
 
     # compute_and_store is the true branch so that it is traced first: it creates the
-    # value Variable on the very first trace, before the hit branch needs it. The cond returns
-    # a flag, not the value, which is read after it: as an output of the cond, XLA copies the
-    # stored value on every hit (0.1 ms per 8 MB).
+    # value Variable on the very first trace, before the hit branch needs it.
     try:
         # Not recorded on tapes: the output is stop_gradient-ed anyway (the gradient comes
         # from _cache_gradient), and a tape that records the cond, e.g. one open while the
         # function is traced, makes TensorFlow build the cond's gradient, which fails.
         with stop_recording():
-            missed = tf.cond(tf.logical_not(state.flag.value()), compute_and_store, count_hit)
-            with tf.control_dependencies([missed]):
-                out = state.stored.read_value()
+            out = tf.cond(tf.logical_not(state.flag.value()), compute_and_store, state.hit_in_graph)
     except ValueError as err:
         if is_second_order_cond_error(err):
             raise SecondOrderGradientError(_SECOND_ORDER_MSG.format(name=state.name)) from err

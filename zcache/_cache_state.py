@@ -158,6 +158,11 @@ class CacheState:
         with tf.control_dependencies(done):
             return tf.identity(out)
 
+    def hit_in_graph(self) -> tf.Tensor:
+        """The stored value, counted as a hit."""
+        with tf.control_dependencies([self.hits.assign_add(1)]):
+            return self.stored.read_value()
+
     def invalidate_in_graph(self, unchanged: tf.Tensor | None) -> None:
         """Clear the flag in the graph being built (kept where ``unchanged`` is True)."""
         self.traced = True
