@@ -679,7 +679,7 @@ class _Run:
     """What every minimizer does before its first step: checks, precompute, start, offset."""
 
     def __init__(self, loss: BaseLoss, params: Sequence[Parameter] | None, precompute: bool,
-                 keep_floating: bool, who: str) -> None:
+                 keep_floating: bool, who: str, evaluate_start: bool = True) -> None:
         if not isinstance(loss, BaseLoss):
             raise TypeError(f"{who}.minimize takes a zcache loss, got {loss!r}.")
         self.params = tuple(loss.params if params is None else params)
@@ -700,13 +700,20 @@ class _Run:
                            np.where(both & (x0 >= self.upper), self.upper - hair, x0))
         self.start = time.perf_counter()
         # This minimization's own offset: passed to every call, never stored on the loss, so a
-        # later fit cannot change what this one's Minuit (MINOS, profiles) sees.
-        self.f0 = float(loss.value_at(self.x0, self.params, offset=0.0))
-        if not np.isfinite(self.f0):
+        # later fit cannot change what this one's Minuit (MINOS, profiles) sees. A minimizer
+        # that evaluates the start itself sets it from its first call (set_offset).
+        self.f0: float | None = None
+        if evaluate_start:
+            self.set_offset(float(loss.value_at(self.x0, self.params, offset=0.0)))
+
+    def set_offset(self, f0: float) -> None:
+        """The loss at the start becomes the offset; a non-finite start is refused (FitError)."""
+        if not np.isfinite(f0):
             raise FitError(
-                f"The loss is {self.f0} at the starting values {dict(zip(self.names, self.x0, strict=True))}; start "
+                f"The loss is {f0} at the starting values {dict(zip(self.names, self.x0, strict=True))}; start "
                 "where the model is positive at every event (check widths and limits)."
             )
+        self.f0 = f0
 
 
 class Scipy:
@@ -941,9 +948,11 @@ class Minuit:
             Nothing to fit, duplicate parameter names, or a non-finite start.
         """
         numerical = not self.use_gradient or not get_autograd_mode()
-        run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
+        # The start is MIGRAD's first call, which also sets the offset (one call fewer per fit).
+        run = _Run(loss, params, self.precompute, keep_floating=numerical, who="Minuit", evaluate_start=False)
         names, lower, upper, x0 = run.names, run.lower, run.upper, run.x0
-        params, f0 = run.params, run.f0
+        params = run.params
+        before = [float(p) for p in params]
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         analytic = self.use_gradient
@@ -961,20 +970,30 @@ class Minuit:
 
         def fcn(x: np.ndarray) -> float:
             x = _clip(x, lower, upper)
+            offset = 0.0 if run.f0 is None else run.f0
             if not share["on"]:
-                return float(loss.value_at(x, params, offset=f0))
-            value, gradient = loss.value_gradient_at(x, params, offset=f0)
-            if len(kept) >= _KEPT_GRADIENTS:
-                del kept[next(iter(kept))]
-            kept[x.tobytes()] = gradient.numpy()
-            return float(value)
+                value = float(loss.value_at(x, params, offset=offset))
+            else:
+                out, gradient = loss.value_gradient_at(x, params, offset=offset)
+                if len(kept) >= _KEPT_GRADIENTS:
+                    del kept[next(iter(kept))]
+                kept[x.tobytes()] = gradient.numpy()
+                value = float(out)
+            if run.f0 is None:  # the start
+                try:
+                    run.set_offset(value)
+                except FitError:  # refused: the parameters as they were before the fit
+                    set_values(params, before)
+                    raise
+                return 0.0
+            return value
 
         def grad(x: np.ndarray) -> np.ndarray:
             x = _clip(x, lower, upper)
             found = kept.get(x.tobytes()) if share["on"] else None
             if found is not None:
                 return found.copy()
-            return loss.value_gradient_at(x, params, offset=f0)[1].numpy()
+            return loss.value_gradient_at(x, params, offset=0.0)[1].numpy()
 
         def hess(x: np.ndarray) -> np.ndarray:
             # HESSE after MIGRAD asks again for the Hessian MIGRAD computed at its minimum.
@@ -1001,6 +1020,9 @@ class Minuit:
         share["on"] = False
         kept.clear()
         kept_hessian.clear()
+        if run.f0 is None:  # MIGRAD made no call (it always does; kept for safety)
+            run.set_offset(float(loss.value_at(x0, params, offset=0.0)))
+        f0 = run.f0
         elapsed = time.perf_counter() - run.start
 
         best = _clip(np.array(m.values), lower, upper)
@@ -1018,7 +1040,7 @@ class Minuit:
             values=dict(zip(names, map(float, best), strict=True)),
             errors=dict(zip(names, map(float, errors), strict=True)),
             valid=bool(m.valid),
-            fmin=float(m.fval) + run.f0,
+            fmin=float(m.fval) + f0,
             edm=float(m.fmin.edm),
             nfcn=int(m.nfcn),
             ngrad=int(m.ngrad),
