@@ -91,35 +91,41 @@ def executing_eagerly() -> bool:
     return not tf.inside_function()
 
 
-def _policy_for(graph: object) -> dict[str, bool]:
-    if graph is True or graph is False:
-        return {key: bool(graph) for key in IDENTIFIERS}
-    if isinstance(graph, str):
-        if graph == "auto":
-            return dict(IDENTIFIERS)
-        raise GraphModeError(
-            f"Unknown graph mode {graph!r}. Use True (trace every zcache.function), False "
-            "(everything eager), 'auto' (trace all but 'model'), or a dict such as "
-            "{'loss': True, 'model': False}."
-        )
-    if isinstance(graph, Mapping):
-        policy = dict(IDENTIFIERS)
-        for key, value in graph.items():
+def _parse_policy(setting: object, auto: Mapping[str, bool], mode: str, usage: str) -> dict[str, bool]:
+    """The per-identifier policy of a mode setting (True, False, 'auto' or a dict over 'auto').
+
+    ``mode`` names the mode in messages ("graph", "jit"); ``usage`` lists the settings.
+    """
+    if setting is True or setting is False:
+        return {key: bool(setting) for key in IDENTIFIERS}
+    if isinstance(setting, str):
+        if setting == "auto":
+            return dict(auto)
+        raise GraphModeError(f"Unknown {mode} mode {setting!r}. Use {usage}.")
+    if isinstance(setting, Mapping):
+        policy = dict(auto)
+        for key, value in setting.items():
             if key not in IDENTIFIERS:
                 raise UnknownIdentifierError(
-                    f"Unknown identifier {key!r} in the graph-mode dict; known identifiers "
+                    f"Unknown identifier {key!r} in the {mode}-mode dict; known identifiers "
                     f"are {sorted(IDENTIFIERS)}."
                 )
             if not isinstance(value, bool):
                 raise GraphModeError(
-                    f"The graph-mode dict maps identifiers to True/False, got {key!r}: {value!r}."
+                    f"The {mode}-mode dict maps identifiers to True/False, got {key!r}: {value!r}."
                 )
             policy[key] = value
         return policy
     raise GraphModeError(
-        f"Graph mode must be True, False, 'auto' or a dict, got {graph!r} "
-        f"({type(graph).__name__})."
+        f"{mode.capitalize()} mode must be True, False, 'auto' or a dict, got {setting!r} "
+        f"({type(setting).__name__})."
     )
+
+
+def _policy_for(graph: object) -> dict[str, bool]:
+    return _parse_policy(graph, IDENTIFIERS, "graph",
+                         "True (trace every zcache.function), False (everything eager), 'auto' (trace all "
+                         "but 'model'), or a dict such as {'loss': True, 'model': False}")
 
 
 def set_graph_mode(graph: bool | str | Mapping[str, bool], set_backend: bool | None = None) -> Restorer:
@@ -234,27 +240,9 @@ def traces(wraps: str) -> bool:
 
 
 def _jit_policy_for(jit: object) -> dict[str, bool]:
-    if jit is True or jit is False:
-        return {key: bool(jit) for key in IDENTIFIERS}
-    if isinstance(jit, str):
-        if jit == "auto":
-            return dict(JIT_AUTO)
-        raise GraphModeError(
-            f"Unknown jit mode {jit!r}. Use True (compile every traced zcache.function with XLA), "
-            "False (no XLA), 'auto' (compile the 'loss' functions), or a dict such as {'loss': True}."
-        )
-    if isinstance(jit, Mapping):
-        policy = dict(JIT_AUTO)
-        for key, value in jit.items():
-            if key not in IDENTIFIERS:
-                raise UnknownIdentifierError(
-                    f"Unknown identifier {key!r} in the jit-mode dict; known identifiers are {sorted(IDENTIFIERS)}."
-                )
-            if not isinstance(value, bool):
-                raise GraphModeError(f"The jit-mode dict maps identifiers to True/False, got {key!r}: {value!r}.")
-            policy[key] = value
-        return policy
-    raise GraphModeError(f"Jit mode must be True, False, 'auto' or a dict, got {jit!r} ({type(jit).__name__}).")
+    return _parse_policy(jit, JIT_AUTO, "jit",
+                         "True (compile every traced zcache.function with XLA), False (no XLA), 'auto' "
+                         "(compile the 'loss' functions), or a dict such as {'loss': True}")
 
 
 def set_jit_mode(jit: bool | str | Mapping[str, bool]) -> Restorer:
