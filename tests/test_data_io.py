@@ -210,3 +210,22 @@ def test_from_pandas_weights_follow_the_selection():
         zcache.Data.from_pandas(df, "x", weights="sw2")
     with pytest.raises(DataShapeError, match="one entry per row"):
         zcache.Data.from_pandas(df, "x", weights=[1.0, 2.0])
+
+
+def test_a_space_as_obs_names_the_columns(table):
+    """zfit users write ``Data(array, obs=space)``: the Space stands for its names, in its order."""
+    from zcache.models import Gaussian, ProductPdf
+
+    sx, sy = Space("x", -10.0, 10.0), Space("y", -1.0, 1.0)
+    xy = np.stack([table["x"], table["y"]], axis=1)
+    ordered = zcache.Data(xy, name="ordered", obs=sx * sy)
+    swapped = zcache.Data(xy[:, ::-1].copy(), name="swapped", obs=sy * sx)
+    assert ordered.obs == ("x", "y") and swapped.obs == ("y", "x")
+    assert zcache.Data(table["x"], name="one", obs=sx).obs == ("x",)
+    model = ProductPdf([Gaussian(sx, 0.0, 2.0), Gaussian(sy, 0.0, 0.5)])
+    np.testing.assert_allclose(model.pdf(swapped).numpy(), model.pdf(ordered).numpy(), rtol=1e-14)
+    nodes = set(GRAPH.nx.nodes)
+    for bad in (3.0, sx * sy):  # not names; two names for one column
+        with pytest.raises(DataShapeError, match="must name each column once"):
+            zcache.Data(table["x"], name="bad", obs=bad)
+    assert set(GRAPH.nx.nodes) == nodes

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import zcache
 from zcache._graph_checks import assertion_ops, require
+from zcache.binned import BinnedChi2, BinnedData, ExtendedBinnedNLL, Template
 from zcache.exceptions import (
     DataRangeError,
     FitError,
@@ -19,9 +20,21 @@ from zcache.exceptions import (
     ModelError,
     ParameterValueError,
     UnknownIdentifierError,
+    UnmanagedTraceError,
 )
 from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
 from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.shapes import (
+    ARGUS,
+    KDE1D,
+    Bernstein,
+    Chebyshev,
+    CrystalBall,
+    DoubleCrystalBall,
+    HistogramPdf,
+    JohnsonSU,
+    Voigtian,
+)
 
 # XLA sums the 2,000 log-densities in another order (and fuses exp/log differently) than
 # TensorFlow's kernels: the loss differs by a few ulps of each term, i.e. about N * 1e-16
@@ -548,3 +561,131 @@ def test_amplitude_loss_compiles_and_keeps_its_mass_check():
         free.set_value(5.0)  # above the channels' range
         with pytest.raises(ModelError, match="left the channels' range"):
             checked.value()
+
+
+# -- every shape and binned loss ---------------------------------------------------------------
+def _shape_losses():
+    """id -> a zero-argument builder of a loss over each family of zcache.shapes and zcache.binned."""
+    rng = np.random.default_rng(12)
+    space = Space("x", 0.0, 10.0)
+    x = np.r_[rng.normal(5.0, 0.5, 300), rng.uniform(0.0, 10.0, 500)]
+    edges = np.linspace(0.0, 10.0, 31)
+
+    def p(name, value, lo, hi):
+        return zcache.Parameter(name, value, lower=lo, upper=hi)
+
+    def peak_plus(background):
+        def build(tag):
+            mu, sigma = p(f"mu_{tag}", 5.0, 3.0, 7.0), p(f"sigma_{tag}", 0.5, 0.1, 2.0)
+            peaks = {
+                "cb": lambda: CrystalBall(space, mu, sigma, p(f"a_{tag}", 1.4, 0.3, 5.0), p(f"n_{tag}", 3.0, 1.1, 20.0)),
+                "dcb": lambda: DoubleCrystalBall(space, mu, sigma, 1.2, 3.0, p(f"ar_{tag}", 2.0, 0.3, 5.0), 2.0),
+                "voigt": lambda: Voigtian(space, mu, sigma, p(f"g_{tag}", 0.2, 0.01, 2.0)),
+                "johnson": lambda: JohnsonSU(space, mu, sigma, p(f"gam_{tag}", 0.1, -3.0, 3.0),
+                                             p(f"del_{tag}", 1.5, 0.3, 5.0)),
+            }
+            backgrounds = {
+                "chebyshev": lambda: Chebyshev(space, [p(f"c1_{tag}", 0.1, -1.0, 1.0)]),
+                "bernstein": lambda: Bernstein(space, [1.0, p(f"b1_{tag}", 0.8, 0.01, 5.0), 1.2]),
+                "argus": lambda: ARGUS(space, 10.5, p(f"c_{tag}", -1.0, -20.0, -0.01), 0.5),
+                "kde": lambda: KDE1D(space, rng.uniform(0.0, 10.0, 400)),
+                "histogram": lambda: HistogramPdf(space, *np.histogram(rng.uniform(0.0, 10.0, 3000), edges)),
+            }
+            return peaks, backgrounds[background]()
+        return build
+
+    def unbinned(peak, background):
+        def make():
+            peaks, bkg = peak_plus(background)(f"{peak}_{background}")
+            yields = [p(f"ns_{peak}_{background}", 300.0, 0.0, 1e4), p(f"nb_{peak}_{background}", 500.0, 0.0, 1e4)]
+            return ExtendedUnbinnedNLL(SumPdf([peaks[peak](), bkg], yields=yields), zcache.Data(x, name="x"))
+        return make
+
+    def binned(kind):
+        def make():
+            data = BinnedData.from_numpy(x, bins=edges)
+            if kind == "template":
+                t1, _ = np.histogram(rng.normal(5.0, 0.5, 2000), edges)
+                t2, _ = np.histogram(rng.uniform(0.0, 10.0, 2000), edges)
+                return Template(data, [t1, t2])
+            peaks, bkg = peak_plus("chebyshev")(kind)
+            yields = [p(f"ns_{kind}", 300.0, 0.0, 1e4), p(f"nb_{kind}", 500.0, 0.0, 1e4)]
+            model = SumPdf([peaks["cb"](), bkg], yields=yields)
+            return ExtendedBinnedNLL(model, data) if kind == "extended" else BinnedChi2(model, data)
+        return make
+
+    return {
+        "cb+chebyshev": unbinned("cb", "chebyshev"), "dcb+bernstein": unbinned("dcb", "bernstein"),
+        "voigt+argus": unbinned("voigt", "argus"), "johnson+kde": unbinned("johnson", "kde"),
+        "cb+histogram": unbinned("cb", "histogram"), "binned_extended": binned("extended"),
+        "binned_chi2": binned("chi2"), "template": binned("template"),
+    }
+
+
+SHAPE_LOSSES = _shape_losses()
+
+
+@pytest.mark.slow  # XLA compiles eight losses (the Voigtian alone about 10 s)
+@pytest.mark.parametrize("which", list(SHAPE_LOSSES))
+def test_every_shape_and_binned_loss_compiles_to_the_same_numbers(which):
+    """What a day-one user fits (zcache.shapes, zcache.binned) compiles under XLA (no fallback to
+    the uncompiled graph) and gives the uncompiled value and gradient."""
+    loss = SHAPE_LOSSES[which]()
+    params = list(loss.params)
+    start = np.array([float(q) for q in params])
+    moved = start * 1.01 + 0.001
+    value, grad = (t.numpy() for t in loss.value_gradient_at(moved))
+    zcache.set_values(params, start)
+    with zcache.set_jit_mode(True):
+        for _ in range(2):  # the first call for a new shape runs uncompiled; the second compiled
+            got_value, got_grad = (t.numpy() for t in loss.value_gradient_at(moved))
+    np.testing.assert_allclose(got_value, value, rtol=VALUE_RTOL)
+    np.testing.assert_allclose(got_grad, grad, rtol=1e-9, atol=GRAD_ATOL * max(1.0, np.abs(grad).max()))
+    fn = loss._at(tuple(params))[1]
+    assert fn.jit_fallback is None and _compiled_graphs(fn)
+
+
+# -- a user's own tf.function(jit_compile=True) -------------------------------------------------
+def test_a_users_jit_compile_function_is_refused_not_unchecked(fit):
+    """XLA drops zcache's checks: a user's tf.function(jit_compile=True) around a zcache loss
+    returned a number for an event outside the range (a wrong number, no DataRangeError).
+    Cache reads and checks are refused there at trace time, with the way to compile instead;
+    zcache.set_jit_mode compiles the same loss and keeps the check."""
+    loss, data, params = fit
+    before = _state(params, data, [])
+    expected = float(loss.value())
+
+    @tf.function(jit_compile=True)
+    def users():
+        return loss.value()
+
+    @zcache.function(wraps="loss")
+    def wrapped():
+        return loss.value()
+
+    @tf.function(jit_compile=True)
+    def users_around_zcache():
+        return wrapped()
+
+    mu = params[0]
+
+    @tf.function(jit_compile=True)
+    def parameters_only():  # no cache and no check: nothing for XLA to drop
+        return mu.value() ** 2
+
+    for fn in (users, users_around_zcache):
+        with pytest.raises(UnmanagedTraceError, match="set_jit_mode"):
+            fn()
+    assert float(parameters_only()) == pytest.approx(float(mu) ** 2, rel=1e-15)
+    after = _state(params, data, [])
+    assert after[0] == before[0] and np.array_equal(after[1], before[1])
+
+    outside = data.numpy().copy()
+    outside[0] = 11.0  # outside [0, 10]
+    with zcache.set_jit_mode(True):
+        assert float(wrapped()) == pytest.approx(expected, rel=VALUE_RTOL)
+        with data.set_data(outside):
+            for _ in range(2):  # the first call for these shapes runs uncompiled, the second compiled
+                with pytest.raises(DataRangeError):
+                    wrapped()
+        assert float(wrapped()) == pytest.approx(expected, rel=VALUE_RTOL)

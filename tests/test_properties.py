@@ -26,6 +26,7 @@ gradients).
 
    - a *plain* ``tf.function`` (autograph on and off) reading caches and taking a tape's
      gradient: reference values and gradients, at most one trace (``PlainTraced``);
+   - caches read inside a ``tf.function(jit_compile=True)`` (refused: XLA drops checks);
    - set_value / set_values / set_data inside a plain ``tf.function`` (also through a
      zcache.function inlined into it) raise ``UnmanagedTraceError`` when traced, state unchanged;
    - guarded caches (``tf.debugging.assert_less`` under ``tf.control_dependencies``, or a Python
@@ -271,13 +272,15 @@ class Traced:
         self.world, self.fn, self.expected, self.seen = world, fn, 0, set()
 
     def __call__(self, *args):
-        out = self.fn(*args)
-        if self.fn.traced:
-            for autograd, jit in list(self.fn._tf_functions):
-                key = (self.world.epoch, autograd, jit)
-                if key not in self.seen:
-                    self.expected += 1
-                    self.seen.add(key)
+        try:
+            out = self.fn(*args)
+        finally:  # a call that raised (a refused value) may have traced its graph too
+            if self.fn.traced:
+                for autograd, jit in list(self.fn._tf_functions):
+                    key = (self.world.epoch, autograd, jit)
+                    if key not in self.seen:
+                        self.expected += 1
+                        self.seen.add(key)
         assert self.fn.trace_count == self.expected, (
             f"{self.fn!r} retraced: trace_count {self.fn.trace_count}, expected {self.expected}"
         )
@@ -1437,6 +1440,25 @@ class CacheMachine(RuleBasedStateMachine):
         w.assert_values(values, how)
         if gradients:
             w.assert_gradient(g_tape, w.reference_gradient(), f"a tape in a {how}", traced=True)
+
+    @precondition(lambda self: self.world.caches)
+    @rule(autograph=st.booleans(), through_zcache=st.booleans())
+    def plain_jit_compile(self, autograph, through_zcache):
+        """Caches read inside a user's tf.function(jit_compile=True) (directly, or through a
+        zcache.function called in it): XLA would drop their checks, so the trace raises
+        UnmanagedTraceError and changes nothing."""
+        w = self.world
+
+        def read_all():
+            return _sum_all([c.read() for c in w.caches])
+
+        inner = zcache.function(read_all)
+        fn = tf.function(inner if through_zcache else read_all, autograph=autograph, jit_compile=True)
+        valid = w.validity()
+        with pytest.raises(UnmanagedTraceError, match="set_jit_mode"):
+            fn.get_concrete_function()
+        w.assert_inputs_unchanged()
+        assert not w.validity_changed(valid), "a refused read in a jit_compile tf.function changed validity"
 
     @rule(data=st.data(), what=st.sampled_from(["set_value", "set_values", "set_data", "inlined zcache.function"]),
           autograph=st.booleans())

@@ -288,3 +288,44 @@ def test_keep_conditional_keeps_an_element_wise_cond_a_conditional_under_xla():
     assert " conditional(" not in optimized(False)
     assert " conditional(" in optimized(True)
     assert int(_tf_internals.keep_conditional(tf.constant(7, tf.int64))) == 7
+
+
+def test_xla_calling_graph_is_the_graph_that_calls_the_jit_compile_function():
+    """Pinned: tf.function(jit_compile=True) enters an XLA context on the graph that calls it
+    (what zcache's refusal of cache reads in a user's XLA function relies on)."""
+    seen = {}
+
+    def body(name):
+        seen[name] = _tf_internals.xla_calling_graph()
+
+        def branch():
+            seen[name + " cond"] = _tf_internals.xla_calling_graph()
+            return tf.constant(1.0)
+
+        return tf.cond(tf.constant(True), branch, lambda: tf.constant(0.0))
+
+    assert _tf_internals.xla_calling_graph() is None  # eagerly
+    tf.function(lambda: body("plain"), autograph=False)()
+    tf.function(lambda: body("jit"), autograph=False, jit_compile=True)()
+
+    @tf.function(autograph=False)
+    def plain_outer():
+        seen["plain outer"] = tf.compat.v1.get_default_graph()
+        return tf.function(lambda: body("jit inside plain"), autograph=False, jit_compile=True)()
+
+    @tf.function(autograph=False, jit_compile=True)
+    def jit_outer():
+        return tf.function(lambda: body("plain inside jit"), autograph=False)()
+
+    plain_outer()
+    jit_outer()
+    concrete = tf.function(lambda: (seen.setdefault("body", tf.compat.v1.get_default_graph()), body("concrete"))[1],
+                           autograph=False, jit_compile=True)
+    concrete.get_concrete_function()  # traced, not called: the context is on the body
+    assert seen["concrete"] is seen["body"] and seen["concrete cond"] is seen["body"]
+    assert seen["plain"] is None and seen["plain cond"] is None
+    eager_graph = seen["jit"]
+    assert eager_graph is not None and not eager_graph.building_function
+    assert seen["jit cond"] is eager_graph and seen["plain inside jit"] is eager_graph
+    assert seen["plain inside jit cond"] is eager_graph
+    assert seen["jit inside plain"] is seen["plain outer"] and seen["jit inside plain cond"] is seen["plain outer"]

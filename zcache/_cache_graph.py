@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from ._cache_state import CacheState
 from ._context import differentiating
+from ._graph_checks import refuse_unmanaged_xla
 from ._tf_internals import is_second_order_cond_error, separately_compiled, stop_recording
 from ._trace import isolated_trace
 from .exceptions import SecondOrderGradientError
@@ -91,6 +92,7 @@ def read_in_graph(state: CacheState, miss: MissBranch) -> tf.Tensor:
     tf.Tensor
         The stored value after a hit, the new value after a miss (stop-gradient-ed).
     """
+    refuse_unmanaged_xla(f"CachedTensor '{state.name}' is read")
     state.traced = True
     static_shape: list[tf.TensorShape] = []
 

@@ -19,6 +19,7 @@ Per thread (this module's :data:`CONTEXT`; a new thread starts with all of it em
 ``eager``        :func:`run_eagerly`: every ``zcache.function`` eager on this thread
 ``graph_depth``  how deep this thread is inside the dependency graph's lock
 ``jit_checks``   the checks of the XLA-compiled ``zcache.function`` body being traced
+``calling_jit``  how many ``zcache.function`` calls that may compile with XLA run on this thread
 ===============  ==================================================================
 
 The engine lock :data:`ENGINE_LOCK` (re-entrant) is held by every eager write of an
@@ -70,6 +71,9 @@ class _Context(threading.local):
         # (graph key, checks) of the XLA-compiled zcache.function body being traced: its
         # in-graph checks become outputs there instead of Assert ops (``_graph_checks.require``)
         self.jit_checks: list[tuple[int, list[Any]]] = []
+        # > 0 while a zcache.function that may compile with XLA is called (always from eager
+        # code): the XLA context then on the eager graph is zcache's (``refuse_unmanaged_xla``)
+        self.calling_jit = 0
 
 
 #: This thread's context.

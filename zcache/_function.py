@@ -35,7 +35,7 @@ from ._cache_state import invalidate_eagerly
 from ._cached_tensor import drop_compiled
 from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from ._depgraph import GRAPH
-from ._graph_checks import assertion_ops, collecting, error_from, failed_check
+from ._graph_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
 from ._parameter import Data, backing_variable, data_snapshot, refresh_mirrors, storage_rows, undo_graph_writes
 from ._tf_internals import EAGER_TENSOR, is_xla_shape_error
@@ -156,7 +156,7 @@ class Function:
         graph can store a value computed from an input another thread changed meanwhile
         (TensorFlow still runs the graph's ops in parallel).
         """
-        with ENGINE_LOCK:
+        with ENGINE_LOCK, calling_jit(compiles(self.wraps)):
             data_before = self._data_before()
             plain = False  # this call uncompiled
             if compiles(self.wraps) and self.jit_fallback is None:

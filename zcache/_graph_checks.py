@@ -14,6 +14,13 @@ the input writes it guards keep the old value where it fails (:func:`checks_hold
 A check made in a nested graph (a ``tf.cond`` branch, a loop body, a cache's miss
 branch) cannot be an output; it stays an Assert, and ``zcache.function`` refuses to compile
 a graph that contains one (:func:`assertion_ops`).
+
+A graph that a *user's* ``tf.function(jit_compile=True)`` compiles is not zcache's to
+change: there a check, or a cache read (whose miss branch holds checks), raises
+``UnmanagedTraceError`` at trace time (:func:`refuse_unmanaged_xla`) rather than let XLA
+drop the check and return a number computed from refused input. zcache's own compiled
+calls are told apart by ``CONTEXT.calling_jit``, set around them (``zcache.function``
+calls them from eager code only).
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ import tensorflow as tf
 
 from . import exceptions
 from ._context import CONTEXT
-from ._tf_internals import failed_assertion_text, graph_key
+from ._tf_internals import failed_assertion_text, graph_key, xla_calling_graph
 
-__all__ = ["assertion_ops", "checks_hold", "collecting", "error_from", "failed_check", "marked", "require"]
+__all__ = ["assertion_ops", "calling_jit", "checks_hold", "collecting", "error_from", "failed_check", "marked",
+           "refuse_unmanaged_xla", "require"]
 
 _MARK = re.compile(r"\[zcache:(\w+)\] (.*?)(?:\] \[|\]?$)", re.MULTILINE)
 
@@ -93,7 +101,49 @@ def require(ok: Any, error: type[Exception], message: str) -> list[Any]:
     if stack and stack[-1][0] == graph_key():
         stack[-1][1].append((ok, error, message))
         return [ok]  # a value: guarded writes use it (checks_hold), control dependencies accept it
+    refuse_unmanaged_xla(f"a zcache check ({error.__name__}: {message})")
     return [tf.debugging.assert_equal(ok, tf.constant(True), message=marked(error, message))]
+
+
+def refuse_unmanaged_xla(what: str) -> None:
+    """Raise if the graph being built is compiled by XLA in a function zcache does not compile.
+
+    zcache compiles with XLA only through ``zcache.set_jit_mode``, which turns its checks into
+    outputs of the compiled function. In any other XLA-compiled graph (a user's
+    ``tf.function(jit_compile=True)``, also around a ``zcache.function``) XLA would drop the
+    checks, and a refused value would give a wrong number instead of an error.
+
+    Parameters
+    ----------
+    what : str
+        What needs the checks, for the message.
+
+    Raises
+    ------
+    UnmanagedTraceError
+        Inside such a graph.
+
+    Examples
+    --------
+    >>> refuse_unmanaged_xla("a cache read")  # eagerly: nothing to refuse
+    """
+    graph = xla_calling_graph()
+    if graph is None:
+        return
+    # TensorFlow enters the XLA context on the calling graph (a call) or on the body itself
+    # (get_concrete_function). zcache calls its compiled functions from eager code only
+    # (inside a trace a zcache.function is inlined): the context on the eager graph during
+    # such a call, or on a body zcache is tracing for XLA, is zcache's.
+    if (not graph.building_function and CONTEXT.calling_jit) or any(key == id(graph) for key, _ in CONTEXT.jit_checks):
+        return
+    raise exceptions.UnmanagedTraceError(
+        f"{what} inside a tf.function(jit_compile=True) that zcache does not compile: XLA drops "
+        "zcache's checks (NaN and limits of parameters, data ranges, finite losses), so bad input "
+        "would return a wrong number instead of an error, and a cache cannot size its storage "
+        "there. Decorate the function with @zcache.function(wraps='loss') and compile it with "
+        "zcache.set_jit_mode(True) (or 'auto', or {'loss': True}), which keeps every check; or drop "
+        "jit_compile=True."
+    )
 
 
 def checks_hold(checks: list[Any]) -> Any:
@@ -138,6 +188,23 @@ def collecting() -> Iterator[list[tuple[Any, type[Exception], str]]]:
         yield checks
     finally:
         CONTEXT.jit_checks.pop()
+
+
+@contextlib.contextmanager
+def calling_jit(may_compile: bool) -> Iterator[None]:
+    """Mark what XLA compiles on this thread meanwhile as zcache's (if ``may_compile``).
+
+    Used around an eager call of a ``zcache.function`` that may compile with XLA (see
+    :func:`refuse_unmanaged_xla`).
+    """
+    if not may_compile:
+        yield
+        return
+    CONTEXT.calling_jit += 1
+    try:
+        yield
+    finally:
+        CONTEXT.calling_jit -= 1
 
 
 def failed_check(oks: Any, checks: list[tuple[type[Exception], str]]) -> Exception | None:

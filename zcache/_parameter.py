@@ -280,9 +280,11 @@ class Data(TensorLike):
         Rank >= 1, at least one event, all values finite.
     name : str, optional
         A label for reports and the dependency graph (default ``"data"``).
-    obs : str or sequence of str, optional
+    obs : str, sequence of str or Space, optional
         Names of the observables, one per column (a single name for rank-1 data); models
-        pick their columns by name. ``None``: columns in the order of the model's observables.
+        pick their columns by name. A :class:`zcache.models.Space` stands for its names (its
+        range is not applied here: use :meth:`from_pandas` or :meth:`from_numpy` with
+        ``space=`` to cut). ``None``: columns in the order of the model's observables.
     weights : array_like, optional
         One finite weight per event (sWeights, efficiency weights; negative allowed). They
         live in a second :class:`Data` (:attr:`weights_data`), so a change of weights
@@ -1026,7 +1028,12 @@ def set_values(params: list[Parameter] | tuple[Parameter, ...], values: Any) -> 
 
 
 def _obs_names(obs: Any, event_shape: tuple[int, ...], name: str) -> tuple[str, ...]:
-    names = (obs,) if isinstance(obs, str) else tuple(obs)
+    # a Space (anything with ``obs`` names) stands for its names, as zfit users pass it
+    names_of = getattr(obs, "obs", obs)
+    try:
+        names = (names_of,) if isinstance(names_of, str) else tuple(names_of)
+    except TypeError:
+        names = (obs,)  # not a sequence: refused below with the message
     ncols = 1 if not event_shape else event_shape[0]
     if len(event_shape) > 1 or len(names) != ncols or not all(isinstance(o, str) for o in names) \
             or len(set(names)) != len(names):

@@ -33,6 +33,7 @@ __all__ = [
     "is_second_order_cond_error",
     "is_xla_shape_error",
     "keep_conditional",
+    "xla_calling_graph",
     "separately_compiled",
     "stop_recording",
     "tie_gradient_to_graph",
@@ -223,3 +224,42 @@ def keep_conditional(count: tf.Tensor) -> tf.Tensor:
         (tf.zeros([], count.dtype), count),
     )
     return out
+
+
+# 9. Which graph being built TensorFlow compiles with XLA ----------------------------------
+# tf.function(jit_compile=True) traces its body inside an XLAControlFlowContext; XLA then
+# drops every Assert op. zcache's checks are Asserts except in a body that zcache itself
+# compiles (they become outputs there), so a cache read or a check in a graph that a
+# *user's* jit_compile function compiles must be refused, not silently unchecked. No public
+# API says whether a graph is being compiled with XLA.
+try:
+    from tensorflow.python.ops import control_flow_util as _cf_util
+
+    _IN_XLA: Callable[[Any], bool] | None = _cf_util.InXlaContext
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _IN_XLA = None
+    _missing("tensorflow.python.ops.control_flow_util.InXlaContext",
+             "a cache read inside a user's tf.function(jit_compile=True) is not refused: XLA drops "
+             "zcache's checks there (use zcache.set_jit_mode instead).")
+
+
+def xla_calling_graph() -> Any:
+    """The outermost graph in an XLA context, from the graph being built outwards, or None.
+
+    None when no enclosing function is XLA-compiled.
+
+    TensorFlow enters the XLA context on the graph that *calls* a ``jit_compile`` function
+    (the eager context's graph too) when it is called, and on the function's body when
+    ``get_concrete_function`` traces it: the walk goes from the graph being built (a
+    ``tf.cond`` branch, a loop body, a function body) out through the graphs that contain
+    it, up to the eager context's graph.
+    """
+    if _IN_XLA is None:  # pragma: no cover - warned at import
+        return None
+    graph: Any = tf.compat.v1.get_default_graph()
+    found = None
+    while graph is not None:
+        if _IN_XLA(graph):
+            found = graph
+        graph = getattr(graph, "outer_graph", None) if graph.building_function else None
+    return found

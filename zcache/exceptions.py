@@ -92,11 +92,16 @@ class IllegalInGraphModeError(ZCacheError, RuntimeError):
 
 
 class UnmanagedTraceError(IllegalInGraphModeError):
-    """``set_value`` / ``set_data`` inside a trace that zcache does not manage.
+    """A write, cache read or check inside a trace that zcache does not manage.
+
+    ``set_value`` / ``set_data`` inside a plain ``tf.function``; a cache read or an in-graph
+    check inside a ``tf.function(jit_compile=True)`` that zcache does not compile.
 
     A plain ``tf.function`` (or a cached function) that changes an input cannot tell
     zcache, after each call, about caches created after it was traced: their values
     would go stale. Wrap the function with ``zcache.function`` or set values eagerly.
+    XLA drops zcache's in-graph checks: compile with ``zcache.set_jit_mode`` instead of
+    ``jit_compile=True``, which keeps them.
     """
 
 
