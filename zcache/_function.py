@@ -156,10 +156,11 @@ class Function:
         graph can store a value computed from an input another thread changed meanwhile
         (TensorFlow still runs the graph's ops in parallel).
         """
-        with ENGINE_LOCK, calling_jit(compiles(self.wraps)):
+        may_compile = compiles(self.wraps)
+        with ENGINE_LOCK, calling_jit(may_compile):
             data_before = self._data_before()
             plain = False  # this call uncompiled
-            if compiles(self.wraps) and self.jit_fallback is None:
+            if may_compile and self.jit_fallback is None:
                 # New data shapes: one uncompiled call first, which stores every cache at its new
                 # shape; XLA cannot reshape a Variable, and would fail (and log) trying. Which data
                 # the graph reads is known once it is traced (tracing alone runs nothing).

@@ -33,10 +33,10 @@ __all__ = [
     "is_second_order_cond_error",
     "is_xla_shape_error",
     "keep_conditional",
-    "xla_calling_graph",
     "separately_compiled",
     "stop_recording",
     "tie_gradient_to_graph",
+    "xla_calling_graph",
 ]
 
 #: Names of the internals that could not be found (empty when all work).
