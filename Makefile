@@ -7,7 +7,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: test test-fast demo bench lint stress clean
+.PHONY: test test-fast demo toys bench lint stress clean
 
 # $(call make-venv,DIR): create the virtualenv DIR if missing and install zcache[dev] into it.
 define make-venv
@@ -31,6 +31,11 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m zcache.demo
+
+# A 1000-toy study (Gauss + Exp, 10k events per toy) in batches of 100 on a 2-worker Dask
+# LocalCluster: prints the pulls and coverage, writes demo_output/toys/pulls_*.png and toys.csv.
+toys: $(STAMP)
+	$(PY) -m zcache.demo_toys
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks

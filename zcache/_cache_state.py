@@ -74,8 +74,12 @@ class CacheState:
         """Bytes held by the stored value."""
         return 0 if self.stored is None else int(tf.size(self.stored)) * self.stored.dtype.size
 
-    def checked(self, out: Any) -> tf.Tensor:
+    def checked(self, out: Any, stored: bool = True) -> tf.Tensor:
         """``out`` as a tensor, refused if its dtype, rank or static shape cannot be stored.
+
+        ``stored=False``: a value computed at substituted inputs, never stored (a backward pass,
+        one toy of a batched evaluation, whose events may be padded to another number of rows):
+        its static shape is neither checked against nor merged into the stored one.
 
         Raises
         ------
@@ -100,6 +104,8 @@ class CacheState:
                 f"{out.shape.rank}, but the cache holds dtype {self.dtype.name} and rank "
                 f"{self.rank}; a cached function must keep its dtype and rank. The cache is unchanged."
             )
+        if not stored:
+            return out
         if not out.shape.is_compatible_with(self.shape):
             raise CachedValueError(
                 f"CachedTensor '{self.name}': func returned shape {out.shape}, but a traced graph "

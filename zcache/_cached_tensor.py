@@ -23,7 +23,7 @@ import tensorflow as tf
 from ._cache_gradient import with_gradient
 from ._cache_graph import MissBranch, read_in_graph
 from ._cache_state import CacheState, invalidate_eagerly
-from ._context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substituting
+from ._context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
 from ._depgraph import CACHE, GRAPH
 from ._tensorlike import TensorLike
 from ._tf_internals import graph_key
@@ -240,9 +240,19 @@ class CachedTensor(TensorLike):
         return with_gradient(self, read_in_graph(self.state, self._miss))
 
     def _recomputed(self) -> tf.Tensor:
-        """``func()`` at the substituted inputs: nothing read from or stored in the cache."""
+        """``func()`` at the substituted inputs: nothing read from or stored in the cache.
+
+        A cache that itself has a stand-in (a batched evaluation's cache that no toy input
+        reaches, read once outside the batch) returns it.
+        """
+        stand_in = substitute(self.node_id)
+        if stand_in is not None:
+            return stand_in
+        serving = CONTEXT.serving
+        if serving is not None and serving[1].isdisjoint(GRAPH.ancestor_inputs(self.node_id)):
+            serving[0].append(self)
         with recording():  # reads here are not new dependencies
-            return self.state.checked(self._func())
+            return self.state.checked(self._func(), stored=False)
 
     def _bypassed(self) -> tf.Tensor:
         # Always dirty: computed directly, once per evaluation. A bypassed node read by several

@@ -10,7 +10,9 @@ Per thread (this module's :data:`CONTEXT`; a new thread starts with all of it em
 
 ===============  ==================================================================
 ``reads``        stack of :func:`recording` blocks (dependency discovery)
-``substitutes``  stack of :func:`substituted` blocks (a backward pass at old inputs)
+``substitutes``  stack of :func:`substituted` blocks (a backward pass at old inputs, or one
+                 toy of a batched evaluation)
+``serving``      :func:`finding_invariants`: the caches no substituted input reaches
 ``computing``    the caches whose functions are running (cycle detection)
 ``memo``         :func:`evaluation`: bypassed caches computed once per evaluation
 ``grad_params``  stack of :func:`differentiating` scopes
@@ -42,6 +44,7 @@ __all__ = [
     "ENGINE_LOCK",
     "differentiating",
     "evaluation",
+    "finding_invariants",
     "record_read",
     "recording",
     "run_eagerly",
@@ -60,7 +63,8 @@ class _Context(threading.local):
 
     def __init__(self) -> None:
         self.reads: list[set[Any]] = []
-        self.substitutes: list[dict[int, Any]] = []
+        self.substitutes: list[dict[Any, Any]] = []
+        self.serving: tuple[list[Any], frozenset[int]] | None = None
         self.computing: list[Any] = []
         self.memo: dict[Any, Any] | None = None
         self.grad_params: list[frozenset[int] | None] = []
@@ -101,8 +105,11 @@ def record_read(obj: Any) -> None:
 
 # -- a backward pass at the forward pass's inputs -----------------------------------------
 @contextlib.contextmanager
-def substituted(values: dict[int, Any]) -> Iterator[None]:
+def substituted(values: dict[Any, Any]) -> Iterator[None]:
     """Inside the block, reading the input ``uid`` gives ``values[uid]`` (a tensor), not its Variable.
+
+    Keys are node ids of Parameters, Data and caches (a cache's key stands in for its value),
+    and ``("weights", uid)`` for the weights of a Data ``uid`` that has none of its own.
 
     A cache's backward pass recomputes its function at the inputs of its *forward* pass:
     an input changed in between (a persistent tape that spans a ``set_value``) must not
@@ -116,7 +123,24 @@ def substituted(values: dict[int, Any]) -> Iterator[None]:
         CONTEXT.substitutes.pop()
 
 
-def substitute(uid: int) -> Any:
+@contextlib.contextmanager
+def finding_invariants(varying: set[int]) -> Iterator[list[Any]]:
+    """Inside a :func:`substituted` block: collect the caches that none of the inputs ``varying`` reaches.
+
+    A batched evaluation (:mod:`zcache.batch`) substitutes each toy's parameters and events
+    (``varying``; its fixed parameters are substituted too, but are the same for every toy):
+    a cache that no varying input reaches has one value for every toy, so it is read once,
+    outside the batch, and stands in for itself (see ``CachedTensor._recomputed``).
+    """
+    found: list[Any] = []
+    CONTEXT.serving = (found, frozenset(varying))
+    try:
+        yield found
+    finally:
+        CONTEXT.serving = None
+
+
+def substitute(uid: Any) -> Any:
     """The tensor that stands in for input ``uid`` in a :func:`substituted` block, else None."""
     stack = CONTEXT.substitutes
     return stack[-1].get(uid) if stack else None

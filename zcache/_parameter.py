@@ -446,7 +446,9 @@ class Data(TensorLike):
         over the events. Reading them is a read of :attr:`weights_data` (a cache that uses them
         depends on them).
         """
-        return None if self._weights is None else self._weights.value()
+        if self._weights is None:  # a batched evaluation may stand in weights (padding) for each toy
+            return substitute(("weights", self.node_id))
+        return self._weights.value()
 
     @property
     def weights_data(self) -> Data | None:

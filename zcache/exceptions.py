@@ -35,6 +35,8 @@ __all__ = [
     "SecondOrderGradientError",
     "ModelError",
     "FitError",
+    "BatchingError",
+    "ToyStudyError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -131,6 +133,14 @@ class ModelError(ZCacheError, ValueError):
 
 class FitError(ZCacheError, RuntimeError):
     """A minimization could not be run (e.g. the loss is not finite at the starting point)."""
+
+
+class BatchingError(ZCacheError, ValueError):
+    """A loss cannot be evaluated for many toys at once (an op TensorFlow cannot vectorize)."""
+
+
+class ToyStudyError(ZCacheError, ValueError):
+    """A toy study cannot be run as asked (batch size, factory, cluster)."""
 
 
 class ZCacheWarning(UserWarning):

@@ -100,13 +100,14 @@ def truncated_normal(n: tf.Tensor, mu: Any, sigma: Any, lower: float, upper: flo
     return tf.clip_by_value(tf.where(above, 2.0 * mu - y, y), lower, upper)
 
 
-def set_seed(seed: int) -> None:
+def set_seed(seed: int | Sequence[int]) -> None:
     """Seed zcache's sampling, in place: traced samplers are not retraced.
 
     Parameters
     ----------
-    seed : int
-        Any integer; equal seeds give equal samples.
+    seed : int or sequence of int
+        Any non-negative integer, or several (``(study seed, block)``: a toy study seeds each
+        block of toys on its own); equal seeds give equal samples.
 
     Examples
     --------
@@ -120,7 +121,8 @@ def set_seed(seed: int) -> None:
     """
     # reset_from_seed puts the seed in Philox's counter with key 0, so seeds s and s + 1 give
     # the same stream shifted by one block; a SeedSequence spreads seeds over key and counter.
-    state = np.random.SeedSequence(int(seed)).generate_state(3, dtype=np.uint64).view(np.int64)
+    entropy = [int(s) for s in seed] if isinstance(seed, (list, tuple)) else int(seed)
+    state = np.random.SeedSequence(entropy).generate_state(3, dtype=np.uint64).view(np.int64)
     rng().reset(tf.constant(state))
 
 

@@ -1,9 +1,22 @@
-r"""Toy studies: generate from a model, fit, repeat.
+r"""Toy studies: generate from a model, fit, repeat — one by one, in batches, or on a Dask cluster.
 
-Each toy sets the generating values, samples into the loss's own
-:class:`zcache.Data` with ``set_data`` (so no function retraces), resets the
-starting values and fits. Results come back as a numpy structured array, one row
-per toy, with values, errors and pulls :math:`(\hat\theta - \theta_0)/\sigma_{\hat\theta}`.
+**Datasets.** Toy ``i`` of a study with seed ``s`` is the ``i mod 64``-th piece of the
+sample drawn for block ``i // 64`` (64 toys per block), with zcache's sampling seeded by
+``(s, block)``; the numbers of events of an extended study are Poisson draws seeded the same
+way. So a toy's dataset depends only on the seed and its number: the serial study, a batched
+one of any batch size and a distributed one of any chunking fit the same datasets. One
+sampler call per block (not per toy) keeps generation far below the fit's cost.
+
+**Fits.** ``batch=None`` fits one toy after another with :class:`zcache.minimize.Minuit`
+(MIGRAD + HESSE). ``batch=B`` fits ``B`` toys in one XLA-compiled program
+(:class:`zcache.batch.BatchedLoss`: BFGS in lockstep, then HESSE by differences of exact
+gradients and a Newton step); a toy that does not converge there is refitted with MIGRAD on
+its own and flagged (column ``refit``). ``client=`` (a ``dask.distributed.Client``) runs
+chunks of toys on the cluster's workers, each of which builds the model once with the
+``factory`` it is given.
+
+Results come back as a numpy structured array, one row per toy, with values, errors and pulls
+:math:`(\hat\theta - \theta_0)/\sigma_{\hat\theta}`.
 
 Examples
 --------
@@ -17,25 +30,34 @@ Examples
 >>> toys = run_toys(model, loss, n_toys=5, n_events=200, seed=3)
 >>> toys.table.shape, sorted(toys.table.dtype.names)[:3]
 ((5,), ['fmin', 'mu_toy', 'mu_toy_err'])
+>>> batched = run_toys(model, loss, n_toys=5, n_events=200, seed=3, batch=5)
+>>> bool(abs(batched.table["mu_toy"] - toys.table["mu_toy"]).max() < 1e-2 * toys.table["mu_toy_err"].min())
+True
 """
 
 from __future__ import annotations
 
+import math
+import pickle
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ._parameter import Parameter, set_values
-from .exceptions import ModelError
+from ._parameter import Data, Parameter, set_values, size_class
+from .batch import BatchedLoss
+from .exceptions import ModelError, ToyStudyError
 from .loss import UnbinnedNLL
 from .minimize import Minuit
 from .models import Model, set_seed
 
-__all__ = ["run_toys", "ToyResult"]
+__all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK"]
+
+#: Toys per generation block: one sampler call draws the events of 64 toys.
+GENERATION_BLOCK = 64
 
 
 @dataclass
@@ -47,13 +69,20 @@ class ToyResult:
     table : ndarray
         Structured array, one row per toy: ``<name>``, ``<name>_err``, ``<name>_pull`` per
         parameter, and ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time`` (seconds for
-        generation + fit).
+        generation + fit; a batch's time shared by its toys) and ``refit`` (fitted again
+        with MIGRAD after the batched fit did not converge).
     truth : dict of str to float
         The generating values.
+    seed : int or None
+        The study's seed (drawn at random when none was given: the study can be repeated).
+    info : dict
+        How the study ran: ``batch``, ``distributed`` and ``wall_s`` (seconds in all).
     """
 
     table: np.ndarray
     truth: dict[str, float]
+    seed: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -81,6 +110,39 @@ class ToyResult:
             out[name] = (float(np.mean(pulls)), float(np.std(pulls, ddof=1)) if len(pulls) > 1 else float("nan"))
         return out
 
+    def coverage(self, widths: Sequence[float] = (1.0, 2.0)) -> dict[str, dict[float, tuple[float, float]]]:
+        r"""How often the interval :math:`\hat\theta \pm k\,\sigma_{\hat\theta}` holds the truth, over valid toys.
+
+        Parameters
+        ----------
+        widths : sequence of float
+            The ``k`` to check (expected coverage for Gaussian errors: 68.3 % for 1, 95.4 % for 2).
+
+        Returns
+        -------
+        dict
+            Name -> {k: (fraction covered, its binomial standard error)}.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> table = np.zeros(4, dtype=[("mu", "f8"), ("mu_err", "f8"), ("mu_pull", "f8"), ("valid", "?")])
+        >>> table["mu_pull"] = [0.5, -1.5, 0.2, 2.5]; table["valid"] = True
+        >>> ToyResult(table, {"mu": 0.0}).coverage()["mu"][1.0]
+        (0.5, 0.25)
+        """
+        ok = self.table["valid"]
+        out: dict[str, dict[float, tuple[float, float]]] = {}
+        for name in self.names:
+            pulls = self.table[f"{name}_pull"][ok]
+            n = len(pulls)
+            row = {}
+            for k in widths:
+                frac = float(np.mean(np.abs(pulls) <= k)) if n else float("nan")
+                row[float(k)] = (frac, math.sqrt(frac * (1 - frac) / n) if n else float("nan"))
+            out[name] = row
+        return out
+
     def to_pandas(self) -> Any:
         """The table as a ``pandas.DataFrame``, one row per toy (needs ``pip install zcache[pandas]``).
 
@@ -88,8 +150,8 @@ class ToyResult:
         -------
         pandas.DataFrame
             The columns of :attr:`table` (``<name>``, ``<name>_err``, ``<name>_pull`` per parameter,
-            ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time``), indexed by the toy number
-            (index name ``"toy"``); the generating values are in ``df.attrs["truth"]``.
+            ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time``, ``refit``), indexed by the toy
+            number (index name ``"toy"``); the generating values are in ``df.attrs["truth"]``.
 
         Raises
         ------
@@ -116,9 +178,14 @@ class ToyResult:
 
     def __str__(self) -> str:
         ok = int(np.sum(self.table["valid"]))
-        lines = [f"{len(self.table)} toys, {ok} valid, {self.time_per_toy * 1e3:.1f} ms per toy (median)"]
+        refit = int(np.sum(self.table["refit"])) if "refit" in (self.table.dtype.names or ()) else 0
+        lines = [f"{len(self.table)} toys, {ok} valid, {refit} refitted with MIGRAD, "
+                 f"{self.time_per_toy * 1e3:.2f} ms per toy (median)"]
+        cover = self.coverage((1.0,))
         for name, (mean, std) in self.pull_summary().items():
-            lines.append(f"  {name}: pull mean {mean:+.3f}, width {std:.3f}")
+            frac, err = cover[name][1.0]
+            lines.append(f"  {name}: pull mean {mean:+.3f}, width {std:.3f}, 1-sigma coverage "
+                         f"{100 * frac:.1f} +- {100 * err:.1f} %")
         return "\n".join(lines)
 
 
@@ -134,6 +201,205 @@ def _progress(iterable: Any, total: int, enabled: bool | None) -> Any:
     return tqdm(iterable, total=total, desc="toys")
 
 
+# -- datasets ----------------------------------------------------------------------------------
+class _Generator:
+    """The toys' datasets by toy number (see the module docstring), one block in memory."""
+
+    def __init__(self, model: Model, seed: int, n_events: int | None, truth_params: list[Parameter],
+                 truth: np.ndarray) -> None:
+        if n_events is None and not model.is_extended:
+            raise ModelError(f"{model!r} is not extended: give run_toys the number of events n_events.")
+        self.model, self.seed, self.n_events = model, seed, n_events
+        self.params, self.truth = truth_params, truth
+        self._block: tuple[int, list[np.ndarray]] | None = None
+        self._scratch: Data | None = None  # filled in place: no new Variables or graph nodes per block
+
+    def counts(self, block: int) -> np.ndarray:
+        if self.n_events is not None:
+            return np.full(GENERATION_BLOCK, int(self.n_events))
+        set_values(self.params, self.truth)
+        nu = float(self.model.get_yield())
+        return np.random.default_rng([self.seed, block, 1]).poisson(nu, size=GENERATION_BLOCK)
+
+    def expected_max(self) -> int:
+        """A number of rows that holds every toy but in rare cases (for one shape bucket)."""
+        if self.n_events is not None:
+            return int(self.n_events)
+        set_values(self.params, self.truth)
+        nu = float(self.model.get_yield())
+        return int(math.ceil(nu + 6.0 * math.sqrt(nu) + 10))
+
+    def dataset(self, i: int) -> np.ndarray:
+        block, k = divmod(int(i), GENERATION_BLOCK)
+        if self._block is None or self._block[0] != block:
+            counts = self.counts(block)
+            counts = np.maximum(counts, 1)  # a toy needs at least one event
+            set_values(self.params, self.truth)
+            set_seed((self.seed, block))
+            total = int(counts.sum())
+            if self._scratch is None:
+                self._scratch = self.model.sample(total)
+            else:
+                self.model.sample(total, data=self._scratch)
+            events = self._scratch.numpy()
+            self._block = (block, np.split(events, np.cumsum(counts)[:-1]))
+        return self._block[1][k]
+
+
+# -- one process -----------------------------------------------------------------------------
+def _fields(names: list[str]) -> list[tuple[str, str]]:
+    fields = [(n, "f8") for n in names] + [(f"{n}_err", "f8") for n in names] + [(f"{n}_pull", "f8") for n in names]
+    return fields + [("valid", "?"), ("fmin", "f8"), ("nfcn", "i8"), ("nevents", "i8"), ("time", "f8"), ("refit", "?")]
+
+
+def _fill(row: Any, names: list[str], truth: np.ndarray, values: Sequence[float], errors: Sequence[float]) -> None:
+    for n, t, v, e in zip(names, truth, values, errors, strict=True):
+        row[n], row[f"{n}_err"], row[f"{n}_pull"] = v, e, (v - t) / e
+
+
+def _fit_serially(loss: UnbinnedNLL, params: list[Parameter], minimizer: Minuit, events: np.ndarray,
+                  start: np.ndarray, row: Any, names: list[str], truth: np.ndarray) -> None:
+    loss.data.set_data(events)
+    set_values(params, start)
+    result = minimizer.minimize(loss, params)
+    _fill(row, names, truth, [result.values[n] for n in names], [result.errors[n] for n in names])
+    row["valid"], row["fmin"], row["nfcn"] = result.valid, result.fmin, result.nfcn
+    row["nevents"] = len(events)
+
+
+def _padded(datasets: list[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B, rows, ...) events (padding repeats each toy's last event) and (B, rows) weights (0 on padding)."""
+    events = np.empty((len(datasets), rows, *datasets[0].shape[1:]), dtype=datasets[0].dtype)
+    weights = np.zeros((len(datasets), rows))
+    for b, d in enumerate(datasets):
+        events[b, : len(d)] = d
+        events[b, len(d):] = d[-1]
+        weights[b, : len(d)] = 1.0
+    return events, weights
+
+
+def _run_local(model: Model, loss: UnbinnedNLL, params: list[Parameter], toys: range, n_events: int | None,
+               minimizer: Minuit, truth: np.ndarray, start: np.ndarray, seed: int, batch: int | None,
+               hinv: np.ndarray | None, progress: bool | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows of toys ``toys`` (and the shared starting inverse Hessian of batched fits)."""
+    names = [p.name for p in params]
+    table = np.zeros(len(toys), dtype=_fields(names))
+    generator = _Generator(model, seed, n_events, params, truth)
+    if batch is None:
+        for j in _progress(range(len(toys)), len(toys), progress):
+            t0 = time.perf_counter()
+            _fit_serially(loss, params, minimizer, generator.dataset(toys[j]), start, table[j], names, truth)
+            table[j]["time"] = time.perf_counter() - t0
+        return table, None
+    batched = BatchedLoss.of(loss, params)
+    rows = size_class(generator.expected_max()) if n_events is None else int(n_events)
+    bar = _progress(None, len(toys), progress) if progress is not False else None
+    bar = None if bar is None or not hasattr(bar, "update") else bar
+    for lo in range(0, len(toys), batch):
+        t0 = time.perf_counter()
+        chunk = list(toys[lo: lo + batch])
+        datasets = [generator.dataset(i) for i in chunk]
+        datasets += [datasets[-1]] * (batch - len(datasets))  # a short last batch keeps the compiled shape
+        longest = max(len(d) for d in datasets)
+        if longest > rows:
+            rows = size_class(longest)  # a rare large toy: a new shape bucket (one compile)
+        events, weights = _padded(datasets, rows)
+        if hinv is None:  # one exact Hessian, of the study's first toy at the start, seeds every BFGS
+            hinv = batched.start_hinv(start, datasets[0])
+        fit = batched.minimize(start, events, weights, hinv=hinv)
+        for j in range(len(chunk)):
+            row = table[lo + j]
+            _fill(row, names, truth, fit.values[j], fit.errors[j])
+            row["valid"], row["fmin"], row["nfcn"] = fit.converged[j], fit.fmin[j], fit.nfcn[j]
+            row["nevents"] = len(datasets[j])
+            if not fit.converged[j]:  # refit with MIGRAD, on its own, and say so
+                _fit_serially(loss, params, minimizer, datasets[j], start, row, names, truth)
+                row["refit"] = True
+        per_toy = (time.perf_counter() - t0) / len(chunk)
+        table["time"][lo: lo + len(chunk)] = per_toy
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return table, hinv
+
+
+# -- many processes: Dask ----------------------------------------------------------------------
+#: Per worker process: the (model, loss, params) each factory built, by the factory's pickle.
+_BUILT: dict[bytes, tuple[Model, UnbinnedNLL, list[Parameter]]] = {}
+
+
+def _built(factory_bytes: bytes) -> tuple[Model, UnbinnedNLL, list[Parameter]]:
+    built = _BUILT.get(factory_bytes)
+    if built is None:
+        factory = pickle.loads(factory_bytes)
+        out = factory()
+        if not isinstance(out, tuple) or len(out) not in (2, 3):
+            raise ToyStudyError(f"the factory must return (model, loss) or (model, loss, params), got {type(out).__name__}.")
+        model, loss = out[0], out[1]
+        params = list(out[2]) if len(out) == 3 else list(loss.params)
+        built = _BUILT[factory_bytes] = (model, loss, params)
+    return built
+
+
+def _chunk_on_worker(factory_bytes: bytes, names: list[str], truth: np.ndarray, start: np.ndarray, first: int,
+                     count: int, n_events: int | None, seed: int, batch: int | None, hinv: np.ndarray | None,
+                     minimizer: Minuit) -> np.ndarray:
+    """Run toys ``first .. first + count - 1`` in this worker process (called by Dask)."""
+    model, loss, params = _built(factory_bytes)
+    got = [p.name for p in params]
+    if got != names:
+        raise ToyStudyError(f"the factory's fitted parameters {got} differ from the study's {names}.")
+    try:
+        table, _ = _run_local(model, loss, params, range(first, first + count), n_events, minimizer, truth,
+                              start, seed, batch, hinv, progress=False)
+    finally:
+        set_values(params, truth)
+    return table
+
+
+def _run_on_cluster(client: Any, factory: Callable[[], Any], names: list[str], truth: np.ndarray,
+                    start: np.ndarray, n_toys: int, n_events: int | None, seed: int, batch: int | None,
+                    hinv: np.ndarray | None, minimizer: Minuit, chunk: int, progress: bool | None) -> np.ndarray:
+    try:
+        from distributed import as_completed
+    except ImportError as err:
+        raise ImportError("run_toys(client=...) needs dask.distributed: pip install zcache[dask]") from err
+    try:
+        factory_bytes = _dumps(factory)
+    except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing
+        raise ToyStudyError(
+            f"the factory {factory!r} cannot be sent to the workers ({type(err).__name__}: {err}). Use a "
+            "function defined at module level (or a picklable callable) that builds and returns (model, loss)."
+        ) from err
+    futures = {}
+    for first in range(0, n_toys, chunk):
+        count = min(chunk, n_toys - first)
+        future = client.submit(_chunk_on_worker, factory_bytes, names, truth, start, first, count, n_events,
+                               seed, batch, hinv, minimizer, pure=False, retries=2)
+        futures[future] = first
+    parts: dict[int, np.ndarray] = {}
+    bar = _progress(None, n_toys, progress)
+    bar = None if bar is None or not hasattr(bar, "update") else bar
+    for future in as_completed(futures):
+        part = future.result()
+        parts[futures[future]] = part
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    return np.concatenate([parts[k] for k in sorted(parts)])
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        import cloudpickle  # what Dask itself uses: closures and lambdas pickle too
+        return cloudpickle.dumps(obj)
+    except ImportError:
+        return pickle.dumps(obj)
+
+
+# -- the entry point ---------------------------------------------------------------------------
 def run_toys(
     model: Model,
     loss: UnbinnedNLL,
@@ -145,6 +411,10 @@ def run_toys(
     start: Sequence[float] | None = None,
     seed: int | None = None,
     progress: bool | None = None,
+    batch: int | None = None,
+    client: Any = None,
+    factory: Callable[[], Any] | None = None,
+    chunk: int | None = None,
 ) -> ToyResult:
     """Generate ``n_toys`` datasets from ``model`` at the current values, fit each with ``loss``.
 
@@ -161,61 +431,85 @@ def run_toys(
     params : sequence of Parameter, optional
         The parameters to fit (default: ``loss.params``, the parameters floating at this call).
     minimizer : zcache.minimize.Minuit, optional
-        Default ``Minuit()``.
+        Default ``Minuit()``: the fitter of serial toys, and of batched toys that did not converge.
     start : sequence of float, optional
         Starting values for each fit (default: the generating values).
     seed : int, optional
-        Seeds zcache's sampling first, for reproducible toys.
+        The study's seed (see the module docstring); default: drawn at random, and reported in
+        :attr:`ToyResult.seed`.
     progress : bool, optional
         Show a tqdm bar (default: when stderr is a terminal and tqdm is installed).
+    batch : int, optional
+        Fit this many toys per compiled call (:class:`zcache.batch.BatchedLoss`); ``None``
+        (default): one by one with ``minimizer``.
+    client : dask.distributed.Client, optional
+        Run the study on this Dask cluster (``pip install zcache[dask]``), in chunks of
+        ``chunk`` toys; needs ``factory``. A chunk whose worker dies is run again elsewhere.
+    factory : callable, optional
+        With ``client``: a picklable callable, run once per worker, that builds and returns
+        ``(model, loss)`` or ``(model, loss, params)`` equal to the ones given here (the truth
+        and the starting values are sent with every chunk).
+    chunk : int, optional
+        Toys per Dask task (default: 64 rounded up to a multiple of ``batch``).
 
     Returns
     -------
     ToyResult
         One row per toy; the parameters are left at the generating values, and the loss's
-        dataset holds its own events (and weights) again.
+        dataset holds its own events (and weights) again. The same seed gives the same
+        datasets whatever ``batch``, ``client`` and ``chunk``.
 
     Raises
     ------
     ModelError
-        ``loss`` is not a single-dataset loss.
+        ``loss`` is not a single-dataset loss, or a model that is not extended gets no ``n_events``.
     ValueError
         ``n_toys`` < 1.
+    ToyStudyError
+        ``batch`` or ``chunk`` < 1, ``client`` without ``factory`` (or a factory that cannot be pickled).
+    BatchingError
+        ``batch`` is given and the loss cannot be vectorized.
     """
     if not isinstance(loss, UnbinnedNLL):
         raise ModelError("run_toys needs a single-dataset loss (UnbinnedNLL or ExtendedUnbinnedNLL).")
     if int(n_toys) < 1:
         raise ValueError(f"n_toys must be >= 1, got {n_toys!r}.")
+    n_toys = int(n_toys)
+    if batch is not None and (not float(batch).is_integer() or int(batch) < 1):
+        raise ToyStudyError(f"batch must be a whole number >= 1 (or None: one toy at a time), got {batch!r}.")
+    batch = None if batch is None else int(batch)
+    if client is not None and factory is None:
+        raise ToyStudyError(
+            "run_toys(client=...) needs factory=: a picklable function that builds (model, loss) on each worker."
+        )
+    if chunk is not None and (not float(chunk).is_integer() or int(chunk) < 1):
+        raise ToyStudyError(f"chunk must be a whole number >= 1, got {chunk!r}.")
     params = list(loss.params if params is None else params)
     minimizer = minimizer or Minuit()
     truth = np.array([float(p) for p in params])
     start_values = truth if start is None else np.asarray(start, dtype=float)
-    if seed is not None:
-        set_seed(seed)
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))
     names = [p.name for p in params]
-    fields = [(n, "f8") for n in names] + [(f"{n}_err", "f8") for n in names] + [(f"{n}_pull", "f8") for n in names]
-    fields += [("valid", "?"), ("fmin", "f8"), ("nfcn", "i8"), ("nevents", "i8"), ("time", "f8")]
-    table = np.zeros(int(n_toys), dtype=fields)
     # The loss's dataset is refilled for every toy: keep the user's events (and weights) to put back.
     data = loss.data
     events = data.numpy()
     weights = data.weights_data.numpy() if data.is_weighted else None
+    t0 = time.perf_counter()
+    hinv = None
     try:
-        for i in _progress(range(int(n_toys)), int(n_toys), progress):
-            t0 = time.perf_counter()
-            set_values(params, truth)
-            model.sample(n_events, data=loss.data)
-            set_values(params, start_values)
-            result = minimizer.minimize(loss, params)
-            row = table[i]
-            for n, t in zip(names, truth, strict=True):
-                row[n] = result.values[n]
-                row[f"{n}_err"] = result.errors[n]
-                row[f"{n}_pull"] = (result.values[n] - t) / result.errors[n]
-            row["valid"], row["fmin"], row["nfcn"] = result.valid, result.fmin, result.nfcn
-            row["nevents"] = loss.data.nevents
-            row["time"] = time.perf_counter() - t0
+        if client is not None:
+            if batch is not None:  # every worker starts BFGS from the same inverse Hessian: identical results
+                first = _Generator(model, seed, n_events, params, truth).dataset(0)
+                hinv = BatchedLoss.of(loss, params).start_hinv(start_values, first)
+            size = chunk or batch * math.ceil(GENERATION_BLOCK / batch) if batch else (chunk or GENERATION_BLOCK)
+            table = _run_on_cluster(client, factory, names, truth, start_values, n_toys, n_events, seed, batch,
+                                    hinv, minimizer, int(size), progress)
+        else:
+            table, hinv = _run_local(model, loss, params, range(n_toys), n_events, minimizer, truth, start_values,
+                                     seed, batch, None, progress)
     finally:
         set_values(params, truth)
         data.set_data(events, weights=weights)
-    return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)))
+    info = {"batch": batch, "wall_s": time.perf_counter() - t0, "distributed": client is not None}
+    return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)), seed=seed, info=info)
