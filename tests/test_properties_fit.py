@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import zcache
+from zcache.batch import BatchedLoss
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import FitResult, Minuit
@@ -193,6 +194,28 @@ class FitMachine(RuleBasedStateMachine):
     def new_data(self, seed: int, nsig: int, nbkg: int) -> None:
         self.x = np_sample(seed, nsig, nbkg)
         self.loss.data.set_data(self.x)
+
+    @precondition(lambda self: self.floating())
+    @rule(seeds=st.lists(st.integers(1, 2**16), min_size=2, max_size=2),
+          scale=st.floats(0.9, 1.1))
+    def batched_toys(self, seeds: list[int], scale: float) -> None:
+        """A toy study's batched evaluation (the floating parameters per toy, two padded toys):
+        each toy's value is the numpy NLL of its events, and neither the parameters nor the
+        loss's events change (nothing is written)."""
+        before, floating = self.values(), self.floating()
+        toys = [np_sample(s, 200, 350 + 40 * k) for k, s in enumerate(seeds)]
+        rows = max(len(d) for d in toys) + 3
+        events = np.stack([np.concatenate([d, np.full(rows - len(d), d[-1])]) for d in toys])
+        weights = np.stack([np.concatenate([np.ones(len(d)), np.zeros(rows - len(d))]) for d in toys])
+        x = np.array([[before[n] * (scale if k else 1.0) for n in floating] for k in range(2)])
+        batched = BatchedLoss.of(self.loss, [self.p[n] for n in floating])
+        f, _, ok = batched.value_and_gradient(x, events, weights)
+        assert ok.all()
+        for k, d in enumerate(toys):
+            at = {**before, **dict(zip(floating, x[k], strict=True))}
+            np.testing.assert_allclose(f[k], np_extended_nll(d, *at.values()), rtol=1e-10)
+        assert self.values() == before
+        np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
     @rule()
     def precompute(self) -> None:

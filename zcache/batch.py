@@ -507,7 +507,10 @@ class BatchedLoss:
             stalled = step_new < 1e-10
             converged = accept & (edm_of(g_new, hinv_new) < 1e-4 * edm_max)
             nfcn_new = nfcn + tf.cast(~done, tf.int32)
-            return (k + 1, x_new, f_new, g_new, hinv_new, step_new, done | converged | stalled, ok, nfcn_new)
+            new = (x_new, f_new, g_new, hinv_new, step_new, done | converged | stalled, ok, nfcn_new)
+            old = (x, f, g, hinv, step, done, ok, nfcn)
+            # The static batch size can get lost in the map (B = 1): the loop keeps its shapes.
+            return (k + 1, *(tf.ensure_shape(n, o.shape) for n, o in zip(new, old, strict=True)))
 
         _, x, f, g, hinv, _, _, ok, nfcn = tf.while_loop(
             cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
