@@ -17,7 +17,7 @@ import zcache
 PACKAGE = pathlib.Path(zcache.__file__).parent
 
 #: The fitting layer: models, losses, minimizers and what is built on them.
-FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "amplitudes", "binned", "minimize", "toys", "plot",
+FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "amplitudes", "binned", "minimize", "toys", "plot", "symbolic",
            "demo", "demo_basics"}
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "SecondOrderGradientError",
     "ModelError",
     "FitError",
+    "SymbolicError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -131,6 +132,14 @@ class ModelError(ZCacheError, ValueError):
 
 class FitError(ZCacheError, RuntimeError):
     """A minimization could not be run (e.g. the loss is not finite at the starting point)."""
+
+
+class SymbolicError(ModelError):
+    """A SymPy expression cannot be bridged (:mod:`zcache.symbolic`).
+
+    The message names the node or symbol: a function the bridge does not translate, a free
+    symbol that is neither a parameter nor a data column, or a parameter given twice.
+    """
 
 
 class ZCacheWarning(UserWarning):
