@@ -73,6 +73,10 @@ __all__ = ["SymbolicModel", "from_helicity_model", "to_tensorflow"]
 
 # the marker of "reads a data column" in an input set
 _DATA = "<data>"
+# a memo key: compute data-only sub-expressions inline (while filling their stacked cache)
+_INLINE = "<inline>"
+# a memo key: the stacked data-only cache, read once per evaluation
+_STACK = "<stack>"
 # integer exponents up to this are computed by multiplications (numpy's x**n does the same)
 _MAX_MUL_POWER = 8
 
@@ -257,17 +261,20 @@ class _Translator:
         self.cache = cache
         self._inputs: dict[Any, frozenset] = {}
         self._regrouped: dict[Any, Any] = {}
-        self.caches: dict[tuple[int, Any], CachedTensor] = {}
+        self.caches: dict[Any, CachedTensor] = {}
         self.roots = [self.regroup(r) for r in roots]
         parents: dict[Any, set] = {}
         order: dict[Any, int] = {}
         self._collect(self.roots, parents, order)
         self.index = order
-        self.cache_points = {
-            node for node, ps in parents.items()
-            if self.inputs(node) and isinstance(node, self.sp.Expr) and not (node.is_Symbol or node.is_number)
-            and (len(ps) > 1 or any(self.inputs(p) != self.inputs(node) for p in ps))
-        }
+        # the data-only sub-expressions that a node of other inputs reads (or that are roots):
+        # one stacked cache per dataset holds them all
+        only_data = frozenset([_DATA])
+        points = [node for node in order
+                  if self.inputs(node) == only_data and isinstance(node, self.sp.Expr) and not node.is_Symbol
+                  and (node in self.roots or any(self.inputs(p) != only_data for p in parents.get(node, ())))]
+        self.data_points = {node: i for i, node in enumerate(points)}
+        self._complex_point: dict[Any, bool] = {}
 
     # -- analysis ---------------------------------------------------------------------
     def inputs(self, node: Any) -> frozenset:
@@ -317,7 +324,9 @@ class _Translator:
         return out
 
     def _collect(self, roots: list[Any], parents: dict[Any, set], order: dict[Any, int]) -> None:
-        sp = self.sp
+        from sympy.functions.elementary.piecewise import ExprCondPair
+        from sympy.logic.boolalg import BooleanAtom
+
         stack = [(r, None) for r in roots]
         while stack:
             node, parent = stack.pop()
@@ -330,7 +339,7 @@ class _Translator:
             if node.is_number or node.is_Symbol:
                 continue
             supported = (node.is_Add or node.is_Mul or node.is_Pow or node.func in self.table
-                         or isinstance(node, (sp.ExprCondPair, sp.logic.boolalg.BooleanAtom)))
+                         or isinstance(node, (ExprCondPair, BooleanAtom)))
             if not supported:
                 raise SymbolicError(
                     f"the SymPy function '{node.func.__name__}' (in '{_short(node)}') has no TensorFlow "
@@ -343,22 +352,44 @@ class _Translator:
         """The value of ``node`` on ``data`` (a zcache.Data or an (N, n_obs) tensor)."""
         if node in memo:
             return memo[node]
-        inputs = self.inputs(node)
-        if self.cache and node in self.cache_points and (_DATA not in inputs or isinstance(data, Data)):
-            out = self.cached(node, data if _DATA in inputs else None).value()
+        i = self.data_points.get(node)
+        if i is not None and self.cache and isinstance(data, Data) and _INLINE not in memo:
+            if _STACK not in memo:  # one read (one tf.cond in a graph) per evaluation
+                memo[_STACK] = self.data_stack(data)
+            stacked = memo[_STACK][i]
+            out = stacked if self._complex_point[node] else tf.math.real(stacked)
         else:
             out = self.compute(node, data, memo)
         memo[node] = out
         return out
 
-    def cached(self, node: Any, data: Data | None) -> CachedTensor:
-        key = (self.index[node], data)
-        cache = self.caches.get(key)
+    def data_stack(self, data: Data) -> tf.Tensor:
+        """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads, cached per dataset."""
+        cache = self.caches.get(("data", data))
         if cache is None:
-            where = "" if data is None else f"[{data.name}]"
-            cache = CachedTensor(lambda: self.compute(node, data, {}), name=f"{_short(node)}{where}")
-            self.caches[key] = cache
-        return cache
+            cache = CachedTensor(lambda: self._stack(data), name=f"data-only sub-expressions[{data.name}]")
+            self.caches[("data", data)] = cache
+        return cache.value()
+
+    def _stack(self, data: Data) -> tf.Tensor:
+        memo: dict[Any, Any] = {_INLINE: True}
+        n = tf.shape(self.owner.column(self.owner.space.obs[0], data))
+        rows = []
+        for node in self.data_points:
+            v = self.compute(node, data, memo)
+            memo[node] = v
+            self._complex_point[node] = _is_complex(v)
+            v = _tensor(v, True)
+            rows.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
+        return tf.stack(rows)
+
+    def cached_root(self, node: Any, data: Data) -> tf.Tensor:
+        """``node`` (a root) through a cache per dataset."""
+        cache = self.caches.get(("root", data))
+        if cache is None:
+            cache = CachedTensor(lambda: self.value(node, data, {}), name=f"intensity[{data.name}]")
+            self.caches[("root", data)] = cache
+        return cache.value()
 
     def compute(self, node: Any, data: Any, memo: dict[Any, Any]) -> Any:
         """The value of ``node`` from its children's (which may be caches)."""
@@ -599,8 +630,6 @@ class SymbolicModel(Model):
         if terms is None:
             self._translator = _Translator([expression], self.symbol_params, data_symbols, self, self.cache)
             self._root = self._translator.roots[0]
-            if self._translator.inputs(self._root) and not self._root.is_Symbol:
-                self._translator.cache_points.add(self._root)
             return
         # a coherent sum: couplings grouped by the parameters of their amplitudes
         self._helicities = len(terms)
@@ -616,10 +645,6 @@ class SymbolicModel(Model):
         for c in sorted(keys, key=lambda s: complex_symbols.index(s)):
             groups.setdefault(keys[c], []).append(c)
         self._groups = list(groups.items())  # [(input set, [coupling symbols])]
-        for t in regrouped:  # an amplitude that reads less than its group's inputs: a cache of its own
-            for c, a in t.items():
-                if translator.inputs(a) - {_DATA} != keys[c] and translator.inputs(a) and not a.is_Symbol:
-                    translator.cache_points.add(a)
         self.couplings = [self.symbol_params[c] for _, cs in self._groups for c in cs]
         self._amplitudes = regrouped
 
@@ -685,7 +710,8 @@ class SymbolicModel(Model):
             float64, shape (N,).
         """
         if isinstance(data, Data):
-            return data.value()[:, data.obs.index(name)]
+            values = data.value()
+            return values if values.shape.rank == 1 else values[:, data.obs.index(name)]
         data = tf.convert_to_tensor(data, tf.float64)
         return data[:, self.space.obs.index(name)] if data.shape.rank == 2 else data
 
@@ -770,7 +796,11 @@ class SymbolicModel(Model):
         if not isinstance(data, Data):
             data = tf.convert_to_tensor(data, tf.float64)
         if not self.is_coherent_sum:
-            out = self._translator.value(self._root, data, {})
+            tr = self._translator
+            if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
+                out = tr.cached_root(self._root, data)
+            else:
+                out = tr.value(self._root, data, {})
             out = tf.math.real(out) if _is_complex(out) else out
             return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
         c = self.coupling_vector()
@@ -919,6 +949,17 @@ class SymbolicModel(Model):
         """The precompute protocol: the normalization, and every cache of the bridge built so far."""
         self.normalization()
         return [*caches_of(self), *self._translator.caches.values()]
+
+    @property
+    def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
+        """The coherent sum's groups: (names of the parameters their amplitudes read, names of the couplings).
+
+        Empty when the intensity is not a coherent sum. Each group's amplitudes are one cache per
+        dataset, and each pair of groups one block of the integral matrix.
+        """
+        if not self.is_coherent_sum:
+            return []
+        return [(sorted(s.name for s in key), [c.name for c in cs]) for key, cs in self._groups]
 
     @property
     def node_caches(self) -> list[CachedTensor]:
