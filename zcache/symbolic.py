@@ -11,20 +11,23 @@ How the expression becomes a cached graph (each rule in one sentence):
 - **inputs**: every sub-expression has an input set, the parameters it reads plus "data" when
   it reads a data column;
 - **grouping**: the arguments of a sum or product are grouped by input set (``a*x*b*y`` with
-  ``a, b`` data-only becomes ``(a*b) * (x*y)``), so that each group is one sub-expression;
-- **cache placement**: every sub-expression whose input set differs from a parent's, or that
-  several parents share (the same SymPy node in several places), is a
-  :class:`zcache.CachedTensor`; its dependencies are the parameters it reads and, for
-  data-dependent ones, the :class:`zcache.Data` it is evaluated on (one cache per dataset);
+  ``a, b`` data-only becomes ``(a*b) * (x*y)``), so that each maximal sub-expression over one
+  input set is one node; identical sub-expressions are one node (SymPy hashes structurally), so
+  shared parts are computed once per evaluation;
+- **data-only caches**: every maximal data-only sub-expression that a parameter-dependent one
+  reads (kinematics, breakup momenta, Wigner-D terms) is stored in one stacked
+  :class:`zcache.CachedTensor` per dataset: only ``set_data`` on that dataset recomputes it;
 - **coherent sums**: an intensity :math:`\sum_h |\sum_k c_k A_{kh}|^2` whose couplings
   :math:`c_k` are complex parameters appearing as linear factors (ampform's form) is split into
-  the coupling-free amplitudes :math:`A_{kh}`, grouped by the parameters they read (one group per
-  resonance, typically); per dataset each group is one cached (H, N, K_a) tensor, and the
-  normalization uses cached blocks of :math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^*\rangle`
-  over the phase-space sample, one cache per pair of groups: a coupling change costs
-  :math:`O(K^2)`, a changed width recomputes its resonance's columns and its blocks only. Any
-  other expression is normalized by the mean of the intensity over the phase-space sample
-  (still cached per input set); :attr:`SymbolicModel.is_coherent_sum` says which was found.
+  the coupling-free amplitudes :math:`A_{kh}`, grouped by the parameters they read (one group
+  per resonance, typically); per dataset each group is one cached (H, N, K_g) tensor that only
+  its own parameters (mass, width, radius) invalidate, and the normalization uses cached blocks
+  of :math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^*\rangle` over the phase-space sample, one
+  cache per pair of groups: a coupling change costs :math:`O(N K)` on the data and
+  :math:`O(K^2)` for the normalization, a changed width recomputes its group and its blocks only;
+- **anything else** is normalized by the mean of the intensity over the phase-space sample,
+  cached per dataset until a parameter changes (:attr:`SymbolicModel.is_coherent_sum` says
+  which was found); sub-expressions over parameters only are scalars, recomputed inline.
 
 Complex parameters (those with a complex value: ampform's couplings) become two real
 parameters, real and imaginary part (:class:`zcache.amplitudes.ComplexParameter` with
