@@ -259,3 +259,22 @@ def test_second_ampform_model_bridges_and_fits(dzero):
     from zcache.amplitudes import fit_fractions
 
     np.testing.assert_allclose(fit_fractions(bridged, bridged.phasespace), list(fractions.values()), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_compiled_mode_and_toys(dzero):
+    """The bridged model under set_jit_mode('auto') (XLA) gives the uncompiled loss and gradient; run_toys fits it."""
+    from zcache.toys import run_toys
+
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, cols, expression=expr, name="dz_jit")
+    data = bridged.to_data({k: v[:400] for k, v in cols.items()}, name="dz_jit_data")
+    loss = UnbinnedNLL(bridged, data)
+    plain = loss.value_gradient()
+    with zcache.set_jit_mode("auto"):
+        compiled = loss.value_gradient()
+    assert float(compiled[0]) == pytest.approx(float(plain[0]), rel=1e-12)
+    np.testing.assert_allclose(np.asarray(compiled[1]), np.asarray(plain[1]), rtol=1e-9)
+    set_seed(3)
+    toys = run_toys(bridged, loss, n_toys=2, n_events=400, seed=3, progress=False)
+    assert len(toys.table) == 2

@@ -1044,8 +1044,17 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
 
     Examples
     --------
-    >>> from zcache.symbolic import from_helicity_model   # doctest: +SKIP
-    >>> bridged = from_helicity_model(ampform_model, {"m_12": ..., "theta_0": ...})  # doctest: +SKIP
+    >>> import ampform, numpy as np, qrules
+    >>> from zcache.symbolic import from_helicity_model
+    >>> reaction = qrules.generate_transitions(
+    ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
+    ...     allowed_intermediate_particles=["K*(892)0", "rho(770)+"], allowed_interaction_types=["strong", "weak"])
+    >>> model = ampform.get_builder(reaction).formulate()
+    >>> rng = np.random.default_rng(0)
+    >>> columns = {"theta_0^01": np.arccos(rng.uniform(-1, 1, 2000)), "theta_1^12": np.arccos(rng.uniform(-1, 1, 2000))}
+    >>> bridged = from_helicity_model(model, columns)
+    >>> bridged.is_coherent_sum, len(bridged.couplings), bridged.space.obs
+    (True, 2, ('theta_0^01', 'theta_1^12'))
     """
     expr = model.expression.doit() if expression is None else expression
     values: dict[Any, Any] = {}
