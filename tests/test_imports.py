@@ -18,7 +18,7 @@ PACKAGE = pathlib.Path(zcache.__file__).parent
 
 #: The fitting layer: models, losses, minimizers and what is built on them.
 FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "amplitudes", "binned", "minimize", "batch", "toys",
-           "plot", "demo", "demo_basics", "demo_toys"}
+           "plot", "symbolic", "demo", "demo_basics", "demo_toys"}
 
 
 def _modules() -> dict[str, ast.Module]:

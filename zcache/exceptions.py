@@ -37,6 +37,7 @@ __all__ = [
     "FitError",
     "BatchingError",
     "ToyStudyError",
+    "SymbolicError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -141,6 +142,14 @@ class BatchingError(ZCacheError, ValueError):
 
 class ToyStudyError(ZCacheError, ValueError):
     """A toy study cannot be run as asked (batch size, factory, cluster)."""
+
+
+class SymbolicError(ModelError):
+    """A SymPy expression cannot be bridged (:mod:`zcache.symbolic`).
+
+    The message names the node or symbol: a function the bridge does not translate, a free
+    symbol that is neither a parameter nor a data column, or a parameter given twice.
+    """
 
 
 class ZCacheWarning(UserWarning):

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import html
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -1006,7 +1007,17 @@ class Minuit:
                 kept_hessian[x.tobytes()] = hessian
             return hessian.copy()
 
-        m = FitMinuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False, name=names)
+        def g2(x: np.ndarray) -> np.ndarray:
+            return np.diag(hess(x)).copy()
+
+        # With a Hessian, MIGRAD's seed falls back to g2 (the diagonal) where the Hessian at the
+        # start is not positive definite; iminuit 2.33 then calls a g2 of None ("'NoneType' object
+        # is not callable", seen with amplitude models started far from the minimum). g2 is the
+        # Hessian's diagonal; iminuit warns that the Hessian overrides it, which is what we want.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="hessian overrides g2", category=iminuit.util.IMinuitWarning)
+            m = FitMinuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False,
+                          g2=g2 if analytic else False, name=names)
         m.errordef = loss.errordef
         m.limits = list(zip(lower, upper, strict=True))
         m.tol = self.tol

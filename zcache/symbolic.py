@@ -1,0 +1,1067 @@
+r"""A bridge from SymPy expressions (and ampform models) to cached zcache models.
+
+``pip install zcache[sympy]``. Give :class:`SymbolicModel` an intensity written in SymPy, the
+symbols that are parameters (with values) and the symbols that are data columns, and a
+phase-space sample; it builds a :class:`zcache.models.Model` whose caches sit where the
+expression's inputs change. :func:`from_helicity_model` does the same for an ampform
+``HelicityModel``.
+
+How the expression becomes a cached graph (each rule in one sentence):
+
+- **inputs**: every sub-expression has an input set, the parameters it reads plus "data" when
+  it reads a data column;
+- **grouping**: the arguments of a sum or product are grouped by input set (``a*x*b*y`` with
+  ``a, b`` data-only becomes ``(a*b) * (x*y)``), so that each maximal sub-expression over one
+  input set is one node; identical sub-expressions are one node (SymPy hashes structurally), so
+  shared parts are computed once per evaluation;
+- **data-only caches**: every maximal data-only sub-expression that a parameter-dependent one
+  reads (kinematics, breakup momenta, Wigner-D terms) is stored in one stacked
+  :class:`zcache.CachedTensor` per dataset: only ``set_data`` on that dataset recomputes it;
+- **coherent sums**: an intensity :math:`\sum_h |\sum_k c_k A_{kh}|^2` whose couplings
+  :math:`c_k` are complex parameters appearing as linear factors (ampform's form) is split into
+  the coupling-free amplitudes :math:`A_{kh}`, grouped by the parameters they read (one group
+  per resonance, typically); per dataset each group is one cached (H, N, K_g) tensor that only
+  its own parameters (mass, width, radius) invalidate, and the normalization uses cached blocks
+  of :math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^*\rangle` over the phase-space sample, one
+  cache per pair of groups: a coupling change costs :math:`O(N K)` on the data and
+  :math:`O(K^2)` for the normalization, a changed width recomputes its group and its blocks only;
+- **anything else** is normalized by the mean of the intensity over the phase-space sample,
+  cached per dataset until a parameter changes (:attr:`SymbolicModel.is_coherent_sum` says
+  which was found); sub-expressions over parameters only are scalars, recomputed inline.
+
+Complex parameters (those with a complex value: ampform's couplings) become two real
+parameters, real and imaginary part (:class:`zcache.amplitudes.ComplexParameter` with
+``polar=False``, named ``<symbol>_re`` / ``<symbol>_im``), as tensorwaves' optimizers split
+them. Data columns are real (float64).
+
+The density is :math:`I(x) / (V \langle I\rangle_{MC})` with the phase-space sample's mean and
+``phasespace_volume`` :math:`V` (default 1, as tensorwaves' ``UnbinnedNLL``): a density with
+respect to the phase-space measure. Sampling resamples the phase-space sample with weights
+:math:`I` (with replacement): use a phase-space sample much larger than the samples drawn.
+
+Examples
+--------
+>>> import numpy as np, sympy as sp, zcache
+>>> from zcache.symbolic import SymbolicModel
+>>> x, m, g, c = sp.symbols("x m g c")
+>>> expr = sp.Abs(1 + c * g / (m**2 - x**2 - sp.I * m * g)) ** 2
+>>> phsp = np.random.default_rng(0).uniform(0.5, 1.5, 10_000)
+>>> model = SymbolicModel(expr, {m: 1.0, g: 0.1, c: 0.5 + 0.5j}, ["x"], {"x": phsp})
+>>> model.is_coherent_sum, [p.name for p in model.get_params()]
+(False, ['c_re', 'c_im'])
+>>> data = model.sample(500)
+>>> data.nevents, data.obs
+(500, ('x',))
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._cachable import caches_of
+from ._cached_tensor import CachedTensor
+from ._parameter import Data, Parameter
+from .amplitudes import ComplexParameter
+from .exceptions import SymbolicError
+from .models import Model, Space
+from .sampling import rng
+
+__all__ = ["SymbolicModel", "from_helicity_model", "to_tensorflow"]
+
+# the marker of "reads a data column" in an input set
+_DATA = "<data>"
+# a memo key: compute data-only sub-expressions inline (while filling their stacked cache)
+_INLINE = "<inline>"
+# a memo key: the stacked data-only cache, read once per evaluation
+_STACK = "<stack>"
+# integer exponents up to this are computed by multiplications (numpy's x**n does the same)
+_MAX_MUL_POWER = 8
+
+
+def _sympy() -> Any:
+    try:
+        import sympy
+    except ImportError as err:  # pragma: no cover - [sympy] is part of [dev]
+        raise SymbolicError("zcache.symbolic needs SymPy: pip install zcache[sympy].") from err
+    return sympy
+
+
+def _short(node: Any, limit: int = 60) -> str:
+    text = str(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------
+# values: Python numbers (constants) or float64 / complex128 tensors
+# ---------------------------------------------------------------------------------------
+def _is_complex(v: Any) -> bool:
+    return isinstance(v, complex) or (isinstance(v, tf.Tensor) and v.dtype.is_complex)
+
+
+def _tensor(v: Any, complex_: bool) -> tf.Tensor:
+    if isinstance(v, (int, float, complex)):
+        return tf.constant(complex(v) if complex_ else float(v), tf.complex128 if complex_ else tf.float64)
+    if complex_ and not v.dtype.is_complex:
+        return tf.complex(v, tf.zeros_like(v))
+    return v
+
+
+def _binary(a: Any, b: Any, op: Any) -> Any:
+    if isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)):
+        return op(a, b)
+    c = _is_complex(a) or _is_complex(b)
+    return op(_tensor(a, c), _tensor(b, c))
+
+
+def _mul(a: Any, b: Any) -> Any:
+    return _binary(a, b, lambda x, y: x * y)
+
+
+def _add(a: Any, b: Any) -> Any:
+    return _binary(a, b, lambda x, y: x + y)
+
+
+def _integer_power(x: Any, n: int) -> Any:
+    if isinstance(x, (int, float, complex)):
+        return x**n
+    if n == 0:
+        return tf.ones_like(x)
+    if abs(n) > _MAX_MUL_POWER:
+        return tf.pow(x, tf.constant(float(n), x.dtype) if not x.dtype.is_complex else tf.constant(complex(n), x.dtype))
+    out, base, k = None, x, abs(n)
+    while k:  # binary exponentiation
+        if k & 1:
+            out = base if out is None else out * base
+        k >>= 1
+        if k:
+            base = base * base
+    return tf.math.reciprocal(out) if n < 0 else out
+
+
+def _real_fn(name: str, tf_fn: Any, np_fn: Any) -> Any:
+    def apply(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)):
+            return complex(np_fn(complex(x))) if isinstance(x, complex) else float(np_fn(float(x)))
+        return tf_fn(x)
+
+    apply.__name__ = name
+    return apply
+
+
+# ---------------------------------------------------------------------------------------
+# the translation of one node, given its children's values
+# ---------------------------------------------------------------------------------------
+def _op_table() -> dict[Any, Any]:
+    sp = _sympy()
+
+    def re_(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)):
+            return complex(x).real
+        return tf.math.real(x) if x.dtype.is_complex else x
+
+    def im_(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)):
+            return complex(x).imag
+        return tf.math.imag(x) if x.dtype.is_complex else tf.zeros_like(x)
+
+    def conj_(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)):
+            return complex(x).conjugate() if isinstance(x, complex) else x
+        return tf.math.conj(x) if x.dtype.is_complex else x
+
+    def abs_(x: Any) -> Any:
+        return abs(x) if isinstance(x, (int, float, complex)) else tf.abs(x)
+
+    def arg_(x: Any) -> Any:
+        if isinstance(x, (int, float, complex)):
+            return cmath.phase(complex(x))
+        return tf.math.angle(x) if x.dtype.is_complex else tf.math.angle(tf.complex(x, tf.zeros_like(x)))
+
+    def where_(pieces: list[tuple[Any, Any]]) -> Any:
+        complex_ = any(_is_complex(v) for v, _ in pieces)
+        out = None
+        for value, cond in reversed(pieces):
+            value = _tensor(value, complex_)
+            if out is None:
+                out = value
+            else:
+                cond = tf.convert_to_tensor(cond)
+                value, rest = value + tf.zeros_like(out), out + tf.zeros_like(value)  # broadcast
+                out = tf.where(cond, value, rest)
+        return out
+
+    def rel(tf_op: Any, py_op: Any) -> Any:
+        def apply(a: Any, b: Any) -> Any:
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+                return py_op(a, b)
+            return tf_op(_tensor(a, False), _tensor(b, False))
+        return apply
+
+    def heaviside(x: Any, h0: Any = 0.5) -> Any:
+        x = _tensor(x, False)
+        return tf.where(x > 0.0, tf.ones_like(x), tf.where(x < 0.0, tf.zeros_like(x), h0 * tf.ones_like(x)))
+
+    unary = {
+        sp.exp: _real_fn("exp", tf.exp, cmath.exp),
+        sp.log: _real_fn("log", tf.math.log, cmath.log),
+        sp.sin: _real_fn("sin", tf.sin, cmath.sin),
+        sp.cos: _real_fn("cos", tf.cos, cmath.cos),
+        sp.tan: _real_fn("tan", tf.tan, cmath.tan),
+        sp.asin: _real_fn("asin", tf.asin, cmath.asin),
+        sp.acos: _real_fn("acos", tf.acos, cmath.acos),
+        sp.atan: _real_fn("atan", tf.atan, cmath.atan),
+        sp.sinh: _real_fn("sinh", tf.sinh, cmath.sinh),
+        sp.cosh: _real_fn("cosh", tf.cosh, cmath.cosh),
+        sp.tanh: _real_fn("tanh", tf.tanh, cmath.tanh),
+        sp.re: re_,
+        sp.im: im_,
+        sp.conjugate: conj_,
+        sp.Abs: abs_,
+        sp.arg: arg_,
+        sp.sign: lambda x: tf.sign(_tensor(x, False)),
+    }
+    table: dict[Any, Any] = {f: ("unary", fn) for f, fn in unary.items()}
+    table[sp.atan2] = ("nary", lambda y, x: tf.atan2(_tensor(y, False), _tensor(x, False)))
+    table[sp.Min] = ("nary", lambda *a: _fold(a, lambda x, y: tf.minimum(_tensor(x, False), _tensor(y, False))))
+    table[sp.Max] = ("nary", lambda *a: _fold(a, lambda x, y: tf.maximum(_tensor(x, False), _tensor(y, False))))
+    table[sp.Heaviside] = ("nary", heaviside)
+    table[sp.StrictLessThan] = ("nary", rel(tf.less, lambda a, b: a < b))
+    table[sp.LessThan] = ("nary", rel(tf.less_equal, lambda a, b: a <= b))
+    table[sp.StrictGreaterThan] = ("nary", rel(tf.greater, lambda a, b: a > b))
+    table[sp.GreaterThan] = ("nary", rel(tf.greater_equal, lambda a, b: a >= b))
+    table[sp.Equality] = ("nary", rel(tf.equal, lambda a, b: a == b))
+    table[sp.Unequality] = ("nary", rel(tf.not_equal, lambda a, b: a != b))
+    table[sp.And] = ("nary", lambda *a: _fold(a, tf.logical_and))
+    table[sp.Or] = ("nary", lambda *a: _fold(a, tf.logical_or))
+    table[sp.Not] = ("unary", tf.logical_not)
+    table[sp.Piecewise] = ("piecewise", where_)
+    return table
+
+
+def _fold(args: Sequence[Any], op: Any) -> Any:
+    out = args[0]
+    for a in args[1:]:
+        out = op(out, a)
+    return out
+
+
+class _Translator:
+    """The expression's nodes, their input sets and cache points; evaluates nodes to tensors."""
+
+    def __init__(self, roots: list[Any], params: dict[Any, Any], data_names: dict[Any, str], owner: Any,
+                 cache: bool) -> None:
+        self.sp = _sympy()
+        self.table = _op_table()
+        self.params = params
+        self.data_names = data_names
+        self.owner = owner
+        self.cache = cache
+        self._inputs: dict[Any, frozenset] = {}
+        self._regrouped: dict[Any, Any] = {}
+        self.caches: dict[Any, CachedTensor] = {}
+        self.roots = [self.regroup(r) for r in roots]
+        parents: dict[Any, set] = {}
+        order: dict[Any, int] = {}
+        self._collect(self.roots, parents, order)
+        self.index = order
+        # the data-only sub-expressions that a node of other inputs reads (or that are roots):
+        # one stacked cache per dataset holds them all
+        only_data = frozenset([_DATA])
+        points = [node for node in order
+                  if self.inputs(node) == only_data and isinstance(node, self.sp.Expr) and not node.is_Symbol
+                  and (node in self.roots or any(self.inputs(p) != only_data for p in parents.get(node, ())))]
+        self.data_points = {node: i for i, node in enumerate(points)}
+        self._complex_point: dict[Any, bool] = {}
+
+    # -- analysis ---------------------------------------------------------------------
+    def inputs(self, node: Any) -> frozenset:
+        """The parameters a node reads, plus ``_DATA`` when it reads a data column."""
+        found = self._inputs.get(node)
+        if found is not None:
+            return found
+        if node.is_Symbol:
+            if node in self.params:
+                found = frozenset([node])
+            elif node in self.data_names:
+                found = frozenset([_DATA])
+            else:
+                raise SymbolicError(
+                    f"the symbol '{node}' is neither a parameter nor a data column: give it a value in "
+                    "parameters= or list it in data=."
+                )
+        else:
+            found = frozenset().union(*(self.inputs(a) for a in node.args)) if node.args else frozenset()
+        self._inputs[node] = found
+        return found
+
+    def regroup(self, node: Any) -> Any:
+        """``node`` with the arguments of sums and products grouped by input set."""
+        done = self._regrouped.get(node)
+        if done is not None:
+            return done
+        if not node.args or node.is_number:
+            out = node
+        else:
+            args = [self.regroup(a) for a in node.args]
+            if node.is_Add or node.is_Mul:
+                groups: dict[frozenset, list[Any]] = {}
+                for a in args:
+                    groups.setdefault(self.inputs(a), []).append(a)
+                if len(groups) > 1:
+                    args = [g[0] if len(g) == 1 else node.func(*g, evaluate=False) for g in groups.values()]
+                out = node.func(*args, evaluate=False) if len(args) > 1 else args[0]
+            elif any(a is not b for a, b in zip(args, node.args, strict=True)):
+                try:
+                    out = node.func(*args, evaluate=False)
+                except TypeError:  # classes without an evaluate flag (ExprCondPair)
+                    out = node.func(*args)
+            else:
+                out = node
+        self._regrouped[node] = out
+        return out
+
+    def _collect(self, roots: list[Any], parents: dict[Any, set], order: dict[Any, int]) -> None:
+        from sympy.functions.elementary.piecewise import ExprCondPair
+        from sympy.logic.boolalg import BooleanAtom
+
+        stack = [(r, None) for r in roots]
+        while stack:
+            node, parent = stack.pop()
+            if parent is not None:
+                parents.setdefault(node, set()).add(parent)
+            if node in order:
+                continue
+            order[node] = len(order)
+            self.inputs(node)
+            if node.is_number or node.is_Symbol:
+                continue
+            supported = (node.is_Add or node.is_Mul or node.is_Pow or node.func in self.table
+                         or isinstance(node, (ExprCondPair, BooleanAtom)))
+            if not supported:
+                raise SymbolicError(
+                    f"the SymPy function '{node.func.__name__}' (in '{_short(node)}') has no TensorFlow "
+                    "translation; rewrite it (e.g. .doit() or .rewrite()) or substitute it before bridging."
+                )
+            stack.extend((a, node) for a in node.args)
+
+    # -- evaluation -------------------------------------------------------------------
+    def value(self, node: Any, data: Any, memo: dict[Any, Any]) -> Any:
+        """The value of ``node`` on ``data`` (a zcache.Data or an (N, n_obs) tensor)."""
+        if node in memo:
+            return memo[node]
+        i = self.data_points.get(node)
+        if i is not None and self.cache and isinstance(data, Data) and _INLINE not in memo:
+            if _STACK not in memo:  # one read (one tf.cond in a graph) per evaluation
+                memo[_STACK] = self.data_stack(data)
+            stacked = memo[_STACK][i]
+            out = stacked if self._complex_point[node] else tf.math.real(stacked)
+        else:
+            out = self.compute(node, data, memo)
+        memo[node] = out
+        return out
+
+    def data_stack(self, data: Data) -> tf.Tensor:
+        """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads, cached per dataset."""
+        cache = self.caches.get(("data", data))
+        if cache is None:
+            cache = CachedTensor(lambda: self._stack(data), name=f"data-only sub-expressions[{data.name}]")
+            self.caches[("data", data)] = cache
+        return cache.value()
+
+    def _stack(self, data: Data) -> tf.Tensor:
+        memo: dict[Any, Any] = {_INLINE: True}
+        n = tf.shape(self.owner.column(self.owner.space.obs[0], data))
+        rows = []
+        for node in self.data_points:
+            v = self.compute(node, data, memo)
+            memo[node] = v
+            self._complex_point[node] = _is_complex(v)
+            v = _tensor(v, True)
+            rows.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
+        return tf.stack(rows)
+
+    def cached_root(self, node: Any, data: Data) -> tf.Tensor:
+        """``node`` (a root) through a cache per dataset."""
+        cache = self.caches.get(("root", data))
+        if cache is None:
+            cache = CachedTensor(lambda: self.value(node, data, {}), name=f"intensity[{data.name}]")
+            self.caches[("root", data)] = cache
+        return cache.value()
+
+    def compute(self, node: Any, data: Any, memo: dict[Any, Any]) -> Any:
+        """The value of ``node`` from its children's (which may be caches)."""
+        sp = self.sp
+        inputs = self.inputs(node)
+        if node.is_Symbol:
+            if node in self.params:
+                return self.params[node].value()
+            return self.column(node, data)
+        if node.is_number or not inputs:
+            try:
+                value = complex(node.evalf(17))
+            except (TypeError, ValueError) as err:
+                raise SymbolicError(f"the constant '{_short(node)}' is not a number.") from err
+            return value.real if value.imag == 0.0 else value
+        child = lambda a: self.value(a, data, memo)  # noqa: E731
+        if node.is_Add:
+            return _fold([child(a) for a in _numbers_first(node.args)], _add)
+        if node.is_Mul:
+            return _fold([child(a) for a in _numbers_first(node.args)], _mul)
+        if node.is_Pow:
+            return self.power(node, child)
+        entry = self.table.get(node.func)
+        if entry is None:
+            raise SymbolicError(
+                f"the SymPy function '{node.func.__name__}' (in '{_short(node)}') has no TensorFlow "
+                "translation; rewrite it (e.g. .doit() or .rewrite()) or substitute it before bridging."
+            )
+        kind, fn = entry
+        if kind == "unary":
+            return fn(child(node.args[0]))
+        if kind == "piecewise":
+            return fn([(child(e), child(c) if c is not sp.true else True) for e, c in node.args])
+        return fn(*[child(a) for a in node.args])
+
+    def power(self, node: Any, child: Any) -> Any:
+        base, exp = node.args
+        if exp.is_Integer and base.func is self.sp.Abs and int(exp) % 2 == 0:  # |z|^2n without the sqrt
+            z = child(base.args[0])
+            if _is_complex(z):
+                sq = tf.math.real(z) ** 2 + tf.math.imag(z) ** 2 if isinstance(z, tf.Tensor) else abs(z) ** 2
+            else:
+                sq = z * z
+            return _integer_power(sq, int(exp) // 2)
+        b = child(base)
+        if exp.is_Integer:
+            return _integer_power(b, int(exp))
+        if exp.is_Rational and exp.q == 2:
+            if isinstance(b, (int, float, complex)):
+                return b**float(exp) if not isinstance(b, complex) else b ** complex(float(exp))
+            root = tf.sqrt(b)
+            return _integer_power(root, int(exp.p))
+        e = child(exp)
+        complex_ = _is_complex(b) or _is_complex(e)
+        return tf.pow(_tensor(b, complex_), _tensor(e, complex_))
+
+    def column(self, symbol: Any, data: Any) -> tf.Tensor:
+        return self.owner.column(self.data_names[symbol], data)
+
+
+def _numbers_first(args: Sequence[Any]) -> list[Any]:
+    return sorted(args, key=lambda a: 0 if a.is_number else 1)
+
+
+def to_tensorflow(expression: Any, values: Mapping[Any, Any]) -> tf.Tensor:
+    """Evaluate a SymPy expression with TensorFlow ops (no caches): the bridge's translation.
+
+    Parameters
+    ----------
+    expression : sympy.Expr
+        The expression (unevaluated ampform classes are evaluated with ``.doit()`` first).
+    values : mapping
+        Every free symbol (or its name) -> a number or array (float64 or complex128).
+
+    Returns
+    -------
+    tf.Tensor
+        float64 or complex128.
+
+    Raises
+    ------
+    SymbolicError
+        An unsupported function or a symbol without a value (named in the message).
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from zcache.symbolic import to_tensorflow
+    >>> x = sp.Symbol("x")
+    >>> [round(float(v), 6) for v in to_tensorflow(sp.sqrt(x) * sp.cos(x), {"x": [1.0, 2.0]})]
+    [0.540302, -0.588521]
+    """
+    sp = _sympy()
+    expression = sp.sympify(expression).doit()
+    by_name = {(k.name if hasattr(k, "name") else str(k)): v for k, v in values.items()}
+    symbols = sorted(expression.free_symbols, key=lambda s: s.name)
+    missing = [s.name for s in symbols if s.name not in by_name]
+    if missing:
+        raise SymbolicError(f"the symbol '{missing[0]}' has no value; give it one in values=.")
+    tensors = {}
+    for s in symbols:
+        arr = np.asarray(by_name[s.name])
+        tensors[s] = tf.constant(arr, tf.complex128 if np.iscomplexobj(arr) else tf.float64)
+
+    class _Values:
+        def __init__(self, t: tf.Tensor) -> None:
+            self.t = t
+
+        def value(self) -> tf.Tensor:
+            return self.t
+
+    translator = _Translator([expression], {s: _Values(t) for s, t in tensors.items()}, {}, None, cache=False)
+    out = translator.value(translator.roots[0], None, {})
+    return _tensor(out, _is_complex(out)) if isinstance(out, (int, float, complex)) else out
+
+
+# ---------------------------------------------------------------------------------------
+# the coherent-sum structure
+# ---------------------------------------------------------------------------------------
+def _coherent_terms(expression: Any, couplings: set[Any]) -> list[dict[Any, Any]] | None:
+    r"""``[{c_k: A_kh}]`` per :math:`h` when ``expression`` is :math:`\sum_h |\sum_k c_k A_{kh}|^2`, else None."""
+    sp = _sympy()
+    if not couplings:
+        return None
+    out = []
+    for term in sp.Add.make_args(expression):
+        if not (term.is_Pow and term.exp == 2 and term.base.func is sp.Abs):
+            return None
+        amplitudes: dict[Any, list[Any]] = {}
+        for part in sp.Add.make_args(term.base.args[0]):
+            factors = sp.Mul.make_args(part)
+            found = [f for f in factors if f in couplings]
+            rest = [f for f in factors if f not in couplings]
+            if len(found) != 1 or any(f.free_symbols & couplings for f in rest):
+                return None
+            amplitudes.setdefault(found[0], []).append(sp.Mul(*rest))
+        out.append({c: sp.Add(*parts) for c, parts in amplitudes.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the model
+# ---------------------------------------------------------------------------------------
+class SymbolicModel(Model):
+    r"""A zcache model from a SymPy intensity: caches where the inputs change (see the module docstring).
+
+    Parameters
+    ----------
+    expression : sympy.Expr
+        The (unnormalized) intensity, real and non-negative; unevaluated classes (ampform's)
+        are evaluated with ``.doit()`` unless ``doit=False``.
+    parameters : mapping
+        Symbol (or its name) -> its value (a number; a complex number makes a complex
+        parameter), a ``dict(value=..., lower=..., upper=..., floating=...)``, a
+        :class:`zcache.Parameter` or a :class:`zcache.amplitudes.ComplexParameter` (used as is).
+    data : sequence of sympy.Symbol or str
+        The data columns (kinematic variables); those the expression does not read are ignored.
+    phasespace : zcache.Data or mapping of str to array_like
+        The phase-space (integration) sample: a Data with ``obs`` naming the columns, or
+        name -> array.
+    floating : iterable of sympy.Symbol or str, optional
+        The parameters that float (the others are fixed). Default: the complex parameters
+        (couplings), except the first one of a coherent sum (the reference, which fixes the
+        overall phase and scale). Parameters passed as zcache objects keep their own flag.
+    name : str, optional
+        A label; default ``'SymbolicModel'``.
+    cache : bool
+        ``False`` builds the same model without any cache (the reference the tests compare with).
+    doit : bool
+        Whether to call ``expression.doit()`` first.
+    phasespace_volume : float
+        :math:`V` of the normalization :math:`V \langle I \rangle_{MC}`.
+    limits : mapping of str to (float, float), optional
+        The range of a data column (default: the phase-space sample's range, widened by 10 %).
+    extended : Parameter or float, optional
+        A yield makes the model extended.
+
+    Raises
+    ------
+    SymbolicError
+        An unsupported SymPy function, a free symbol that is neither parameter nor data, a
+        parameter that is also a data column, or a phase-space sample without a needed column.
+
+    Examples
+    --------
+    >>> import numpy as np, sympy as sp
+    >>> from zcache.symbolic import SymbolicModel
+    >>> x, a, c = sp.symbols("x a c")
+    >>> model = SymbolicModel(sp.Abs(c * sp.exp(sp.I * a * x) + 1) ** 2, {a: 2.0, c: 0.5j}, ["x"],
+    ...                       {"x": np.linspace(0.0, 1.0, 1001)})
+    >>> round(float(model.unnormalized_pdf(np.array([[0.0]]))[0]), 12)   # |0.5i + 1|^2
+    1.25
+    """
+
+    def __init__(self, expression: Any, parameters: Mapping[Any, Any], data: Sequence[Any], phasespace: Any, *,
+                 floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
+                 doit: bool = True, phasespace_volume: float = 1.0,
+                 limits: Mapping[str, tuple[float, float]] | None = None, extended: Any = None) -> None:
+        sp = _sympy()
+        expression = sp.sympify(expression)
+        if doit:
+            expression = expression.doit()
+        symbols = {s.name: s for s in expression.free_symbols}
+        data_names = [d.name if hasattr(d, "name") else str(d) for d in data]
+        by_name = {(k.name if hasattr(k, "name") else str(k)): v for k, v in parameters.items()}
+        both = sorted(set(by_name) & set(data_names))
+        if both:
+            raise SymbolicError(f"the symbol '{both[0]}' is given both as a parameter and as a data column.")
+        for s in sorted(symbols):
+            if s not in by_name and s not in data_names:
+                raise SymbolicError(
+                    f"the symbol '{s}' is neither a parameter nor a data column: give it a value in "
+                    "parameters= or list it in data=."
+                )
+        self.expression = expression
+        self.cache = bool(cache)
+        self.phasespace_volume = float(phasespace_volume)
+        used = [d for d in data_names if d in symbols]
+        if not used:
+            raise SymbolicError("the expression reads none of the data columns given in data=.")
+        self.phasespace = self._as_data(phasespace, used, "phasespace")
+        space = self._space(used, limits)
+        super().__init__(space, name=name or "SymbolicModel", extended=extended)
+        # parameters: real ones and complex ones (real and imaginary part)
+        complex_symbols = [symbols[n] for n in by_name if n in symbols and _is_complex_value(by_name[n])]
+        self.symbol_params: dict[Any, Any] = {}
+        for n, value in by_name.items():
+            if n in symbols:
+                self.symbol_params[symbols[n]] = _make_parameter(n, value)
+        terms = _coherent_terms(expression, set(complex_symbols))
+        self.is_coherent_sum = terms is not None
+        self._set_floating(floating, symbols, by_name, complex_symbols, terms)
+        self.params = {}
+        for obj in self.symbol_params.values():
+            for p in (obj.params if isinstance(obj, ComplexParameter) else [obj]):
+                self.params[p.name] = p
+        data_symbols = {symbols[d]: d for d in used}
+        if terms is None:
+            self._translator = _Translator([expression], self.symbol_params, data_symbols, self, self.cache)
+            self._root = self._translator.roots[0]
+            return
+        # a coherent sum: couplings grouped by the parameters of their amplitudes
+        self._helicities = len(terms)
+        translator = _Translator([a for t in terms for a in t.values()], self.symbol_params, data_symbols, self,
+                                 self.cache)
+        self._translator = translator
+        regrouped = [{c: translator.regroup(a) for c, a in t.items()} for t in terms]
+        keys: dict[Any, frozenset] = {}
+        for t in regrouped:
+            for c, a in t.items():
+                keys[c] = keys.get(c, frozenset()) | (translator.inputs(a) - {_DATA})
+        groups: dict[frozenset, list[Any]] = {}
+        for c in sorted(keys, key=lambda s: complex_symbols.index(s)):
+            groups.setdefault(keys[c], []).append(c)
+        self._groups = list(groups.items())  # [(input set, [coupling symbols])]
+        self.couplings = [self.symbol_params[c] for _, cs in self._groups for c in cs]
+        self._amplitudes = regrouped
+
+    # -- construction helpers -------------------------------------------------------------
+    def _as_data(self, sample: Any, used: list[str], what: str) -> Data:
+        if isinstance(sample, Data):
+            missing = [u for u in used if sample.obs is None or u not in sample.obs]
+            if missing:
+                raise SymbolicError(f"the {what} sample '{sample.name}' has no column '{missing[0]}' (obs {sample.obs}).")
+            return sample
+        missing = [u for u in used if u not in sample]
+        if missing:
+            raise SymbolicError(f"the {what} sample has no column '{missing[0]}'.")
+        return Data(np.stack([np.real(np.asarray(sample[u], dtype=np.complex128)) for u in used], axis=1),
+                    name=what, obs=used)
+
+    def _space(self, used: list[str], limits: Mapping[str, tuple[float, float]] | None) -> Space:
+        values = self.phasespace.numpy()
+        cols = [values[:, self.phasespace.obs.index(u)] for u in used]
+        lower, upper = [], []
+        for u, col in zip(used, cols, strict=True):
+            if limits and u in limits:
+                lo, hi = limits[u]
+            else:
+                lo, hi = float(np.min(col)), float(np.max(col))
+                pad = 0.1 * (hi - lo) + 1e-6 * (abs(lo) + abs(hi) + 1.0)
+                lo, hi = lo - pad, hi + pad
+            lower.append(lo)
+            upper.append(hi)
+        return Space(used, lower, upper)
+
+    def _set_floating(self, floating: Iterable[Any] | None, symbols: dict[str, Any], by_name: dict[str, Any],
+                      complex_symbols: list[Any], terms: Any) -> None:
+        if floating is None:
+            chosen = set(complex_symbols[1:] if terms is not None else complex_symbols)
+        else:
+            names = {f.name if hasattr(f, "name") else str(f) for f in floating}
+            unknown = sorted(names - set(by_name))
+            if unknown:
+                raise SymbolicError(f"floating= names '{unknown[0]}', which is not a parameter.")
+            chosen = {symbols[n] for n in names if n in symbols}
+        for symbol, obj in self.symbol_params.items():
+            given = by_name[symbol.name]
+            if isinstance(given, (Parameter, ComplexParameter)) or (isinstance(given, Mapping) and "floating" in given):
+                continue  # the user's own objects and explicit flags are kept
+            for p in (obj.params if isinstance(obj, ComplexParameter) else [obj]):
+                p.floating = symbol in chosen
+
+    # -- per-event values ----------------------------------------------------------------
+    def column(self, name: str, data: Any) -> tf.Tensor:
+        """One data column of ``data`` (a zcache.Data or a tensor in the space's column order).
+
+        Parameters
+        ----------
+        name : str
+            The column (an observable of :attr:`space`).
+        data : zcache.Data or tf.Tensor
+            The events.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
+        if isinstance(data, Data):
+            values = data.value()
+            return values if values.shape.rank == 1 else values[:, data.obs.index(name)]
+        data = tf.convert_to_tensor(data, tf.float64)
+        return data[:, self.space.obs.index(name)] if data.shape.rank == 2 else data
+
+    def to_data(self, columns: Mapping[str, Any], name: str = "data") -> Data:
+        """A :class:`zcache.Data` with this model's observables from ``name -> array`` columns.
+
+        Parameters
+        ----------
+        columns : mapping of str to array_like
+            At least the model's observables (others are ignored).
+        name : str
+            The Data's name.
+
+        Returns
+        -------
+        zcache.Data
+        """
+        return self._as_data(columns, list(self.space.obs), name)
+
+    def _group_matrix(self, g: int, data: Any) -> tf.Tensor:
+        """(H, N, K_g): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent)."""
+        key, couplings = self._groups[g]
+        tr = self._translator
+        if self.cache and isinstance(data, Data):
+            cache_key = ("group", g, data)
+            cache = tr.caches.get(cache_key)
+            if cache is None:
+                cache = CachedTensor(lambda: self._group_matrix_now(g, data), name=f"A[group {g}][{data.name}]")
+                tr.caches[cache_key] = cache
+            return cache.value()
+        return self._group_matrix_now(g, data)
+
+    def _group_matrix_now(self, g: int, data: Any) -> tf.Tensor:
+        key, couplings = self._groups[g]
+        tr = self._translator
+        memo: dict[Any, Any] = {}
+        n = tf.shape(self.column(self.space.obs[0], data))
+        rows = []
+        for t in self._amplitudes:
+            cols = []
+            for c in couplings:
+                a = t.get(c)
+                v = tf.zeros(n, tf.complex128) if a is None else tr.value(a, data, memo)
+                v = _tensor(v, True)
+                cols.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
+            rows.append(tf.stack(cols, axis=1))
+        return tf.stack(rows)
+
+    def coupling_vector(self) -> tf.Tensor:
+        """:math:`c`, the couplings of the coherent sum, in the order of :attr:`couplings`.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K,).
+
+        Raises
+        ------
+        SymbolicError
+            The intensity is not a coherent sum.
+        """
+        self._require_coherent("coupling_vector")
+        return tf.stack([c.value() for c in self.couplings])
+
+    def _require_coherent(self, what: str) -> None:
+        if not self.is_coherent_sum:
+            raise SymbolicError(f"{what}: the intensity of '{self.name}' is not a coherent sum of couplings x amplitudes.")
+
+    def intensity(self, data: Any) -> tf.Tensor:
+        r"""The unnormalized intensity :math:`I(x_i)` of each event.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            Events: a Data (cached per dataset) or an (N, n_obs) array in the space's order.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
+        if not isinstance(data, Data):
+            data = tf.convert_to_tensor(data, tf.float64)
+        if not self.is_coherent_sum:
+            tr = self._translator
+            if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
+                out = tr.cached_root(self._root, data)
+            else:
+                out = tr.value(self._root, data, {})
+            out = tf.math.real(out) if _is_complex(out) else out
+            return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
+        c = self.coupling_vector()
+        amp = None
+        start = 0
+        for g, (_, couplings) in enumerate(self._groups):
+            part = tf.linalg.matvec(self._group_matrix(g, data), c[start:start + len(couplings)])
+            amp = part if amp is None else amp + part
+            start += len(couplings)
+        return tf.reduce_sum(tf.math.real(amp) ** 2 + tf.math.imag(amp) ** 2, axis=0)
+
+    # -- normalization ------------------------------------------------------------------
+    def integral_matrix(self, mc: Data | None = None) -> tf.Tensor:
+        r""":math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^* \rangle_{MC}`, Hermitian (K, K).
+
+        Cached per block of coupling groups (a changed line shape recomputes its group's
+        blocks only), and as a whole.
+
+        Parameters
+        ----------
+        mc : zcache.Data, optional
+            The integration sample; default the model's phase-space sample.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K, K).
+
+        Raises
+        ------
+        SymbolicError
+            The intensity is not a coherent sum.
+        """
+        self._require_coherent("integral_matrix")
+        mc = self.phasespace if mc is None else mc
+        if not self.cache:
+            return self._integral_matrix_now(mc)
+        key = ("I", mc)
+        cache = self._translator.caches.get(key)
+        if cache is None:
+            cache = CachedTensor(lambda: self._integral_matrix_now(mc), name=f"I[{mc.name}]")
+            self._translator.caches[key] = cache
+        return cache.value()
+
+    def _block(self, a: int, b: int, mc: Data) -> tf.Tensor:
+        if not self.cache:
+            return self._block_now(a, b, mc)
+        key = ("block", a, b, mc)
+        cache = self._translator.caches.get(key)
+        if cache is None:
+            cache = CachedTensor(lambda: self._block_now(a, b, mc), name=f"I[group {a}, group {b}][{mc.name}]")
+            self._translator.caches[key] = cache
+        return cache.value()
+
+    def _block_now(self, a: int, b: int, mc: Data) -> tf.Tensor:
+        ga, gb = self._group_matrix(a, mc), self._group_matrix(b, mc)
+        n = tf.cast(tf.shape(ga)[1], tf.complex128)
+        ka, kb = len(self._groups[a][1]), len(self._groups[b][1])
+        return tf.linalg.matmul(tf.reshape(ga, [-1, ka]), tf.math.conj(tf.reshape(gb, [-1, kb])), transpose_a=True) / n
+
+    def _integral_matrix_now(self, mc: Data) -> tf.Tensor:
+        ng = len(self._groups)
+        blocks = {(a, b): self._block(a, b, mc) for a in range(ng) for b in range(a, ng)}
+        rows = [tf.concat([blocks[a, b] if a <= b else tf.linalg.adjoint(blocks[b, a]) for b in range(ng)], axis=1)
+                for a in range(ng)]
+        return tf.concat(rows, axis=0)
+
+    def normalization(self) -> tf.Tensor:
+        r""":math:`V \langle I \rangle_{MC}`: :math:`V\,\mathrm{Re}(c^T I c^*)` for a coherent sum.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
+        if not self.cache:
+            return self._norm()
+        cache = self._translator.caches.get("norm")
+        if cache is None:
+            cache = self._translator.caches["norm"] = CachedTensor(self._norm, name=f"{self.name}.normalization")
+        return cache.value()
+
+    def _norm(self) -> tf.Tensor:
+        if not self.is_coherent_sum:
+            return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace))
+        c = self.coupling_vector()
+        m = self.integral_matrix()
+        return self.phasespace_volume * tf.math.real(tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :]))
+
+    def fit_fractions(self) -> dict[str, float]:
+        r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*` per coupling, at the current values.
+
+        Returns
+        -------
+        dict of str to float
+            Coupling symbol name -> fraction.
+
+        Raises
+        ------
+        SymbolicError
+            The intensity is not a coherent sum.
+        """
+        m = self.integral_matrix().numpy()
+        c = self.coupling_vector().numpy()
+        total = float(np.real(c @ m @ np.conj(c)))
+        fractions = np.abs(c) ** 2 * np.real(np.diag(m)) / total
+        return {cp.name: float(f) for cp, f in zip(self.couplings, fractions, strict=True)}
+
+    # -- Model hooks ---------------------------------------------------------------------
+    def _pdf(self, data: Any) -> tf.Tensor:
+        return self.intensity(data) / self.normalization()
+
+    def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
+        return self.intensity(tf.reshape(x, [-1, self.space.n_obs]))
+
+    def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
+        if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
+            return self._norm()
+        x = self.space.select(self.phasespace)
+        box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)),
+                            axis=1)
+        return self.phasespace_volume * tf.reduce_mean(tf.where(box, self.intensity(self.phasespace), 0.0))
+
+    def sum_log_pdf(self, data: Any) -> tf.Tensor:
+        r""":math:`\sum_i \log I(x_i) - N \log(V\langle I\rangle_{MC})`.
+
+        Parameters
+        ----------
+        data : zcache.Data or array_like
+            The events.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
+        intensity = self.intensity(data)
+        mask = data.mask if isinstance(data, Data) else None
+        if mask is None:
+            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
+        else:
+            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
+        return total - n * tf.math.log(self.normalization())
+
+    def __zcache_evaluate__(self) -> list[CachedTensor]:
+        """The precompute protocol: the normalization, and every cache of the bridge built so far."""
+        self.normalization()
+        return [*caches_of(self), *self._translator.caches.values()]
+
+    @property
+    def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
+        """The coherent sum's groups: (names of the parameters their amplitudes read, names of the couplings).
+
+        Empty when the intensity is not a coherent sum. Each group's amplitudes are one cache per
+        dataset, and each pair of groups one block of the integral matrix.
+        """
+        if not self.is_coherent_sum:
+            return []
+        return [(sorted(s.name for s in key), [c.name for c in cs]) for key, cs in self._groups]
+
+    @property
+    def node_caches(self) -> list[CachedTensor]:
+        """Every cache the bridge has built so far (sub-expressions, group matrices, integrals)."""
+        return list(self._translator.caches.values())
+
+    def _sample(self, n: tf.Tensor) -> tf.Tensor:
+        # resampling of the phase-space sample with weights I (inverse CDF, with replacement)
+        weights = self.intensity(self.phasespace)
+        cdf = tf.cumsum(weights)
+        u = rng().uniform(tf.reshape(n, [1]), 0.0, 1.0, dtype=tf.float64) * cdf[-1]
+        idx = tf.minimum(tf.searchsorted(cdf, u, side="right"), tf.shape(cdf, out_type=tf.int32)[0] - 1)
+        return tf.gather(self.space.select(self.phasespace), idx)
+
+
+def _is_complex_value(value: Any) -> bool:
+    if isinstance(value, ComplexParameter):
+        return True
+    if isinstance(value, Parameter):
+        return False
+    if isinstance(value, Mapping):
+        value = value.get("value")
+    return isinstance(value, complex) or (hasattr(value, "is_real") and value.is_real is False)
+
+
+def _make_parameter(name: str, value: Any) -> Any:
+    if isinstance(value, (Parameter, ComplexParameter)):
+        return value
+    spec = dict(value) if isinstance(value, Mapping) else {"value": value}
+    unknown = sorted(set(spec) - {"value", "lower", "upper", "floating"})
+    if unknown:
+        raise SymbolicError(f"parameter '{name}': unknown key '{unknown[0]}' (value, lower, upper, floating).")
+    number = spec["value"]
+    if _is_complex_value(spec):
+        return ComplexParameter(name, complex(number), polar=False, floating=bool(spec.get("floating", True)))
+    try:
+        number = float(number)
+    except (TypeError, ValueError) as err:
+        raise SymbolicError(f"parameter '{name}': the value must be a number, got {number!r}.") from err
+    if not math.isfinite(number):
+        raise SymbolicError(f"parameter '{name}': the value must be finite, got {number!r}.")
+    return Parameter(name, number, lower=spec.get("lower"), upper=spec.get("upper"),
+                     floating=bool(spec.get("floating", False)))
+
+
+def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, parameters: Mapping[Any, Any] | None = None,
+                        floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
+                        **kwargs: Any) -> SymbolicModel:
+    """A :class:`SymbolicModel` from an ampform ``HelicityModel``.
+
+    Parameters are ``model.parameter_defaults`` (complex couplings: real and imaginary part),
+    updated by ``parameters``; the data columns are the keys of ``model.kinematic_variables``
+    (compute them from four-momenta with ampform's expressions, e.g. tensorwaves'
+    ``SympyDataTransformer.from_sympy(model.kinematic_variables, "numpy")``, and pass the real
+    columns). By default the couplings float except the first one.
+
+    Parameters
+    ----------
+    model : ampform.helicity.HelicityModel
+        The model.
+    phasespace : zcache.Data or mapping of str to array_like
+        The phase-space sample's kinematic columns.
+    expression : sympy.Expr, optional
+        ``model.expression.doit()`` when already computed (it takes seconds for large models).
+    parameters : mapping, optional
+        Overrides of ``parameter_defaults`` (see :class:`SymbolicModel`).
+    floating : iterable of sympy.Symbol or str, optional
+        The floating parameters (see :class:`SymbolicModel`).
+    name : str, optional
+        A label.
+    cache : bool
+        ``False``: no caches (a reference).
+    **kwargs
+        Passed to :class:`SymbolicModel` (``phasespace_volume``, ``limits``, ``extended``).
+
+    Returns
+    -------
+    SymbolicModel
+
+    Examples
+    --------
+    >>> import ampform, numpy as np, qrules
+    >>> from zcache.symbolic import from_helicity_model
+    >>> reaction = qrules.generate_transitions(
+    ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
+    ...     allowed_intermediate_particles=["K*(892)0", "rho(770)+"], allowed_interaction_types=["strong", "weak"])
+    >>> model = ampform.get_builder(reaction).formulate()
+    >>> rng = np.random.default_rng(0)
+    >>> columns = {"theta_0^01": np.arccos(rng.uniform(-1, 1, 2000)), "theta_1^12": np.arccos(rng.uniform(-1, 1, 2000))}
+    >>> bridged = from_helicity_model(model, columns)
+    >>> bridged.is_coherent_sum, len(bridged.couplings), bridged.space.obs
+    (True, 2, ('theta_0^01', 'theta_1^12'))
+    """
+    expr = model.expression.doit() if expression is None else expression
+    values: dict[Any, Any] = {}
+    for symbol, value in model.parameter_defaults.items():
+        values[symbol.name] = complex(value) if isinstance(value, complex) else float(value)
+    for key, value in (parameters or {}).items():
+        values[key.name if hasattr(key, "name") else str(key)] = value
+    return SymbolicModel(expr, values, [s.name for s in model.kinematic_variables], phasespace,
+                         floating=floating, name=name or "HelicityModel", cache=cache, doit=False,
+                         **kwargs)
