@@ -134,3 +134,23 @@ def np_extended_nll(x: np.ndarray, mu: float, sigma: float, lam: float, nsig: fl
     gauss = np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2.0 * math.pi) * norm)
     expo = lam * np.exp(lam * (x - LO)) / np.expm1(lam * (HI - LO))
     return float(nsig + nbkg - np.sum(np.log(nsig * gauss + nbkg * expo)))
+
+
+def gauss_exp_study(tag: str, n: int = 1000, seed: int = 1) -> tuple:
+    """An extended Gauss + Exp on [0, 10] (30 % signal) for toy studies: ``(model, loss, params)``.
+
+    ``params`` in the order mu, sigma, lambda, nsig, nbkg; every name ends in ``_<tag>``; the
+    loss holds ``n`` events drawn with zcache's sampling seeded ``seed``.
+    """
+    from zcache.loss import ExtendedUnbinnedNLL
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+    space = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter(f"mu_{tag}", 5.0, lower=3.0, upper=7.0)
+    sigma = zcache.Parameter(f"sigma_{tag}", 0.6, lower=0.1, upper=2.0)
+    lam = zcache.Parameter(f"lam_{tag}", -0.3, lower=-2.0, upper=-0.01)
+    nsig = zcache.Parameter(f"nsig_{tag}", 0.3 * n, lower=0.0, upper=5.0 * n)
+    nbkg = zcache.Parameter(f"nbkg_{tag}", 0.7 * n, lower=0.0, upper=5.0 * n)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    zcache.models.set_seed(seed)
+    return model, ExtendedUnbinnedNLL(model, model.sample(n)), [mu, sigma, lam, nsig, nbkg]

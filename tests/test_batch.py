@@ -8,26 +8,18 @@ import numpy as np
 import pytest
 import scipy.stats as st
 import tensorflow as tf
+from helpers import gauss_exp_study
 
 import zcache
 from zcache.batch import BatchedLoss
 from zcache.exceptions import BatchingError, ModelError
-from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
+from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Exponential, FunctionPdf, Gaussian, Space, SumPdf
+from zcache.models import FunctionPdf, Gaussian, Space
 
 
 def _gauss_exp(tag: str, n: int = 1000):
-    space = Space("x", 0.0, 10.0)
-    mu = zcache.Parameter(f"mu_{tag}", 5.0, lower=3.0, upper=7.0)
-    sigma = zcache.Parameter(f"sigma_{tag}", 0.6, lower=0.1, upper=2.0)
-    lam = zcache.Parameter(f"lam_{tag}", -0.3, lower=-2.0, upper=-0.01)
-    nsig = zcache.Parameter(f"nsig_{tag}", 0.3 * n, lower=0.0, upper=5.0 * n)
-    nbkg = zcache.Parameter(f"nbkg_{tag}", 0.7 * n, lower=0.0, upper=5.0 * n)
-    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.models.set_seed(11)
-    loss = ExtendedUnbinnedNLL(model, model.sample(n))
-    return model, loss, [mu, sigma, lam, nsig, nbkg]
+    return gauss_exp_study(tag, n, seed=11)
 
 
 def _toys(model, sizes, seed=5):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import gauss_exp_study
 
 import zcache
 from zcache.exceptions import ModelError, ToyStudyError
@@ -100,15 +101,8 @@ def test_run_toys_puts_the_users_data_back():
 
 # -- batched and distributed studies ---------------------------------------------------------------
 def _gauss_exp_study(tag: str, n: int = 1000):
-    space = Space("x", 0.0, 10.0)
-    mu = zcache.Parameter(f"mu_{tag}", 5.0, lower=3.0, upper=7.0)
-    sigma = zcache.Parameter(f"sigma_{tag}", 0.6, lower=0.1, upper=2.0)
-    lam = zcache.Parameter(f"lam_{tag}", -0.3, lower=-2.0, upper=-0.01)
-    nsig = zcache.Parameter(f"nsig_{tag}", 0.3 * n, lower=0.0, upper=5.0 * n)
-    nbkg = zcache.Parameter(f"nbkg_{tag}", 0.7 * n, lower=0.0, upper=5.0 * n)
-    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.models.set_seed(1)
-    return model, ExtendedUnbinnedNLL(model, model.sample(n))
+    model, loss, _ = gauss_exp_study(tag, n)
+    return model, loss
 
 
 def test_the_same_seed_gives_the_same_datasets_whatever_the_batch():
