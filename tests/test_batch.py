@@ -171,3 +171,37 @@ def test_bad_input_gets_named_errors():
         batched.value_and_gradient(np.zeros((2, 1)), np.zeros((2, 4, 3)))
     with pytest.raises(ModelError, match="maxiter"):
         batched.minimize(np.zeros(1), np.zeros((2, 4)), maxiter=0)
+
+
+def test_an_amplitude_model_batches_and_its_integrals_are_served():
+    """zcache.amplitudes unchanged: a Dalitz model with K*(892) and K0*(1430) (couplings floating)
+    evaluates per toy as the serial loss does; the phase-space integrals, which no toy input
+    reaches, are read from their caches (no miss)."""
+    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+    from zcache.phasespace import DalitzKinematics
+
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
+    kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="Kst_b")
+    k0 = Resonance(kin, ("12", "13"), mass=1.425, width=0.27, spin=0, name="K0_b")
+    amp = CoherentSum([(ComplexParameter("c_nr_b", 1.0, floating=False), NonResonant(kin)),
+                       (ComplexParameter("c_kst_b", 0.3 + 0.2j), kstar), (ComplexParameter("c_k0_b", 0.5 - 0.1j), k0)])
+    pdf = AmplitudePdf(amp, kin.sample(5_000, name="mc_b"))
+    zcache.models.set_seed(3)
+    loss = UnbinnedNLL(pdf, pdf.sample(400))
+    params = loss.params
+    toys = [pdf.sample(400).numpy() for _ in range(2)]
+    x = np.array([[float(p) for p in params]] * 2) * np.array([[1.0], [1.03]])
+    batched = BatchedLoss(loss, params)
+    f, g, ok = batched.value_and_gradient(x, np.stack(toys))
+    served = batched.served_caches
+    assert {c.name for c in served} >= {"I[Kst_b,K0_b]", "I[K0_b,K0_b]"}
+    misses = [c.stats["misses"] for c in served]
+    batched.value_and_gradient(x[::-1], np.stack(toys))
+    assert [c.stats["misses"] for c in served] == misses
+    assert ok.all()
+    for k, d in enumerate(toys):
+        loss.data.set_data(d)
+        zcache.set_values(params, x[k])
+        value, grad = loss.value_gradient(params)
+        assert f[k] == pytest.approx(float(value), rel=1e-12)
+        np.testing.assert_allclose(g[k], grad.numpy(), rtol=1e-9, atol=1e-9)
