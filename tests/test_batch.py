@@ -27,6 +27,16 @@ def _toys(model, sizes, seed=5):
     return [model.sample(int(k)).numpy() for k in sizes]
 
 
+def _assert_equal_to_the_serial_loss(loss, params, datasets, x, f, g):
+    """Each toy's batched value and gradient equal the serial loss on its events alone."""
+    for b, d in enumerate(datasets):
+        loss.data.set_data(d)
+        zcache.set_values(params, x[b])
+        value, grad = loss.value_gradient(params)
+        assert f[b] == pytest.approx(float(value), rel=1e-12)
+        np.testing.assert_allclose(g[b], grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
 def _padded(datasets, rows):
     events = np.stack([np.concatenate([d, np.full(rows - len(d), d[-1])]) for d in datasets])
     weights = np.stack([np.concatenate([np.ones(len(d)), np.zeros(rows - len(d))]) for d in datasets])
@@ -45,12 +55,7 @@ def test_value_and_gradient_equal_the_serial_loss_on_padded_toys(graph):
     f, g, ok = BatchedLoss(loss, params).value_and_gradient(x, events, weights)
     assert ok.all()
     with zcache.set_graph_mode(graph):
-        for b, d in enumerate(datasets):
-            loss.data.set_data(d)
-            zcache.set_values(params, x[b])
-            value, grad = loss.value_gradient(params)
-            assert f[b] == pytest.approx(float(value), rel=1e-12)
-            np.testing.assert_allclose(g[b], grad.numpy(), rtol=1e-9, atol=1e-9)
+        _assert_equal_to_the_serial_loss(loss, params, datasets, x, f, g)
 
 
 def test_weighted_data_keep_their_weights_per_toy():
@@ -199,9 +204,4 @@ def test_an_amplitude_model_batches_and_its_integrals_are_served():
     batched.value_and_gradient(x[::-1], np.stack(toys))
     assert [c.stats["misses"] for c in served] == misses
     assert ok.all()
-    for k, d in enumerate(toys):
-        loss.data.set_data(d)
-        zcache.set_values(params, x[k])
-        value, grad = loss.value_gradient(params)
-        assert f[k] == pytest.approx(float(value), rel=1e-12)
-        np.testing.assert_allclose(g[k], grad.numpy(), rtol=1e-9, atol=1e-9)
+    _assert_equal_to_the_serial_loss(loss, params, toys, x, f, g)

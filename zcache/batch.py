@@ -244,6 +244,10 @@ class BatchedLoss:
         return _batched_map(lambda a: self._per_toy(a[0], a[1], a[2], fixed, served), (x, events, weights))
 
     # -- inputs -----------------------------------------------------------------------------
+    def _fixed_values(self) -> tf.Tensor:
+        """The other parameters' current values (passed in, so changing them recompiles nothing)."""
+        return tf.constant([float(p) for p in self.fixed], tf.float64)
+
     def _inputs(self, x: Any, events: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         data = self.loss.data
         x = np.asarray(x, dtype=np.float64)
@@ -270,7 +274,7 @@ class BatchedLoss:
         """
         if self._invariants is None or self._invariants[0] != GRAPH.version:
             self.loss.value()  # every cache computed once: its dependencies are known
-            fixed = tf.constant([float(p) for p in self.fixed], tf.float64)
+            fixed = self._fixed_values()
             sub = self._substitutes(tf.constant(x0), tf.constant(events0), tf.constant(weights0), fixed, {})
             # The loss's own Python code, run eagerly (a traced graph would read the Variables).
             data = self.loss.data
@@ -280,8 +284,7 @@ class BatchedLoss:
             with run_eagerly(), substituted(sub), finding_invariants(varying) as found, collecting():
                 self.loss.value()
             self._invariants = (GRAPH.version, [weakref.ref(c) for c in {c.node_id: c for c in found}.values()])
-        caches = [c for c in (ref() for ref in self._invariants[1]) if c is not None]
-        return {c.node_id: c.value() for c in caches}
+        return {c.node_id: c.value() for c in self.served_caches}
 
     # -- public ----------------------------------------------------------------------------
     def value_and_gradient(self, x: Any, events: Any, weights: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -315,7 +318,7 @@ class BatchedLoss:
         x, events, weights = self._inputs(x, events, weights)
         served = self._served(x[0], events[0], weights[0])
         fn = self._program("vg", served)
-        fixed = tf.constant([float(p) for p in self.fixed], tf.float64)
+        fixed = self._fixed_values()
         with ENGINE_LOCK, calling_jit(True):
             f, g, ok = fn(tf.constant(x), tf.constant(events), tf.constant(weights), fixed, served)
         return f.numpy(), g.numpy(), ok.numpy()
@@ -361,7 +364,7 @@ class BatchedLoss:
             raise ModelError(f"maxiter must be >= 1, got {maxiter!r}.")
         x0 = np.clip(x0, self._lower, self._upper)
         served = self._served(x0[0], events[0], weights[0])
-        fixed = tf.constant([float(p) for p in self.fixed], tf.float64)
+        fixed = self._fixed_values()
         errordef = float(self.loss.errordef)
         if hinv is None:
             hinv = self.start_hinv(x0[0], events[0], weights[0])

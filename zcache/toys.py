@@ -189,16 +189,17 @@ class ToyResult:
         return "\n".join(lines)
 
 
-def _progress(iterable: Any, total: int, enabled: bool | None) -> Any:
+def _bar(total: int, enabled: bool | None) -> Any:
+    """A tqdm bar over ``total`` toys, or None (default: when stderr is a terminal and tqdm is installed)."""
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
-        return iterable
+        return None
     try:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is optional
-        return iterable
-    return tqdm(iterable, total=total, desc="toys")
+        return None
+    return tqdm(total=total, desc="toys")
 
 
 # -- datasets ----------------------------------------------------------------------------------
@@ -214,19 +215,21 @@ class _Generator:
         self._block: tuple[int, list[np.ndarray]] | None = None
         self._scratch: Data | None = None  # filled in place: no new Variables or graph nodes per block
 
+    def _expected(self) -> float:
+        """The expected number of events at the truth (the model's yield)."""
+        set_values(self.params, self.truth)
+        return float(self.model.get_yield())
+
     def counts(self, block: int) -> np.ndarray:
         if self.n_events is not None:
             return np.full(GENERATION_BLOCK, int(self.n_events))
-        set_values(self.params, self.truth)
-        nu = float(self.model.get_yield())
-        return np.random.default_rng([self.seed, block, 1]).poisson(nu, size=GENERATION_BLOCK)
+        return np.random.default_rng([self.seed, block, 1]).poisson(self._expected(), size=GENERATION_BLOCK)
 
     def expected_max(self) -> int:
         """A number of rows that holds every toy but in rare cases (for one shape bucket)."""
         if self.n_events is not None:
             return int(self.n_events)
-        set_values(self.params, self.truth)
-        nu = float(self.model.get_yield())
+        nu = self._expected()
         return int(math.ceil(nu + 6.0 * math.sqrt(nu) + 10))
 
     def dataset(self, i: int) -> np.ndarray:
@@ -286,15 +289,19 @@ def _run_local(model: Model, loss: UnbinnedNLL, params: list[Parameter], toys: r
     table = np.zeros(len(toys), dtype=_fields(names))
     generator = _Generator(model, seed, n_events, params, truth)
     if batch is None:
-        for j in _progress(range(len(toys)), len(toys), progress):
+        bar = _bar(len(toys), progress)
+        for j in range(len(toys)):
             t0 = time.perf_counter()
             _fit_serially(loss, params, minimizer, generator.dataset(toys[j]), start, table[j], names, truth)
             table[j]["time"] = time.perf_counter() - t0
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
         return table, None
     batched = BatchedLoss.of(loss, params)
     rows = size_class(generator.expected_max()) if n_events is None else int(n_events)
-    bar = _progress(None, len(toys), progress) if progress is not False else None
-    bar = None if bar is None or not hasattr(bar, "update") else bar
+    bar = _bar(len(toys), progress)
     for lo in range(0, len(toys), batch):
         t0 = time.perf_counter()
         chunk = list(toys[lo: lo + batch])
@@ -379,8 +386,7 @@ def _run_on_cluster(client: Any, factory: Callable[[], Any], names: list[str], t
                                seed, batch, hinv, minimizer, pure=False, retries=2)
         futures[future] = first
     parts: dict[int, np.ndarray] = {}
-    bar = _progress(None, n_toys, progress)
-    bar = None if bar is None or not hasattr(bar, "update") else bar
+    bar = _bar(n_toys, progress)
     for future in as_completed(futures):
         part = future.result()
         parts[futures[future]] = part
@@ -502,7 +508,8 @@ def run_toys(
             if batch is not None:  # every worker starts BFGS from the same inverse Hessian: identical results
                 first = _Generator(model, seed, n_events, params, truth).dataset(0)
                 hinv = BatchedLoss.of(loss, params).start_hinv(start_values, first)
-            size = chunk or batch * math.ceil(GENERATION_BLOCK / batch) if batch else (chunk or GENERATION_BLOCK)
+            # Default chunk: one generation block, rounded up to whole batches.
+            size = chunk or (batch * math.ceil(GENERATION_BLOCK / batch) if batch else GENERATION_BLOCK)
             table = _run_on_cluster(client, factory, names, truth, start_values, n_toys, n_events, seed, batch,
                                     hinv, minimizer, int(size), progress)
         else:
