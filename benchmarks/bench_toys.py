@@ -182,7 +182,7 @@ def bench_dask(n_toys: int, n_events: int, batch: int, workers: int) -> list[dic
     rows.append({"run": "one process", "study, cold (s)": local_first, "study, warm (s)": local_warm,
                  "per toy warm (ms)": 1e3 * local_warm / n_toys})
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = Client(cluster)
     start_s = time.perf_counter() - t0
     try:

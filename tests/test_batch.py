@@ -205,3 +205,29 @@ def test_an_amplitude_model_batches_and_its_integrals_are_served():
     assert [c.stats["misses"] for c in served] == misses
     assert ok.all()
     _assert_equal_to_the_serial_loss(loss, params, toys, x, f, g)
+
+
+def test_batched_calls_inside_a_users_tf_function_are_refused_by_name():
+    """BatchedLoss and run_toys run compiled programs and write Python-side state: inside a trace
+    they raise IllegalInGraphModeError naming themselves, not a TensorFlow error."""
+    from zcache.exceptions import IllegalInGraphModeError
+    from zcache.toys import run_toys
+
+    mu = zcache.Parameter("mu_tf", 0.0)
+    model = Gaussian(Space("x", -3.0, 3.0), mu, 1.0)
+    loss = UnbinnedNLL(model, zcache.Data(np.zeros(4), obs="x"))
+    batched = BatchedLoss(loss, [mu])
+
+    @tf.function
+    def values():
+        return batched.value_and_gradient(np.zeros((2, 1)), np.zeros((2, 4)))[0]
+
+    @tf.function
+    def study():
+        return run_toys(model, loss, n_toys=2, n_events=4, batch=2).table["mu_tf"]
+
+    with pytest.raises(IllegalInGraphModeError, match="BatchedLoss.value_and_gradient"):
+        values()
+    with pytest.raises(IllegalInGraphModeError, match="run_toys"):
+        study()
+    assert float(mu) == 0.0

@@ -149,7 +149,9 @@ def test_batch_must_be_a_positive_whole_number():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    # ":0": a free port for the dashboard. Its default (8787) made two pytest-xdist workers that
+    # each start this fixture collide ("Port 8787 is already in use").
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
     client = distributed.Client(cluster)
     yield client
     client.close()

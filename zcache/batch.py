@@ -59,6 +59,7 @@ from ._context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._depgraph import GRAPH
 from ._graph_checks import calling_jit, collecting
 from ._parameter import Parameter
+from ._trace import forbid_in_trace
 from .exceptions import BatchingError, ModelError
 from .loss import UnbinnedNLL
 
@@ -314,7 +315,10 @@ class BatchedLoss:
             Inputs of the wrong shape.
         BatchingError
             The loss cannot be vectorized.
+        IllegalInGraphModeError
+            Called while a graph is traced (it runs compiled programs itself: call it eagerly).
         """
+        forbid_in_trace("BatchedLoss.value_and_gradient")
         x, events, weights = self._inputs(x, events, weights)
         served = self._served(x[0], events[0], weights[0])
         fn = self._program("vg", served)
@@ -354,7 +358,10 @@ class BatchedLoss:
             Inputs of the wrong shape, ``maxiter`` < 1.
         BatchingError
             The loss cannot be vectorized.
+        IllegalInGraphModeError
+            Called while a graph is traced.
         """
+        forbid_in_trace("BatchedLoss.minimize")
         events = np.asarray(events)
         start = np.asarray(start, dtype=np.float64)
         if start.ndim == 1:

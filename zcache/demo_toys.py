@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_cluster:
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
         client = Client(cluster)
         print(f"Dask LocalCluster: {args.workers} worker processes")
     t0 = time.perf_counter()

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from ._parameter import Data, Parameter, set_values, size_class
+from ._trace import forbid_in_trace
 from .batch import BatchedLoss
 from .exceptions import ModelError, ToyStudyError
 from .loss import UnbinnedNLL
@@ -475,7 +476,10 @@ def run_toys(
         ``batch`` or ``chunk`` < 1, ``client`` without ``factory`` (or a factory that cannot be pickled).
     BatchingError
         ``batch`` is given and the loss cannot be vectorized.
+    IllegalInGraphModeError
+        Called while a graph is traced (inside a ``tf.function`` or ``zcache.function``).
     """
+    forbid_in_trace("run_toys")
     if not isinstance(loss, UnbinnedNLL):
         raise ModelError("run_toys needs a single-dataset loss (UnbinnedNLL or ExtendedUnbinnedNLL).")
     if int(n_toys) < 1:
