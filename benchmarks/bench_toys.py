@@ -164,11 +164,12 @@ def bench_per_toy(n_toys: int, n_events: int, batches: tuple[int, ...], numpy_to
 # -- table 2 -----------------------------------------------------------------------------------
 def bench_dask(n_toys: int, n_events: int, batch: int, workers: int) -> list[dict[str, Any]]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         return [{"run": "Dask", "status": "not installed"}]
     import functools
 
+    from zcache.demo_toys import local_cluster
     from zcache.toys import run_toys
 
     model, loss = build(n_events)
@@ -182,7 +183,7 @@ def bench_dask(n_toys: int, n_events: int, batch: int, workers: int) -> list[dic
     rows.append({"run": "one process", "study, cold (s)": local_first, "study, warm (s)": local_warm,
                  "per toy warm (ms)": 1e3 * local_warm / n_toys})
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    cluster = local_cluster(workers)
     client = Client(cluster)
     start_s = time.perf_counter() - t0
     try:

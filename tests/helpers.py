@@ -5,7 +5,8 @@
   parameters, some marked slow;
 - ``traced``: a function as a ``zcache.function`` of tensors;
 - numpy references of the Dalitz plot (test_phasespace, test_amplitudes);
-- the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit).
+- the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit);
+- an NLL of a line shape computed through complex 1/z, sqrt and rsqrt (test_jit, test_properties_fit).
 
 The numpy references use no zcache (they are what zcache is checked against).
 """
@@ -154,3 +155,33 @@ def gauss_exp_study(tag: str, n: int = 1000, seed: int = 1) -> tuple:
     model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
     zcache.models.set_seed(seed)
     return model, ExtendedUnbinnedNLL(model, model.sample(n)), [mu, sigma, lam, nsig, nbkg]
+
+
+# == a line shape through complex arithmetic (issue 23) =========================================
+def complex_line_shape_loss(tag: str) -> tuple:
+    """An NLL of a line shape computed through a complex 1/z, sqrt and rsqrt; mass and width float.
+
+    XLA's kernels of the fused gradients of these ops dropped the conjugate: values were right
+    and every compiled gradient, hence the Hessian, was wrong (``zcache._tf_internals``, item 10).
+
+    Returns
+    -------
+    (UnbinnedNLL, [mass, width])
+    """
+    from zcache.loss import UnbinnedNLL
+    from zcache.models import FunctionPdf, Space
+
+    space = Space("x", 0.3, 1.5)
+    mass = zcache.Parameter(f"{tag}_mass", 0.9, lower=0.45, upper=1.35)
+    width = zcache.Parameter(f"{tag}_width", 0.1, lower=0.05, upper=0.15)
+
+    def density(x, mass, width):
+        d = tf.complex(mass * mass - x * x, -mass * width)  # m^2 - s - i m Gamma
+        root = tf.sqrt(mass * width)
+        amp = tf.math.reciprocal(d) * tf.complex(root, tf.zeros_like(root))
+        amp += 0.2 * tf.math.rsqrt(d) * tf.sqrt(d + 1.0)
+        return tf.math.real(amp) ** 2 + tf.math.imag(amp) ** 2
+
+    model = FunctionPdf(density, space, {"mass": mass, "width": width}, name=f"{tag}_line_shape")
+    x = np.random.default_rng(3).uniform(0.3, 1.5, 300)
+    return UnbinnedNLL(model, zcache.Data(x, name=f"{tag}_x")), [mass, width]

@@ -12,7 +12,7 @@ from helpers import gauss_exp_study
 
 import zcache
 from zcache.batch import BatchedLoss
-from zcache.exceptions import BatchingError, ModelError
+from zcache.exceptions import BatchingError, ModelError, WeightSumError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import FunctionPdf, Gaussian, Space
@@ -176,6 +176,10 @@ def test_bad_input_gets_named_errors():
         batched.value_and_gradient(np.zeros((2, 1)), np.zeros((2, 4, 3)))
     with pytest.raises(ModelError, match="maxiter"):
         batched.minimize(np.zeros(1), np.zeros((2, 4)), maxiter=0)
+    weights = np.ones((2, 4))
+    weights[1] = [1.0, -1.0, 0.0, 0.0]  # issue 23: a toy whose weights sum to 0 (a flat likelihood)
+    with pytest.raises(WeightSumError, match=r"toy\(s\) \[1\]"):
+        batched.value_and_gradient(np.zeros((2, 1)), np.zeros((2, 4)), weights)
 
 
 def test_an_amplitude_model_batches_and_its_integrals_are_served():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import complex_line_shape_loss
 
 import zcache
 from zcache._graph_checks import assertion_ops, require
@@ -523,6 +524,34 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
         err = plain.table[f"{p.name}_err"]
         np.testing.assert_array_less(np.abs(compiled.table[p.name] - plain.table[p.name]), 1e-3 * err)
     assert data.nevents == 2000  # run_toys puts the events back
+
+
+# -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
+@pytest.mark.parametrize("exact", [False, True], ids=["differences", "exact"])
+def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
+    """hessian_at with a mass and a width floating, through complex 1/z and sqrt: compiled (True and
+    'auto', repeated) equals graph mode and eager, which equal central differences of the gradient;
+    ``exact`` (after precompute): the second-order autodiff Hessian in one compiled call."""
+    loss, params = complex_line_shape_loss("cls")
+    if exact:
+        zcache.precompute(loss)
+    x = np.array([0.93, 0.11])
+    with zcache.set_graph_mode(False):
+        eager = loss.hessian_at(x, params).numpy()
+        reference = zcache.hessian(loss.value, params).numpy()  # differences of eager gradients
+    np.testing.assert_allclose(eager, reference, rtol=1e-5)
+    graph = loss.hessian_at(x, params).numpy()
+    np.testing.assert_allclose(graph, eager, rtol=1e-9)
+    for jit in (True, "auto"):
+        with zcache.set_jit_mode(jit):
+            for _ in range(3):  # a result that changes between calls would show here
+                np.testing.assert_allclose(loss.hessian_at(x, params).numpy(), eager, rtol=1e-9)
+                value, grad = loss.value_gradient_at(x * 1.01, params)
+                with zcache.set_jit_mode(False), zcache.set_graph_mode(False):
+                    value0, grad0 = loss.value_gradient_at(x * 1.01, params)
+                np.testing.assert_allclose(grad.numpy(), grad0.numpy(), rtol=1e-9)
+    assert [float(p) for p in params] == pytest.approx(x * 1.01, rel=1e-15)
+    assert all(fn.jit_fallback is None for fn in loss.functions())
 
 
 # -- an amplitude fit ----------------------------------------------------------------------------

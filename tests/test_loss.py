@@ -640,3 +640,37 @@ def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
             ref = ref_nll(events, float(p.mu), float(p.sigma), float(p.lam), float(p.frac))
             assert float(vb) == pytest.approx(ref, rel=1e-10)
         assert float(m.sum_log_pdf(padded)) == pytest.approx(float(m.sum_log_pdf(plain)), rel=1e-12)
+
+
+@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+def test_weighted_loss_refuses_weights_summing_to_zero_or_less(weightcorr):
+    """Regression (issue 23, symptom 4): with all weights 0 the fit was 'valid' with errors 0.0
+    (asymptotic, sumw2) or 2.99 / 2.32 (None). No weighted loss can hold such weights: set_data
+    refuses them (all 0, and a negative sum), eagerly and traced, leaving the loss's value, and
+    the fit on the old weights is what it was."""
+    from zcache.exceptions import WeightSumError
+    from zcache.minimize import Minuit
+
+    rs = np.random.default_rng(4)
+    x = rs.normal(0.0, 1.0, 200)
+    w = rs.uniform(0.5, 1.5, 200)
+    mu = zcache.Parameter("mu_w0", 0.1)
+    data = zcache.Data(x, obs="x", weights=w)
+    loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), data)
+    reference = Minuit(weightcorr=weightcorr).minimize(loss)
+    assert reference.valid and reference.errors["mu_w0"] > 0.01
+    before = float(loss.value())
+
+    @zcache.function(wraps="loss")
+    def set_in_graph(ws):
+        data.set_data(tf.constant(x), weights=ws)
+        return loss.value()
+
+    for bad in (np.zeros(200), -w):
+        with pytest.raises(WeightSumError):
+            data.set_data(x, weights=bad)
+        with pytest.raises(WeightSumError):
+            set_in_graph(tf.constant(bad))
+        assert float(loss.value()) == before
+    again = Minuit(weightcorr=weightcorr).minimize(loss)
+    assert again.valid and again.errors["mu_w0"] == pytest.approx(reference.errors["mu_w0"], rel=1e-6)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.optimize
 from helpers import HI, LIMITS, LO, NAMES, np_extended_nll, slow_modes
 
 import zcache
@@ -128,7 +129,7 @@ def test_minuit_numerical_gradient_recomputes_only_the_moved_component(graph_mod
     for c in caches:
         c.reset_stats()
     zcache.set_values(mus, x0 + 0.2)
-    result = Minuit(use_gradient=False).minimize(loss)
+    result = Minuit(use_gradient=False, hesse=False).minimize(loss)  # MIGRAD's calls only
     assert result.valid
     misses = sum(c.stats["misses"] for c in caches)
     # uncached: every call computes all K components; here mostly one (plus the one restored)
@@ -392,7 +393,9 @@ def test_profile_matches_numpy_and_restores_parameters(ext_sample):
     name = p["mu"].name
     grid, delta, valid = result.profile(name, bins=7, bound=2.0, minimize=False)
     assert current_values(p) == before and valid.all() and len(grid) == 7
-    best = [before[n] for n in NAMES]
+    # the scan holds the others at the minimum of result.minuit (a MIGRAD from the fit's: 1e-3 sigma)
+    best = [result.minuit.values[p[n].name] for n in NAMES]
+    assert best == pytest.approx([before[n] for n in NAMES], rel=1e-5)
     fmin = np_extended_nll(ext_sample, *best)
     expected = [np_extended_nll(ext_sample, g, *best[1:]) - fmin for g in grid]
     np.testing.assert_allclose(delta, expected, rtol=1e-7, atol=1e-7)
@@ -636,3 +639,102 @@ def test_minuit_computes_each_gradient_and_hessian_once(ext_sample):
     expected = loss.value_gradient_at(best, offset=0.0)[1].numpy()
     assert np.allclose(result.minuit.grad(best), expected, rtol=1e-12)
     assert not np.allclose(result.minuit.grad(best), 0.0, atol=1e-3)
+
+
+# == fits at limits (issue 23) ====================================================================
+def _background_only(tag: str, nsig_upper: float):
+    """~200 background-only events; extended Gauss + Exp with nsig limited at 0 and sigma constrained."""
+    from zcache.loss import GaussianConstraint
+
+    rng = np.random.default_rng(3)
+    x = LO - np.log1p(-rng.uniform(size=200) * -np.expm1(-0.3 * (HI - LO))) / 0.3
+    mu = zcache.Parameter(f"mu_{tag}", 5.0, floating=False)
+    sigma = zcache.Parameter(f"sigma_{tag}", 0.5, lower=0.1, upper=2.0)
+    lam = zcache.Parameter(f"lam_{tag}", -0.3, lower=-2.0, upper=-0.01)
+    nsig = zcache.Parameter(f"nsig_{tag}", 10.0, lower=0.0, upper=nsig_upper)
+    nbkg = zcache.Parameter(f"nbkg_{tag}", 190.0, lower=0.0, upper=1e4)
+    space = Space("x", LO, HI)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    loss = ExtendedUnbinnedNLL(model, zcache.Data(x, obs=space),
+                               constraints=[GaussianConstraint([sigma], [0.5], [0.05])])
+
+    def nll(p):  # sigma, lam, nsig, nbkg: numpy only
+        return np_extended_nll(x, 5.0, *p) + 0.5 * ((p[0] - 0.5) / 0.05) ** 2
+
+    return loss, [sigma, lam, nsig, nbkg], nll
+
+
+@pytest.mark.parametrize("nsig_upper", [1e3, 1e6], ids=["near-limit", "at-limit"])
+@pytest.mark.parametrize("mode", ["graph", "eager", "jit"])
+def test_yield_fitted_at_its_lower_limit_is_a_valid_fit(nsig_upper, mode):
+    """Issue 23.1: a yield that ends at its limit 0 gives a valid fit with finite errors, as iminuit does.
+
+    Minuit2 (iminuit 2.33) maps a user's Hessian onto a limited parameter without the term
+    g x''(z) of its bound transform, so MIGRAD judged such a minimum "ABOVE EDM threshold". The
+    minimum must equal iminuit's on a numpy NLL, and the errors are the curvature of the loss
+    in the parameters themselves (iminuit's HESSE of the numpy NLL without limits, there).
+    """
+    import iminuit
+    import numdifftools as nd
+
+    loss, params, nll = _background_only(f"lim{int(np.log10(nsig_upper))}{mode}", nsig_upper)
+    with zcache.set_jit_mode(mode == "jit"), zcache.set_graph_mode(mode != "eager"):
+        result = Minuit().minimize(loss)
+    ref = iminuit.Minuit(nll, [0.5, -0.3, 10.0, 190.0])
+    ref.errordef = 0.5
+    ref.limits = [(0.1, 2.0), (-2.0, -0.01), (0.0, nsig_upper), (0.0, 1e4)]
+    ref.migrad()
+    assert ref.valid and result.valid, result
+    best = np.array([result.values[p.name] for p in params])
+    assert nll(best) == pytest.approx(ref.fval, abs=2e-5)  # the same minimum
+    assert best[2] < 1e-3  # nsig at its limit
+    errors = np.array([result.errors[p.name] for p in params])
+    assert np.all(np.isfinite(errors))
+    # numdifftools on the numpy NLL in units of the errors (so one step size suits all four)
+    scaled = nd.Hessian(lambda u: nll(best + u * errors))(np.zeros(4)) / np.outer(errors, errors)
+    np.testing.assert_allclose(errors, np.sqrt(np.diag(np.linalg.inv(scaled))), rtol=1e-5)
+    np.testing.assert_allclose([result.errors[n] for n in result.names], np.sqrt(np.diag(result.covariance)), rtol=1e-12)
+
+
+def test_minuit_hessian_with_a_fixed_parameter_is_exact():
+    """Minuit2 (iminuit 2.33) reads a user's Hessian at internal indices: with a parameter fixed
+    (as MINOS and profiles do) the free ones got another's second derivatives. Through zcache the
+    HESSE of a fit with a fixed parameter and MINOS equal Minuit's own numerical ones."""
+    mu = zcache.Parameter("mu_fx", 0.2, lower=-3.0, upper=3.0)
+    sigma = zcache.Parameter("sigma_fx", 1.1, lower=0.1, upper=5.0)
+    x = np.random.default_rng(5).normal(0.3, 1.2, 2000)
+    loss = UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(x, obs="x"))
+    exact = Minuit().minimize(loss)
+    n, std = len(x), x.std()  # the truncation at +-8 (6 sigma) is negligible
+    m = exact.minuit
+    m.fixed["mu_fx"] = True
+    m.hesse()
+    assert m.covariance["sigma_fx", "sigma_fx"] == pytest.approx(std**2 / (2 * n), rel=1e-3)
+    m.fixed["mu_fx"] = False
+    # MINOS against the analytic profile likelihood: Delta NLL(mu) = n/2 log(1 + d^2/std^2),
+    # Delta NLL(sigma) = n log(sigma/std) + n std^2 / (2 sigma^2) - n/2.
+    # The interval's ends as points (the fit's value is MIGRAD's, within its tolerance of the MLE).
+    d_mu = std * np.sqrt(np.expm1(1.0 / n))
+    minos = exact.minos()
+    ends = {k: exact.values[f"{k}_fx"] + np.array([minos[f"{k}_fx"].lower, minos[f"{k}_fx"].upper]) for k in ("mu", "sigma")}
+    np.testing.assert_allclose(ends["mu"], x.mean() + np.array([-d_mu, d_mu]), rtol=0, atol=1e-3 * d_mu)
+
+    def delta(s):
+        return n * np.log(s / std) + n * std**2 / (2 * s**2) - n / 2 - 0.5
+
+    low, high = scipy.optimize.brentq(delta, 0.5 * std, std), scipy.optimize.brentq(delta, std, 2 * std)
+    np.testing.assert_allclose(ends["sigma"], [low, high], rtol=0, atol=1e-3 * (high - low) / 2)
+
+
+def test_minos_takes_a_list_of_names(sample):
+    """Issue 23.9: ``result.minos(["mu"])`` as many users write it; a non-string name is a FitError."""
+    mu, sigma, loss = _gauss_fit(sample, "ml")
+    result = Minuit().minimize(loss)
+    both = result.minos(["mu_ml", "sigma_ml"])
+    assert set(both) == {"mu_ml", "sigma_ml"}
+    assert result.minos("mu_ml")["mu_ml"] == both["mu_ml"]
+    with pytest.raises(FitError, match="strings"):
+        result.minos([1])
+    with pytest.raises(FitError, match="strings"):
+        result.profile(["mu_ml"])
+    assert float(mu.value()) == result.values["mu_ml"]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import zcache
 from zcache.exceptions import DataShapeError, ModelError, ParameterValueError
+from zcache.loss import UnbinnedNLL
 from zcache.models import (
     Exponential,
     FunctionPdf,
@@ -932,3 +933,47 @@ def test_sum_of_extended_sums_lends_their_yields():
     np.testing.assert_allclose(outer.pdf(x).numpy(), expected, rtol=1e-12)
     n[0].set_value(400.0)  # the inner yield moves the outer fractions: (400 + 300) / 1300
     np.testing.assert_allclose(outer.fractions().numpy(), [700.0 / 1300.0, 600.0 / 1300.0])
+
+
+# -- issue 23, symptom 3: per-event results of padded data have one row per event -----------------
+def _padded_pdf_reader(how, model, data):
+    """-sum(log pdf) and pdf of ``data``, read the way a user would: eagerly or in a trace of theirs."""
+    def read():
+        return -tf.reduce_sum(model.log_pdf(data)), model.pdf(data)
+
+    if how == "eager":
+        return read
+    if how == "tf.function":
+        return tf.function(read)
+    return zcache.function(read, wraps="loss")  # "zcache.function" and "jit" (compiled by set_jit_mode)
+
+
+@pytest.mark.parametrize("how", ["eager", "zcache.function", "tf.function", "jit"])
+def test_pdf_of_padded_data_has_one_row_per_event(how):
+    """Regression (issue 23, symptom 3): pdf of Data(x, capacity='auto') had one row per slot
+    (2048 for 2000 events), so a user's -sum(log pdf) was 2886.44 instead of 2839.06. Per-event
+    results have one row per event (eagerly, traced, under XLA, also after a set_data to another
+    size without a retrace), -sum(log pdf) equals the loss, and raw=True keeps the padding rows."""
+    rs = np.random.default_rng(23)
+    x = rs.normal(0.2, 1.1, 2000)
+    space = Space("x", -6.0, 6.0)
+    mu, sigma = zcache.Parameter("mu_pad", 0.1), zcache.Parameter("sigma_pad", 1.0, lower=0.1)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, -0.1)], fracs=[0.8])
+    padded = zcache.Data(x, obs="x", capacity="auto")
+    loss = UnbinnedNLL(model, padded)
+    with zcache.set_jit_mode(how == "jit"):
+        read = _padded_pdf_reader(how, model, padded)
+        traces = []
+        for n in (2000, 1900):  # the second size fits the same capacity: one program for both
+            padded.set_data(x[:n])
+            plain = zcache.Data(x[:n], obs="x")
+            nll, pdf = read()
+            assert pdf.shape == (n,) and padded.value().shape == (2048,)
+            np.testing.assert_allclose(pdf.numpy(), model.pdf(plain).numpy(), rtol=1e-13)
+            np.testing.assert_allclose(float(nll), float(loss.value()), rtol=1e-13)
+            np.testing.assert_allclose(float(nll), -np.log(model.pdf(plain).numpy()).sum(), rtol=1e-13)
+            traces.append(read.experimental_get_tracing_count() if how == "tf.function" else getattr(read, "trace_count", 0))
+    assert traces[0] == traces[1]  # the new size: no retrace
+    assert model.log_pdf(padded).shape == (1900,) and model.unnormalized_pdf(padded).shape == (1900,)
+    assert model.pdf(padded, raw=True).shape == (2048,)
+    np.testing.assert_allclose(padded.unpadded(model.pdf(padded, raw=True)).numpy(), model.pdf(padded).numpy())

@@ -16,6 +16,7 @@ from zcache.exceptions import (
     EmptyDataError,
     InvalidDataError,
     ParameterValueError,
+    WeightSumError,
 )
 
 
@@ -409,3 +410,43 @@ def test_failed_call_restores_padded_data_and_count(graph_mode):
         fails(tf.constant([9.0], tf.float64))
     np.testing.assert_array_equal(d.numpy(), [1.0, 2.0, 3.0])
     np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0, 1.0, 0.0])
+
+
+# -- issue 23, symptom 4: weights that sum to zero or less ----------------------------------------
+BAD_WEIGHTS = {"all-zero": np.zeros(4), "negative-sum": np.array([1.0, -2.0, 0.5, -0.5])}
+
+
+@pytest.mark.parametrize("capacity", [None, "auto"])
+@pytest.mark.parametrize("bad", list(BAD_WEIGHTS), ids=list(BAD_WEIGHTS))
+def test_all_zero_weights_raise(bad, capacity):
+    """Regression (issue 23, symptom 4): all weights 0 (a flat likelihood) made a 'valid' fit
+    with errors 0.0 (or 2.99 / 2.32). Weights summing to <= 0 are a WeightSumError on creation
+    and on set_data, eagerly, in a zcache.function and under XLA, and a refused set_data leaves
+    the events, the weights and the caches as they were. Single negative weights stay fine."""
+    x = np.array([0.1, 0.2, 0.3, 0.4])
+    w = BAD_WEIGHTS[bad]
+    with pytest.raises(WeightSumError, match="sum to"):
+        zcache.Data(x, name="w0", weights=w, capacity=capacity)
+    d = zcache.Data(x, name="w1", weights=[2.0, -0.5, 1.0, 1.0], capacity=capacity)  # sWeights: sum 3.5
+    total = zcache.CachedTensor(lambda: tf.reduce_sum(d.weights * d.value()), deps=[d], name="w1 total")
+    before = float(total.value())
+
+    def unchanged():
+        np.testing.assert_array_equal(d.numpy(), x)
+        np.testing.assert_array_equal(d.weights_data.numpy(), [2.0, -0.5, 1.0, 1.0])
+        assert float(total.value()) == before
+
+    with pytest.raises(WeightSumError, match="data unchanged"):
+        d.set_data(x[::-1], weights=w)
+    assert total.is_valid  # refused before any write: nothing invalidated
+    unchanged()
+    for jit in (False, True):
+        with zcache.set_jit_mode(jit):
+            @zcache.function(wraps="loss")
+            def refill(events, weights):
+                d.set_data(events, weights=weights)
+                return total.value()
+
+            with pytest.raises(WeightSumError, match="positive"):
+                refill(tf.constant(x[::-1]), tf.constant(w))
+            unchanged()

@@ -22,13 +22,13 @@ SPACE = Space("x", -5.0, 5.0)
 
 @pytest.fixture(scope="module")
 def fit():
-    """A two-parameter Minuit fit with MINOS on one parameter: (result, loss, Minuit's nfcn before MINOS)."""
+    """A two-parameter Minuit fit with MINOS on one parameter: (result, loss, the fit's nfcn)."""
     mu = zcache.Parameter("mu_r", 0.3, lower=-2.0, upper=2.0)
     sigma = zcache.Parameter("sigma_r", 1.3, lower=0.2, upper=4.0)
     x = np.random.default_rng(7).normal(0.1, 1.1, 800)
     loss = UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(x[np.abs(x) < 5.0]))
     result = Minuit().minimize(loss)
-    nfcn = result.minuit.nfcn  # MINOS adds to Minuit's count, not to the fit's
+    nfcn = result.nfcn  # MINOS adds to Minuit's count, not to the fit's
     result.minos("mu_r")
     return result, loss, nfcn
 
@@ -75,18 +75,26 @@ def test_copy_keeps_live_objects_deepcopy_the_numbers(fit):
 
 
 def test_to_dict_matches_the_minuit_object(fit):
-    """to_dict holds Minuit's values, errors, covariance, validity, call count and MINOS; JSON-ready."""
+    """to_dict holds the fit's values, errors, covariance, validity, call count and MINOS; JSON-ready.
+
+    The errors are the curvature's (sqrt of the covariance's diagonal); Minuit's HESSE agrees to
+    its own precision, and the Minuit object (for MINOS) starts from the same minimum.
+    """
     result, loss, nfcn = fit
     m = result.minuit
     d = result.to_dict()
     assert d["names"] == list(m.parameters) == ["mu_r", "sigma_r"]
-    np.testing.assert_allclose([d["values"][n] for n in d["names"]], list(m.values), rtol=0, atol=1e-15)
-    np.testing.assert_allclose([d["errors"][n] for n in d["names"]], list(m.errors), rtol=1e-15)
-    np.testing.assert_allclose(d["covariance"], np.array(m.covariance), rtol=1e-15)
-    assert d["valid"] is bool(m.valid) is True and d["nfcn"] == nfcn and d["edm"] == m.fmin.edm
+    errors = [d["errors"][n] for n in d["names"]]
+    assert [d["values"][n] for n in d["names"]] == [result.values[n] for n in d["names"]]
+    np.testing.assert_allclose([d["values"][n] for n in d["names"]], list(m.values), rtol=0, atol=1e-3 * min(errors))
+    np.testing.assert_allclose(errors, np.sqrt(np.diag(d["covariance"])), rtol=1e-12)
+    np.testing.assert_allclose(errors, list(m.errors), rtol=1e-3)
+    np.testing.assert_allclose(d["covariance"], result.covariance, rtol=1e-15)
+    assert d["valid"] is bool(m.valid) is True and d["nfcn"] == nfcn and d["edm"] == result.edm
     assert d["minimizer"] == "Minuit"
     me = m.merrors["mu_r"]
-    assert d["minos"] == {"mu_r": {"lower": me.lower, "upper": me.upper, "valid": me.is_valid}}
+    shift = m.values["mu_r"] - result.values["mu_r"]  # the ends, as distances from the result's value
+    assert d["minos"] == {"mu_r": {"lower": me.lower + shift, "upper": me.upper + shift, "valid": me.is_valid}}
     # fmin is the loss itself at the minimum (Minuit's fval is relative to the fit's offset)
     with zcache.set_values(result.params, [d["values"][n] for n in d["names"]]):
         assert d["fmin"] == pytest.approx(float(loss.value()), rel=1e-12)
@@ -103,9 +111,11 @@ def test_to_pandas_one_row(fit):
                                 "sigma_r_err", "fmin", "edm", "valid", "nfcn", "time"]
     row = df.iloc[0]
     for n in m.parameters:
-        assert row[n] == pytest.approx(m.values[n], abs=1e-15)
-        assert row[f"{n}_err"] == pytest.approx(m.errors[n], rel=1e-15)
-    assert row["mu_r_minos_lower"] == m.merrors["mu_r"].lower and row["mu_r_minos_upper"] == m.merrors["mu_r"].upper
+        assert row[n] == result.values[n]
+        assert row[f"{n}_err"] == result.errors[n] == pytest.approx(m.errors[n], rel=1e-3)
+    shift = m.values["mu_r"] - result.values["mu_r"]
+    assert row["mu_r_minos_lower"] == m.merrors["mu_r"].lower + shift
+    assert row["mu_r_minos_upper"] == m.merrors["mu_r"].upper + shift
     assert bool(row["valid"]) and row["fmin"] == result.fmin and row["nfcn"] == nfcn
     pd.testing.assert_frame_equal(pickle.loads(pickle.dumps(result)).to_pandas(), df)
 

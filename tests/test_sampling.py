@@ -64,3 +64,70 @@ def test_adaptive_batch_and_argument_errors():
         accept_reject(10, 0.0, 1.0, lambda x: x)
     with pytest.raises(ValueError, match="differ in length"):
         accept_reject(10, [0.0, 0.0], [1.0])
+
+
+# -- independent events: no sampler repeats an event (issue 23) ---------------------------------
+def _n_repeated(events):
+    events = np.asarray(events)
+    return len(events) - len(np.unique(events.reshape(len(events), -1), axis=0))
+
+
+def test_pool_sampler_uses_each_event_once_and_refuses_a_small_pool(mode):
+    """accept_reject_pool: distinct indices, the weighted distribution, seeded; too few accepted: the caller's error."""
+    from zcache.sampling import accept_reject_pool
+
+    pool = np.random.default_rng(8).uniform(0.0, 1.0, 100_000)
+    run = zcache.function(lambda n: accept_reject_pool(n, tf.constant(2.0 * pool), "pool too small"), wraps="sample")
+    set_seed(9)
+    idx = run(tf.constant(20_000, tf.int64)).numpy()
+    set_seed(9)
+    np.testing.assert_array_equal(run(tf.constant(20_000, tf.int64)).numpy(), idx)
+    assert len(np.unique(idx)) == len(idx) == 20_000
+    assert scipy.stats.kstest(pool[idx], lambda v: v * v).pvalue > KS_MIN_P  # density 2x
+    with pytest.raises(ModelError, match="pool too small"):
+        run(tf.constant(60_000, tf.int64))  # about 50,000 accepted
+
+
+def test_proposals_from_a_generator(mode):
+    """accept_reject(propose=...): fresh draws of the proposal distribution, weighted by the density."""
+    from zcache.sampling import rng
+
+    set_seed(10)
+    x = accept_reject(4000, [0.0], [1.0], lambda x: 2.0 * x[:, 0], 2.0,
+                      propose=lambda size: rng().uniform([size, 1], dtype=tf.float64)).numpy()
+    assert x.shape == (4000, 1) and _n_repeated(x) == 0
+    assert scipy.stats.kstest(x[:, 0], lambda v: v * v).pvalue > KS_MIN_P
+
+
+def _samplers():
+    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+    from zcache.phasespace import DalitzKinematics
+    from zcache.shapes import KDE1D, Chebyshev, CrystalBall, HistogramPdf
+
+    space = Space("x", -3.0, 3.0)
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957)
+    set_seed(1)
+    amp = CoherentSum([(ComplexParameter("nr", 1.0, floating=False), NonResonant(kin)),
+                       (ComplexParameter("c_r", 0.5 + 0.2j),
+                        Resonance(kin, ("12", "13"), mass=0.89555, width=0.0473, spin=1, name="Kst"))])
+    return {
+        "Gaussian": lambda n: Gaussian(space, 0.0, 1.0).sample(n),
+        "SumPdf": lambda n: SumPdf([Gaussian(space, 0.0, 1.0), Exponential(space, -0.5)], [0.5]).sample(n),
+        "Chebyshev (accept-reject)": lambda n: Chebyshev(space, [0.3, 0.1]).sample(n),
+        "CrystalBall": lambda n: CrystalBall(space, 0.0, 1.0, 1.5, 3.0).sample(n),
+        "KDE1D": lambda n: KDE1D(space, np.random.default_rng(0).normal(0.0, 1.0, 200)).sample(n),
+        "HistogramPdf": lambda n: HistogramPdf(space, [1.0, 3.0, 2.0], [-3.0, -1.0, 1.0, 3.0]).sample(n),
+        "DalitzKinematics": lambda n: kin.sample(n),
+        "AmplitudePdf": lambda n: AmplitudePdf(amp, kin.sample(20_000)).sample(n),
+    }
+
+
+@pytest.mark.parametrize("which", [
+    "Gaussian", "SumPdf", "Chebyshev (accept-reject)", "CrystalBall", "KDE1D", "HistogramPdf",
+    "DalitzKinematics", "AmplitudePdf"])
+def test_samplers_never_repeat_an_event(which):
+    """Every event generator of zcache gives distinct events (0 repeated in 20,000)."""
+    set_seed(2)
+    events = _samplers()[which](20_000).numpy()
+    assert len(events) == 20_000 and _n_repeated(events) == 0

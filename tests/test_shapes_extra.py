@@ -22,7 +22,9 @@ import tensorflow as tf
 from helpers import traced
 
 import zcache
-from zcache.exceptions import ModelError, ParameterValueError
+from zcache.exceptions import DensityError, FitError, ModelError, ParameterValueError
+from zcache.loss import UnbinnedNLL
+from zcache.minimize import Minuit
 from zcache.models import Space, set_seed
 from zcache.shapes import KDE1D, Bernstein, Chebyshev, HistogramPdf
 
@@ -491,3 +493,55 @@ def test_bad_coefficient_parameters_are_left_unchanged():
     model = Bernstein(SPACE, pars)  # now fine: (2 t (1 - t)) * 0.5, normalized
     x = np.array([0.25, 0.5])
     np.testing.assert_allclose(model.pdf(x).numpy(), bern_ref(x, [0.0, 0.5, 0.0], 0.0, 1.0) / (0.5 / 3.0), rtol=1e-13)
+
+
+# -- issue 23, symptom 5: an impossible polynomial density is an error, never a number -------------
+NEGATIVE_POLYNOMIALS = [
+    # 1 + 2 T_2(x) = 4x^2 - 1: -1 at 0, integral 2/3, so pdf(0) was -1.5
+    pytest.param(lambda: Chebyshev(Space("x", -1.0, 1.0), [0.0, 2.0]), 0.0, id="chebyshev"),
+    # (1-t)^2 - 4 t (1-t) + t^2: integral 0, so pdf was +-inf
+    pytest.param(lambda: Bernstein(Space("x", 0.0, 1.0), [1.0, -2.0, 1.0]), 0.5, id="bernstein-integral-0"),
+]
+
+
+@pytest.mark.parametrize("how", ["eager", "zcache.function", "tf.function", "jit"])
+@pytest.mark.parametrize(("make", "at"), NEGATIVE_POLYNOMIALS)
+def test_negative_polynomial_density_raises(make, at, how):
+    """Regression (issue 23, symptom 5): Chebyshev [0, 2] on (-1, 1) gave pdf(0) = -1.5 and
+    Bernstein [1, -2, 1] (integral 0) +-inf, without a word. pdf and log_pdf raise DensityError
+    (inside a plain tf.function: the failed check names it), of arrays and of Data; a loss of
+    such a model is not finite (FitError from value()), never a number."""
+    model = make()
+    data = zcache.Data(np.array([at, at]), obs="x")
+
+    def read():
+        return model.pdf(np.array([at])), model.log_pdf(data)
+
+    if how == "tf.function":
+        with pytest.raises(tf.errors.InvalidArgumentError, match="zcache:DensityError"):
+            tf.function(read)()
+        return
+    with zcache.set_jit_mode(how == "jit"):
+        fn = read if how == "eager" else zcache.function(read, wraps="loss")
+        with pytest.raises(DensityError, match="not a probability density"):
+            fn()
+        with pytest.raises(FitError, match="NaN or infinite"):
+            UnbinnedNLL(model, data).value()
+
+
+def test_fit_does_not_end_valid_at_a_negative_density():
+    """A Chebyshev fit whose best likelihood lies beyond the point where the series dips below
+    zero between the events (1 + c2 T_2 < 0 at x = 0 for c2 > 1, no event there) stops at the
+    edge as an invalid fit: the normalization is NaN wherever the polynomial is negative anywhere
+    in its space, so the loss is NaN there and MIGRAD steps back."""
+    rs = np.random.default_rng(5)
+    x = rs.uniform(-1.0, 1.0, 600)
+    x = x[np.abs(x) > 0.6]  # nothing near 0: the log-likelihood alone keeps growing with c2
+    c2 = zcache.Parameter("c2_dip", 0.1)
+    model = Chebyshev(Space("x", -1.0, 1.0), [0.0, c2])
+    result = Minuit().minimize(UnbinnedNLL(model, zcache.Data(x, obs="x")))
+    grid = np.linspace(-1.0, 1.0, 2001)
+    lowest = float(tf.reduce_min(model.unnormalized_pdf(grid)))
+    assert not (result.valid and lowest < 0.0)
+    assert result.values["c2_dip"] <= 1.0 + 1e-6  # never past the dip
+    assert not result.valid

@@ -18,6 +18,7 @@ import pathlib
 import networkx as nx
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import zcache
 
@@ -25,11 +26,12 @@ sp = pytest.importorskip("sympy")
 pytest.importorskip("ampform")
 pytest.importorskip("qrules")
 
-from zcache.exceptions import SymbolicError  # noqa: E402
+from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
 from zcache.models import set_seed  # noqa: E402
-from zcache.symbolic import SymbolicModel, from_helicity_model, to_tensorflow  # noqa: E402
+from zcache.sampling import rng as zcache_rng  # noqa: E402
+from zcache.symbolic import SymbolicModel, from_helicity_model, phasespace_generator, to_tensorflow  # noqa: E402
 
 M_PI0, M_PIC, M_K, M_D0, M_JPSI = 0.1349768, 0.13957039, 0.493677, 1.86484, 3.0969
 
@@ -74,15 +76,35 @@ def jpsi():
     return model, expr, cols
 
 
+DZERO_BOX = {"m_01": (M_K + M_PIC + 1e-3, M_D0 - M_PI0), "m_12": (M_PIC + M_PI0 + 1e-3, M_D0 - M_K)}
+
+
 @pytest.fixture(scope="module")
 def dzero():
     model, expr = _ampform("D0", ["K-", "pi+", "pi0"], ["K*(892)0", "rho(770)+"], ["strong", "weak"], "helicity")
     rng = np.random.default_rng(2)
     n = 4000
-    cols = _box(rng, n, {"m_01": (M_K + M_PIC + 1e-3, M_D0 - M_PI0), "m_12": (M_PIC + M_PI0 + 1e-3, M_D0 - M_K)})
+    cols = _box(rng, n, DZERO_BOX)
     cols.update(**{"theta_0^01": np.arccos(rng.uniform(-1, 1, n)), "theta_1^12": np.arccos(rng.uniform(-1, 1, n))},
                 m_0=np.full(n, M_K), m_1=np.full(n, M_PIC), m_2=np.full(n, M_PI0))
     return model, expr, cols
+
+
+def dzero_generator(n):
+    """Fresh events of the dzero fixture's box distribution, from zcache's generator (traceable, seeded)."""
+    gen = zcache_rng()
+    cols = {name: gen.uniform([n], lo, hi, dtype=tf.float64) for name, (lo, hi) in DZERO_BOX.items()}
+    for name in ("theta_0^01", "theta_1^12"):
+        cols[name] = tf.acos(gen.uniform([n], -1.0, 1.0, dtype=tf.float64))
+    for name, mass in (("m_0", M_K), ("m_1", M_PIC), ("m_2", M_PI0)):
+        cols[name] = tf.fill([n], tf.constant(mass, tf.float64))
+    return cols
+
+
+def n_repeated(events):
+    """How many events of a sample repeat an earlier one (rows equal in every column)."""
+    events = np.asarray(events)
+    return len(events) - len(np.unique(events.reshape(len(events), -1), axis=0))
 
 
 def _lambdified(expr):
@@ -241,13 +263,14 @@ def test_set_data_invalidates_data_caches_only(dzero):
 def test_second_ampform_model_bridges_and_fits(dzero):
     """D0 -> K- pi+ pi0 (K*(892)0, rho(770)+: spin 1 in two subsystems): sample 2k events, fit the coupling."""
     model, expr, cols = dzero
-    bridged = from_helicity_model(model, cols, expression=expr, name="dz_fit")
+    bridged = from_helicity_model(model, cols, expression=expr, name="dz_fit", generator=dzero_generator)
     assert bridged.is_coherent_sum and len(bridged.couplings) == 2
     assert [p.name for p in bridged.get_params()] == [p.name for p in bridged.couplings[1].params]
     true = 0.6 + 0.4j
     bridged.couplings[1].set_value(true)
     set_seed(7)
     data = bridged.sample(2000)
+    assert n_repeated(data.numpy()) == 0
     bridged.couplings[1].set_value(1.0 + 0.0j)
     result = Minuit().minimize(UnbinnedNLL(bridged, data))
     assert result.valid
@@ -261,13 +284,82 @@ def test_second_ampform_model_bridges_and_fits(dzero):
     np.testing.assert_allclose(fit_fractions(bridged, bridged.phasespace), list(fractions.values()), rtol=1e-12)
 
 
+def _line_shapes_floating(model):
+    """Every mass and width of ``model``'s resonances floating, with limits at +-50 %."""
+    return {s.name: dict(value=float(v), lower=0.5 * float(v), upper=1.5 * float(v), floating=True)
+            for s, v in model.parameter_defaults.items() if s.name.startswith(("m_", "\\Gamma_"))}
+
+
+def _hessians_compiled_and_not(loss, x):
+    """hessian_at at ``x``: eager, graph mode, and compiled (True twice, 'auto'), with the eager
+    reference checked against central differences of the exact eager gradient."""
+    params = loss.params
+    with zcache.set_graph_mode(False):
+        eager = loss.hessian_at(x, params).numpy()
+        reference = zcache.hessian(loss.value, params).numpy()
+    scale = np.abs(reference).max()
+    assert np.abs(eager - reference).max() < 1e-5 * scale
+    found = {"graph": loss.hessian_at(x, params).numpy()}
+    with zcache.set_jit_mode(True):
+        found["jit"] = loss.hessian_at(x, params).numpy()
+        found["jit again"] = loss.hessian_at(x, params).numpy()
+    with zcache.set_jit_mode("auto"):
+        found["auto"] = loss.hessian_at(x, params).numpy()
+    for how, hessian in found.items():
+        # central differences of gradients that differ by ~1e-13 (summation order under XLA)
+        assert np.abs(hessian - eager).max() < 1e-7 * scale, (how, np.abs(hessian - eager).max() / scale)
+    with zcache.set_graph_mode(False):
+        gradient = loss.value_gradient_at(x, params)[1].numpy()
+    with zcache.set_jit_mode(True):
+        np.testing.assert_allclose(loss.value_gradient_at(x, params)[1].numpy(), gradient, rtol=1e-9,
+                                   atol=1e-9 * np.abs(gradient).max())
+    assert all(fn.jit_fallback is None for fn in loss.functions())
+    return found
+
+
+@pytest.mark.slow  # ~25 s: compiles the bridge with XLA (test_jit has a fast plain-model twin)
+def test_jit_hessian_line_shapes_floating_small_bridge():
+    """Issue 23, small: a hand-written coherent sum of two Breit-Wigners (1/z of a complex in the
+    bridge: tf.math.reciprocal), masses and widths floating: the compiled Hessian equals the
+    uncompiled one (it was off by 96 %; XLA dropped the conjugate of the complex 1/z's gradient)."""
+    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(1)
+    cols = {"x": rng.uniform(0.3, 1.5, 600), "y": rng.uniform(0.3, 1.5, 600), "th": rng.uniform(0, np.pi, 600)}
+    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols, name="small_bw")
+    loss = UnbinnedNLL(model, model.to_data({k: v[:200] for k, v in cols.items()}, name="small_bw_data"))
+    assert len(loss.params) == 6  # four line-shape parameters, one complex coupling
+    _hessians_compiled_and_not(loss, np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
+
+
+@pytest.mark.slow
+def test_jit_hessian_line_shapes_floating_bridge(dzero):
+    """Issue 23: the ampform model (relativistic Breit-Wigners with form factors) with masses and
+    widths floating (+-50 %): compiled Hessians (True, again, 'auto') equal the eager and
+    graph-mode ones, which equal central differences of the exact gradient (compiled: off by
+    15 % to 1900x before the fix, changing between models and runs)."""
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, {k: v[:1500] for k, v in cols.items()}, expression=expr,
+                                  parameters=_line_shapes_floating(model), name="dz_lineshapes")
+    data = bridged.to_data({k: v[:300] for k, v in cols.items()}, name="dz_lineshapes_data")
+    loss = UnbinnedNLL(bridged, data)
+    names = [p.name for p in loss.params]
+    assert sum(n.startswith(("m_", "\\Gamma_")) for n in names) == 4 and len(names) == 6
+    x = np.array([float(p) for p in loss.params]) * (1.0 + 0.01 * np.random.default_rng(4).standard_normal(6))
+    _hessians_compiled_and_not(loss, x)
+
+
 @pytest.mark.slow
 def test_compiled_mode_and_toys(dzero):
     """The bridged model under set_jit_mode('auto') (XLA) gives the uncompiled loss and gradient; run_toys fits it."""
     from zcache.toys import run_toys
 
     model, expr, cols = dzero
-    bridged = from_helicity_model(model, cols, expression=expr, name="dz_jit")
+    bridged = from_helicity_model(model, cols, expression=expr, name="dz_jit", generator=dzero_generator)
     data = bridged.to_data({k: v[:400] for k, v in cols.items()}, name="dz_jit_data")
     loss = UnbinnedNLL(bridged, data)
     plain = loss.value_gradient()
@@ -287,3 +379,179 @@ def test_compiled_mode_and_toys(dzero):
     from zcache.batch import BatchedLoss
 
     assert any(c.name.startswith("I[group") for c in BatchedLoss.of(loss, loss.params).served_caches)
+
+
+# -- sampling: independent events (issue 23, symptom 7) --------------------------------------------
+def _peaked():
+    """A Breit-Wigner-like intensity on [0.5, 1.5] (acceptance about 0.3 under its maximum)."""
+    x, m, g, c = sp.symbols("x m g c")
+    return x, sp.Abs(1 + c * g / (m**2 - x**2 - sp.I * m * g)) ** 2, {m: 1.0, g: 0.1, c: 0.5 + 0.5j}
+
+
+def _chi2_against(events, weights_of, lo=0.5, hi=1.5, bins=20):
+    """chi2 of the sample's histogram against the expected fractions ``weights_of(edges)`` (bins values)."""
+    edges = np.linspace(lo, hi, bins + 1)
+    counts, _ = np.histogram(events, edges)
+    expected = weights_of(edges) * len(events)
+    return float(np.sum((counts - expected) ** 2 / expected))
+
+
+def test_sample_has_no_repeated_events(mode):
+    """Drawn from the phase-space sample without replacement: no event twice, the intensity's distribution, seeded."""
+    x, expr, params = _peaked()
+    pool = np.random.default_rng(5).uniform(0.5, 1.5, 200_000)
+    model = SymbolicModel(expr, params, ["x"], {"x": pool})
+    set_seed(11)
+    events = model.sample(20_000).numpy().reshape(-1)
+    assert n_repeated(events) == 0 and np.isin(events, pool).all()
+    weights = model.intensity(model.phasespace).numpy()
+    # the sample's mean intensity: E[I^2]/E[I] over the pool, within 3 standard errors
+    drawn = model.intensity(events[:, None]).numpy()
+    target, spread = np.sum(weights**2) / np.sum(weights), np.sqrt(np.sum(weights**3) / np.sum(weights)
+                                                                   - (np.sum(weights**2) / np.sum(weights)) ** 2)
+    assert abs(drawn.mean() - target) < 3 * spread / np.sqrt(len(events))
+    chi2 = _chi2_against(events, lambda e: np.histogram(pool, e, weights=weights)[0] / weights.sum())
+    assert chi2 < 43.8  # 19 degrees of freedom, p = 0.001
+    set_seed(11)
+    np.testing.assert_array_equal(model.sample(20_000).numpy().reshape(-1), events)
+
+
+def test_pool_too_small_is_a_named_error(mode):
+    """A phase-space sample that cannot fill the sample without repeating events: SymbolicError, data unchanged."""
+    x, expr, params = _peaked()
+    model = SymbolicModel(expr, params, ["x"], {"x": np.random.default_rng(6).uniform(0.5, 1.5, 1000)})
+    target = model.sample(10)
+    before = target.numpy().copy()
+    for compiled in (False, True):
+        with zcache.set_jit_mode(compiled):
+            with pytest.raises(SymbolicError, match=r"without replacement.*1000 events.*larger phase-space sample"):
+                model.sample(5000, data=target)
+        np.testing.assert_array_equal(target.numpy(), before)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["plain", "jit"])
+def test_generator_draws_fresh_events(mode, compiled):
+    """With generator=: fresh phase-space events (more than the phase-space sample holds), the intensity's distribution."""
+    x, expr, params = _peaked()
+    pool = np.random.default_rng(7).uniform(0.5, 1.5, 2000)
+    model = SymbolicModel(expr, params, ["x"], {"x": pool},
+                          generator=lambda n: {"x": zcache_rng().uniform([n], 0.5, 1.5, dtype=tf.float64)})
+    with zcache.set_jit_mode(compiled):
+        set_seed(12)
+        events = model.sample(20_000).numpy().reshape(-1)
+        set_seed(12)
+        again = model.sample(20_000).numpy().reshape(-1)
+    np.testing.assert_array_equal(again, events)
+    assert n_repeated(events) == 0 and not np.isin(events, pool).any()
+    fine = np.linspace(0.5, 1.5, 200_001)
+    density = sp.lambdify([x], expr.subs(params), "numpy")(fine).real
+    cumulative = np.concatenate([[0.0], np.cumsum(0.5 * (density[1:] + density[:-1]))])
+    chi2 = _chi2_against(events, lambda e: np.diff(np.interp(e, fine, cumulative)) / cumulative[-1])
+    assert chi2 < 43.8  # 19 degrees of freedom, p = 0.001
+
+
+def test_generator_must_return_every_column():
+    x, expr, params = _peaked()
+    model = SymbolicModel(expr, params, ["x"], {"x": np.linspace(0.5, 1.5, 100)},
+                          generator=lambda n: {"y": tf.zeros([n], tf.float64)})
+    with pytest.raises(SymbolicError, match="no column 'x'"):
+        model.sample(10)
+    with pytest.raises(SymbolicError, match="generator= must be a callable"):
+        SymbolicModel(expr, params, ["x"], {"x": np.linspace(0.5, 1.5, 100)}, generator=5)
+
+
+def test_bridged_ampform_sample_has_no_repeated_events(dzero):
+    """The bridged ampform model: without a generator no event twice (or a named error), with one fresh events."""
+    model, expr, cols = dzero
+    pooled = from_helicity_model(model, cols, expression=expr, name="dz_pool")
+    set_seed(4)
+    events = pooled.sample(100).numpy()
+    assert n_repeated(events) == 0
+    with pytest.raises(SymbolicError, match="without replacement"):
+        pooled.sample(2000)
+    fresh = from_helicity_model(model, cols, expression=expr, name="dz_fresh", generator=dzero_generator)
+    set_seed(4)
+    events = fresh.sample(5000).numpy()
+    assert n_repeated(events) == 0
+
+
+def test_phasespace_generator_gives_fresh_physical_events(dzero, mode):
+    """Three-body phase space from the reaction's masses, columns by ampform's expressions; fresh, seeded samples."""
+    from zcache.phasespace import DalitzKinematics
+
+    model, expr, _ = dzero
+    generate = phasespace_generator(model)
+    set_seed(21)
+    phsp = {k: v.numpy() for k, v in generate(20_000).items()}
+    set_seed(21)
+    np.testing.assert_array_equal(generate(tf.constant(20_000, tf.int64))["theta_1^12"].numpy(), phsp["theta_1^12"])
+    # the columns are physical: inside the Dalitz plot, ampform's helicity angles = zcache's kinematics
+    kin = DalitzKinematics(M_D0, M_K, M_PIC, M_PI0)
+    s12, s23 = phsp["m_01"] ** 2, phsp["m_12"] ** 2
+    x = np.stack([s12, kin.mass_sum_sq - s12 - s23], axis=1)
+    assert kin.inside(x).numpy().all()
+    np.testing.assert_allclose(np.cos(phsp["theta_1^12"]), -kin.cos_theta(x, "23").numpy(), atol=1e-10)
+    np.testing.assert_allclose(np.cos(phsp["theta_0^01"]), -kin.cos_theta(x, "12").numpy(), atol=1e-10)
+    bridged = from_helicity_model(model, phsp, expression=expr, name="dz_physical", generator=generate)
+    for compiled in (False, True):
+        with zcache.set_jit_mode(compiled):
+            set_seed(22)
+            events = bridged.sample(3000).numpy()
+        k = bridged.space.obs.index("m_01")
+        assert n_repeated(events) == 0 and not np.isin(events[:, k], bridged.phasespace.numpy()[:, k]).any()
+    # the sample's mean intensity: E[I^2]/E[I] over phase space, within 4 standard errors (both samples)
+    weights = bridged.intensity(bridged.phasespace).numpy()
+    target = np.sum(weights**2) / weights.sum()
+    spread = np.sqrt(np.sum(weights**3) / weights.sum() - target**2)
+    drawn = bridged.intensity(events).numpy().mean()
+    assert abs(drawn - target) < 4 * spread * np.sqrt(1 / 3000 + 1 / 20_000)
+    with pytest.raises(SymbolicError, match="only decays of one particle into three"):
+        phasespace_generator(type("Fake", (), {"reaction_info": type("Info", (), {
+            "initial_state": {-1: None}, "final_state": {0: None, 1: None}})()})())
+
+
+# -- names and physical limits (issue 23, symptom 8) ------------------------------------------------
+def test_unknown_parameter_name_raises(dzero):
+    """parameters= and floating= names that the model does not hold: SymbolicError naming them and close matches."""
+    model, expr, cols = dzero
+    rho_mass = _symbol(model, r"m_{\rho").name
+    with pytest.raises(SymbolicError, match=r"'m_\{rho\(770\)0\}'.*Close matches: .*rho"):
+        from_helicity_model(model, cols, expression=expr, parameters={"m_{rho(770)0}": 0.8})
+    with pytest.raises(SymbolicError, match="floating= names 'm_{rho}'"):
+        from_helicity_model(model, cols, expression=expr, floating=["m_{rho}"])
+    bridged = from_helicity_model(model, cols, expression=expr, parameters={rho_mass: 0.8}, floating=[rho_mass])
+    assert float(_param(bridged, rho_mass).value()) == 0.8 and _param(bridged, rho_mass).floating
+    x, m = sp.symbols("x m")
+    with pytest.raises(SymbolicError, match="parameters= names 'mm'.*Close matches: 'm'"):
+        SymbolicModel(sp.exp(-m * x), {m: 1.0, "mm": 2.0}, ["x"], {"x": np.linspace(0.1, 1.0, 10)})
+
+
+def test_width_default_lower_limit(dzero, mode):
+    """Masses and widths of the bridge have lower limit 0: a negative one is ParameterValueError, state unchanged."""
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, cols, expression=expr, name="dz_limits")
+    physical = [p for p in bridged.get_params(None) if p.name.startswith(("m_{", "\\Gamma_{"))]
+    assert len(physical) == 4 and all(p.lower == 0.0 for p in physical)
+    width_name = _symbol(model, r"\Gamma_{\rho").name
+    with pytest.raises(ParameterValueError, match="below the lower limit"):
+        from_helicity_model(model, cols, expression=expr, parameters={width_name: -0.1})
+    given = from_helicity_model(model, cols, expression=expr, parameters={width_name: {"value": 0.1, "lower": -1.0}})
+    assert _param(given, width_name).lower == -1.0  # the user's limits are kept
+    width = _param(bridged, width_name)
+    data = bridged.to_data({k: v[:200] for k, v in cols.items()}, name="dz_limits_data")
+    loss = UnbinnedNLL(bridged, data)
+    before, value = float(loss.value()), float(width.value())
+
+    @zcache.function
+    def set_and_evaluate(w):
+        width.set_value(w)
+        return loss.value()
+
+    for compiled in (False, True):
+        with zcache.set_jit_mode(compiled):
+            with pytest.raises(ParameterValueError, match="below the lower limit"):
+                set_and_evaluate(tf.constant(-0.1, tf.float64))
+        assert float(width.value()) == value and float(loss.value()) == before
+    with pytest.raises(ParameterValueError, match="below the lower limit"):
+        width.set_value(-0.1)
+    assert float(width.value()) == value

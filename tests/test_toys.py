@@ -149,9 +149,11 @@ def test_batch_must_be_a_positive_whole_number():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("distributed")
-    # ":0": a free port for the dashboard. Its default (8787) made two pytest-xdist workers that
-    # each start this fixture collide ("Port 8787 is already in use").
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    from zcache.demo_toys import local_cluster
+
+    # A free port for the dashboard: its default (8787) made two pytest-xdist workers that each
+    # start this fixture collide ("Port 8787 is already in use").
+    cluster = local_cluster(2)
     client = distributed.Client(cluster)
     yield client
     client.close()
@@ -193,3 +195,51 @@ def test_a_factory_that_cannot_be_pickled_is_refused_by_name(dask_client):
     model, loss = _gauss_exp_study("pickle", n=200)
     with pytest.raises(ToyStudyError, match="cannot be sent to the workers"):
         run_toys(model, loss, n_toys=2, batch=2, client=dask_client, factory=lambda: (lock, model, loss))
+
+
+def test_batched_and_serial_toys_agree_near_a_yield_limit():
+    """Issue 23.2: a small signal (nsig = 3, limit 0): many toys end at or near the limit. Serial
+    (MIGRAD) and batched studies report the same values, the same errors (the curvature of the
+    loss in the parameters themselves, one definition for both) and the same validity, and no
+    toy is dropped from the pulls as invalid."""
+    model, loss = _gauss_exp_study("small", n=300)
+    for p in loss.params:
+        p.floating = not p.name.startswith(("mu", "sigma"))  # a search at a known mass: no look-elsewhere
+    next(p for p in loss.params if p.name == "nsig_small").set_value(3.0)
+    serial = run_toys(model, loss, n_toys=12, seed=21, minimizer=Minuit(tol=1e-5), progress=False)
+    batched = run_toys(model, loss, n_toys=12, seed=21, batch=12, minimizer=Minuit(tol=1e-5), progress=False)
+    values = serial.table["nsig_small"]
+    assert np.sum(values < 1e-3) >= 2 and np.sum((values > 1e-3) & (values < 3.0)) >= 2  # at and near the limit
+    assert serial.table["valid"].all() and batched.table["valid"].all()
+    for name in serial.names:
+        err = serial.table[f"{name}_err"]
+        assert np.all(np.isfinite(err)) and np.all(err > 0)
+        assert np.max(np.abs(batched.table[name] - serial.table[name]) / err) < 2e-3, name
+        np.testing.assert_allclose(batched.table[f"{name}_err"], err, rtol=2e-3, err_msg=name)
+    assert set(serial.pull_summary()) == set(serial.names)
+
+
+def test_invalid_toys_left_out_of_pulls_are_counted_in_a_warning():
+    """Issue 23.1: pull_summary and coverage leave invalid toys out, never silently."""
+    from zcache.exceptions import ZCacheWarning
+
+    table = np.zeros(4, dtype=[("mu", "f8"), ("mu_err", "f8"), ("mu_pull", "f8"), ("valid", "?"), ("refit", "?"),
+                               ("time", "f8")])
+    table["mu_pull"] = [0.5, -1.5, 0.2, 9.0]
+    table["valid"] = [True, True, True, False]
+    toys = ToyResult(table, {"mu": 0.0})
+    with pytest.warns(ZCacheWarning, match="1 of 4 toys"):
+        assert toys.pull_summary()["mu"][0] == pytest.approx(np.mean([0.5, -1.5, 0.2]))
+    with pytest.warns(ZCacheWarning, match="1 of 4 toys"):
+        assert toys.coverage()["mu"][1.0][0] == pytest.approx(2 / 3)
+    assert "3 valid" in str(toys)  # the summary says it in its first line, without a warning
+
+
+def test_the_local_cluster_listens_on_localhost_only(dask_client):
+    """Issue 23.10: make toys / bench_toys' LocalCluster opens no port to the network."""
+    from urllib.parse import urlparse
+
+    info = dask_client.scheduler_info()
+    assert urlparse(dask_client.scheduler.address).hostname == "127.0.0.1"
+    assert all(urlparse(addr).hostname == "127.0.0.1" for addr in info["workers"])
+    assert urlparse(dask_client.dashboard_link).hostname == "127.0.0.1"

@@ -14,7 +14,9 @@ A call goes one of three ways:
 Compiled with XLA (``zcache.set_jit_mode``), a graph's checks are outputs, not Assert ops
 (XLA drops those): the call inspects them after the graph ran and, if one failed, takes
 the path of a failed call (undo, then the check's zcache error). A graph that still holds an
-Assert (a check in a nested graph) or that XLA cannot compile runs uncompiled instead
+Assert (a check in a nested graph), that XLA cannot compile, or (only where TensorFlow's internals
+moved) that holds a complex gradient XLA computes without its conjugate
+(:func:`zcache._tf_internals.wrong_xla_gradient_ops`) runs uncompiled instead
 (:attr:`Function.jit_fallback`).
 """
 
@@ -38,7 +40,7 @@ from ._depgraph import GRAPH
 from ._graph_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
 from ._parameter import Data, backing_variable, data_snapshot, refresh_mirrors, storage_rows, undo_graph_writes
-from ._tf_internals import EAGER_TENSOR, is_xla_shape_error
+from ._tf_internals import EAGER_TENSOR, complex_gradients_fixed, is_xla_shape_error, wrong_xla_gradient_ops
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
 
@@ -275,6 +277,12 @@ class Function:
             if asserts:
                 self._live_traces -= 1
                 raise _JitRefused(f"a check in a nested graph ({asserts[0]}) would be dropped by XLA")
+            # Where TensorFlow's internals moved and the fix of XLA's complex gradients is off,
+            # a graph holding one of those gradients would compile to a wrong number.
+            wrong = [] if complex_gradients_fixed() else wrong_xla_gradient_ops(tf.compat.v1.get_default_graph())
+            if wrong:
+                self._live_traces -= 1
+                raise _JitRefused(f"XLA computes the complex gradient {wrong[0]} without its conjugate")
         checks = None
         if collected:
             check_id = next(_CHECK_IDS)

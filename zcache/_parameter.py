@@ -35,6 +35,7 @@ from .exceptions import (
     IllegalInGraphModeError,
     InvalidDataError,
     ParameterValueError,
+    WeightSumError,
 )
 
 __all__ = [
@@ -286,7 +287,8 @@ class Data(TensorLike):
         range is not applied here: use :meth:`from_pandas` or :meth:`from_numpy` with
         ``space=`` to cut). ``None``: columns in the order of the model's observables.
     weights : array_like, optional
-        One finite weight per event (sWeights, efficiency weights; negative allowed). They
+        One finite weight per event (sWeights, efficiency weights; negative allowed), with a
+        positive sum (else :class:`~zcache.exceptions.WeightSumError`). They
         live in a second :class:`Data` (:attr:`weights_data`), so a change of weights
         invalidates exactly what reads them and never retraces; every zcache loss honours
         them (see :mod:`zcache.loss`). Without weights the dataset stays unweighted for life.
@@ -300,14 +302,17 @@ class Data(TensorLike):
         the capacity grow it to their size class (one recompile under XLA); it never shrinks.
         Padding rows repeat the last event (valid input for every model) and have weight 0 in
         :attr:`weights`, which every loss honours; ``numpy()``, ``nevents`` and
-        ``weights_data.numpy()`` give the events without the padding, while :meth:`value` is
-        the padded tensor (of ``capacity`` rows). Memory: the padded rows (at most 1/8 more
-        with ``'auto'``) and a weight per row. ``None`` (default): no padding.
+        ``weights_data.numpy()`` give the events without the padding, as do the per-event
+        results of models (``pdf``, ``log_pdf``: N rows, see :meth:`unpadded`), while
+        :meth:`value` is the padded tensor (of ``capacity`` rows) that models compute on.
+        Memory: the padded rows (at most 1/8 more with ``'auto'``) and a weight per row. ``None`` (default): no padding.
 
     Raises
     ------
     DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
         If ``array``, ``obs`` or ``weights`` is not usable as a dataset.
+    WeightSumError
+        The weights sum to zero or less (a likelihood of them is undefined).
     DataError
         For a ``capacity`` that is neither None, ``'auto'`` nor a positive int.
 
@@ -427,10 +432,46 @@ class Data(TensorLike):
         return tf.cast(tf.range(tf.shape(self._var, out_type=tf.int64)[0]) < self._n_var.read_value(), tf.float64)
 
     def value(self) -> tf.Tensor:
-        """The data as a tensor (recorded as a read)."""
+        """The stored data as a tensor (recorded as a read): of padded data, ``capacity`` rows.
+
+        This is the input every model and cache computes on, padding included, so that its
+        shape stays fixed from one ``set_data`` to the next (see ``capacity``). The rows past
+        :attr:`nevents` of padded data repeat the last event: use :meth:`numpy` (events only),
+        :meth:`unpadded` or :attr:`mask` to leave them out. Per-event results of the models
+        (``pdf``, ``log_pdf``, ``unnormalized_pdf``) already have one row per event.
+        """
         record_read(self)
         stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
         return self._var.value() if stand_in is None else stand_in
+
+    def unpadded(self, values: Any) -> Any:
+        """``values`` (one row per row of :meth:`value`) without the padding rows: one row per event.
+
+        The one rule for every per-event result that reaches a user: sliced to :attr:`nevents`
+        (eagerly, and inside a trace by the event count written with the data, so a traced or
+        XLA-compiled function returns one row per event for every size). Unpadded data:
+        ``values`` as they are.
+
+        Parameters
+        ----------
+        values : tf.Tensor or array_like
+            Rows along the first axis, as many as :meth:`value` has.
+
+        Returns
+        -------
+        tf.Tensor or array_like
+            The first :attr:`nevents` rows (``values`` itself for unpadded data).
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> p = zcache.Data(np.array([1.0, 2.0, 3.0]), name="u", capacity=4)
+        >>> p.unpadded(p.value()).numpy().tolist()
+        [1.0, 2.0, 3.0]
+        """
+        if self._n_var is None:
+            return values
+        return values[: self._n_var.read_value()]
 
     @property
     def is_weighted(self) -> bool:
@@ -782,6 +823,9 @@ class Data(TensorLike):
         ------
         DataShapeError, DataDtypeError, EmptyDataError, InvalidDataError
             If ``array`` or ``weights`` is not usable; the data are unchanged.
+        WeightSumError
+            The new weights sum to zero or less (eagerly, or when the traced call runs); the
+            data, the weights and every cache stay as they were.
         DataError
             ``weights`` given for a dataset created without weights.
         """
@@ -886,6 +930,11 @@ class Data(TensorLike):
                 raise DataShapeError(f"Data '{self.name}': weights must be 1-D, one per event; data unchanged.")
             check = require(tf.equal(tf.shape(w)[0], n), DataShapeError, f"Data '{self.name}': weights and "
                             "events differ in number; data unchanged. Give one weight per event.")
+            # No events, or weights that are not finite: the events' and the weights' own checks
+            # name that (EmptyDataError, InvalidDataError), not their sum.
+            total = tf.reduce_sum(w)
+            check += require((total > 0.0) | tf.equal(n, 0) | ~tf.math.is_finite(total), WeightSumError,
+                             _weight_sum_message(self.name, "do not sum to a positive number"))
             with tf.control_dependencies(check):
                 w = tf.identity(w)
         else:  # every check before either write
@@ -955,7 +1004,16 @@ def _checked_weights(weights: Any, n: int, name: str) -> np.ndarray:
             f"Data '{name}': {int(np.size(w) - np.count_nonzero(np.isfinite(w)))} weight(s) are NaN or infinite; "
             "data unchanged. Fix or drop those events first."
         )
+    total = float(w.sum())
+    if not total > 0.0:
+        raise WeightSumError(_weight_sum_message(name, f"sum to {total:g}"))
     return w
+
+
+def _weight_sum_message(name: str, what: str) -> str:
+    return (f"Data '{name}': the event weights {what}; data unchanged. A likelihood needs a positive "
+            "sum of weights (all 0 is a flat likelihood, a negative sum is unbounded); single negative "
+            "weights (sWeights) are fine.")
 
 
 def _invalidate_in_graph(uid: int, unchanged: tf.Tensor | None) -> list[Any]:

@@ -27,6 +27,7 @@ from .exceptions import TensorFlowInternalsWarning, ZCacheError
 __all__ = [
     "EAGER_TENSOR",
     "MISSING",
+    "complex_gradients_fixed",
     "eager_variable",
     "failed_assertion_text",
     "graph_key",
@@ -36,6 +37,7 @@ __all__ = [
     "separately_compiled",
     "stop_recording",
     "tie_gradient_to_graph",
+    "wrong_xla_gradient_ops",
     "xla_calling_graph",
 ]
 
@@ -262,4 +264,93 @@ def xla_calling_graph() -> Any:
         if _IN_XLA(graph):
             found = graph
         graph = getattr(graph, "outer_graph", None) if graph.building_function else None
+    return found
+
+
+# 10. XLA's complex gradients of sqrt, rsqrt and reciprocal ---------------------------------
+# TensorFlow differentiates Sqrt, Rsqrt and Reciprocal (and its old name Inv) with fused ops
+# (SqrtGrad, RsqrtGrad, ReciprocalGrad) whose CPU/GPU kernels conjugate for complex inputs
+# (0.5 dy / conj(y), -0.5 dy conj(y)^3, -dy conj(y^2)); XLA's kernels of the same ops do not
+# (TensorFlow 2.21). Every gradient through a complex square root or 1/z (a Breit-Wigner's
+# propagator, a breakup momentum below threshold) was therefore wrong in a compiled graph while
+# values were right: a bridged ampform model with masses and widths floating had a compiled
+# gradient off by O(1) and a Hessian off by factors up to ~2000 (issue 23). Inside an XLA context
+# the gradient of a complex input is built from plain ops (Conj, Mul, Div) instead, which XLA
+# compiles right; real inputs, and every graph outside XLA, keep TensorFlow's own gradient.
+#: op type -> the gradient, from y = op.outputs[0] and the incoming gradient, with conjugates spelled out
+_CONJUGATED_GRADIENTS: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
+    "Sqrt": lambda y, grad: (tf.constant(0.5, y.dtype) * grad) / tf.math.conj(y),
+    "Rsqrt": lambda y, grad: tf.constant(-0.5, y.dtype) * (grad * tf.math.conj(y)) * tf.math.conj(y * y),
+    "Reciprocal": lambda y, grad: -grad * tf.math.conj(y * y),
+    "Inv": lambda y, grad: -grad * tf.math.conj(y * y),
+}
+#: op type -> TensorFlow's own gradient function, for inputs that do not need the fix
+_TF_GRADIENTS: dict[str, Callable[..., Any]] = {}
+
+
+def _conjugating(op_type: str, tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
+    conjugated = _CONJUGATED_GRADIENTS[op_type]
+
+    def gradient(op: Any, grad: Any) -> Any:
+        y = op.outputs[0]
+        if y.dtype.is_complex and xla_calling_graph() is not None:
+            return conjugated(y, grad)
+        return tf_gradient(op, grad)
+
+    return gradient
+
+
+def complex_gradients_fixed() -> bool:
+    """Whether the gradients of complex Sqrt, Rsqrt and Reciprocal are right inside XLA (see item 10).
+
+    Returns
+    -------
+    bool
+        False when TensorFlow's gradient registry or XLA context could not be found: a compiled
+        graph that holds one of those gradient ops (:func:`wrong_xla_gradient_ops`) must then run
+        uncompiled.
+    """
+    return _IN_XLA is not None and len(_TF_GRADIENTS) == len(_CONJUGATED_GRADIENTS)
+
+
+if _GRADIENT_REGISTRY is not None:
+    for _op_type, _entry in ((t, _GRADIENT_REGISTRY.get(t)) for t in _CONJUGATED_GRADIENTS):
+        if _entry is None or not callable(_entry.get("type")):  # pragma: no cover - another TensorFlow
+            continue
+        _TF_GRADIENTS[_op_type] = _entry["type"]
+        _entry["type"] = _conjugating(_op_type, _entry["type"])
+if _IN_XLA is not None and not complex_gradients_fixed():  # pragma: no cover - another TensorFlow layout
+    _missing("the gradient registry entries of Sqrt, Rsqrt, Reciprocal and Inv",
+             "gradients through a complex sqrt or 1/z cannot be compiled with XLA: such graphs run uncompiled.")
+
+#: The fused gradient ops whose XLA kernels lack the conjugate for complex inputs.
+_WRONG_UNDER_XLA = frozenset({"SqrtGrad", "RsqrtGrad", "ReciprocalGrad", "InvGrad"})
+
+
+def wrong_xla_gradient_ops(graph: Any) -> list[str]:
+    """Names of the ops in ``graph`` (and every function it calls) that XLA computes wrong.
+
+    The fused gradients of a complex Sqrt, Rsqrt or Reciprocal (item 10): their XLA kernels drop
+    the conjugate. Empty whenever :func:`complex_gradients_fixed`, since the gradients built then
+    inside an XLA context do not use them.
+
+    Parameters
+    ----------
+    graph : tf.Graph
+        A traced graph.
+
+    Returns
+    -------
+    list of str
+        ``function/op`` names; empty when there is none.
+    """
+    graph_def = graph.as_graph_def()
+    complex_types = {tf.complex64.as_datatype_enum, tf.complex128.as_datatype_enum}
+
+    def wrong(node: Any) -> bool:
+        return node.op in _WRONG_UNDER_XLA and node.attr["T"].type in complex_types
+
+    found = [node.name for node in graph_def.node if wrong(node)]
+    for func in graph_def.library.function:
+        found += [f"{func.signature.name}/{node.name}" for node in func.node_def if wrong(node)]
     return found

@@ -782,22 +782,32 @@ class AmplitudePdf(Model):
         return [*self.amplitude.get_params(None), *super()._own_params()]  # Model's: the yield
 
     # densities
-    def pdf(self, data: Any) -> tf.Tensor:
+    def pdf(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         """The normalized density per event (cached per dataset unless ``cache=False``).
 
         Parameters
         ----------
         data : zcache.Data or array_like
             Events (s12, s13).
+        raw : bool, optional
+            As for :meth:`zcache.models.Model.pdf` (what a loss reads: padding rows included).
 
         Returns
         -------
         tf.Tensor
-            float64, shape (N,).
+            float64, shape (N,): one value per event (padded data: the padding rows left out).
+
+        Raises
+        ------
+        DensityError
+            As for :meth:`zcache.models.Model.pdf`.
         """
+        return super().pdf(data, raw=raw)
+
+    def _rows_pdf(self, data: Any) -> tf.Tensor:
         if isinstance(data, Data) and not self.amplitude.cache:
             return self._pdf(data)
-        return super().pdf(data)
+        return super()._rows_pdf(data)
 
     def _pdf(self, data: Any) -> tf.Tensor:
         if not isinstance(data, Data):

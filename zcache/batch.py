@@ -60,7 +60,7 @@ from ._depgraph import GRAPH
 from ._graph_checks import calling_jit, collecting
 from ._parameter import Parameter
 from ._trace import forbid_in_trace
-from .exceptions import BatchingError, ModelError
+from .exceptions import BatchingError, ModelError, WeightSumError
 from .loss import UnbinnedNLL
 
 __all__ = ["BatchedFit", "BatchedLoss"]
@@ -265,6 +265,11 @@ class BatchedLoss:
         weights = np.ones(events.shape[:2]) if weights is None else np.asarray(weights, dtype=np.float64)
         if weights.shape != events.shape[:2]:
             raise ModelError(f"weights must have shape {events.shape[:2]}, got {weights.shape}.")
+        bad = np.flatnonzero(~(weights.sum(axis=1) > 0.0))  # padding rows have weight 0: the events' sum
+        if bad.size:
+            raise WeightSumError(
+                f"the weights of toy(s) {bad[:5].tolist()} sum to zero or less: a likelihood of them is undefined "
+                "(all 0 is flat, a negative sum unbounded); nothing was evaluated.")
         return x, events, weights
 
     def _served(self, x0: np.ndarray, events0: np.ndarray, weights0: np.ndarray) -> dict[int, tf.Tensor]:
@@ -313,6 +318,8 @@ class BatchedLoss:
         ------
         ModelError
             Inputs of the wrong shape.
+        WeightSumError
+            A toy's weights sum to zero or less.
         BatchingError
             The loss cannot be vectorized.
         IllegalInGraphModeError
@@ -356,6 +363,8 @@ class BatchedLoss:
         ------
         ModelError
             Inputs of the wrong shape, ``maxiter`` < 1.
+        WeightSumError
+            A toy's weights sum to zero or less.
         BatchingError
             The loss cannot be vectorized.
         IllegalInGraphModeError

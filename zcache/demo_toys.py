@@ -18,7 +18,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_study", "main"]
+__all__ = ["build_study", "local_cluster", "main"]
+
+
+def local_cluster(workers: int) -> Any:
+    """A ``dask.distributed.LocalCluster`` of ``workers`` single-threaded processes, on this machine only.
+
+    The scheduler, the workers and the dashboard listen on 127.0.0.1 (the dashboard on a free
+    port): a toy study on a laptop opens no port to the network. A cluster others may reach is
+    the user's own choice (``LocalCluster(host=..., dashboard_address=...)``).
+
+    Parameters
+    ----------
+    workers : int
+        Number of worker processes.
+
+    Returns
+    -------
+    distributed.LocalCluster
+    """
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0")
 
 
 def build_study(n_events: int = 10_000) -> tuple[Any, Any]:
@@ -91,9 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, loss = build_study(args.events)
     client = cluster = None
     if not args.no_cluster:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+        cluster = local_cluster(args.workers)
         client = Client(cluster)
         print(f"Dask LocalCluster: {args.workers} worker processes")
     t0 = time.perf_counter()

@@ -23,6 +23,7 @@ __all__ = [
     "DataDtypeError",
     "InvalidDataError",
     "EmptyDataError",
+    "WeightSumError",
     "DataRangeError",
     "DependencyCycleError",
     "InvalidDependencyError",
@@ -34,6 +35,7 @@ __all__ = [
     "UncacheableArgumentError",
     "SecondOrderGradientError",
     "ModelError",
+    "DensityError",
     "FitError",
     "BatchingError",
     "ToyStudyError",
@@ -76,6 +78,14 @@ class InvalidDataError(DataError):
 
 class EmptyDataError(DataError):
     """Data has no events."""
+
+
+class WeightSumError(DataError):
+    """The event weights of a dataset sum to zero or less.
+
+    A likelihood of such weights is undefined (all 0: flat; a negative sum: unbounded below) and
+    its fit would report meaningless errors. Single negative weights (sWeights) are fine.
+    """
 
 
 class DataRangeError(DataError):
@@ -130,6 +140,16 @@ class SecondOrderGradientError(ZCacheError, NotImplementedError):
 
 class ModelError(ZCacheError, ValueError):
     """A model or loss is built from inconsistent pieces (observables, fractions, extension)."""
+
+
+class DensityError(ModelError):
+    """A model's density is not a probability density at the current parameter values.
+
+    Negative, NaN or infinite at an event, or its normalization not positive (e.g. a Chebyshev
+    series or a Bernstein polynomial with a negative coefficient that dips below zero, or
+    whose integral is 0). Raised by ``pdf`` and ``log_pdf``; a loss instead becomes NaN there,
+    so a minimizer steps back from such values and never reports a valid minimum at one.
+    """
 
 
 class FitError(ZCacheError, RuntimeError):

@@ -590,7 +590,7 @@ class UnbinnedNLL(BaseLoss):
                 nll = -self.model.sum_log_pdf(self.data)
                 n = tf.cast(self.data.nevents, tf.float64)
             else:  # -sum_i w_i log p_i; the Poisson term counts sum_i w_i events (padding rows: w = 0)
-                nll = -tf.reduce_sum(weights * self.model.log_pdf(self.data))
+                nll = -tf.reduce_sum(weights * self.model.log_pdf(self.data, raw=True))
                 n = tf.reduce_sum(weights)
         if self.extended:
             nu = self.model.get_yield()
@@ -612,7 +612,7 @@ class UnbinnedNLL(BaseLoss):
         weights = self.data.weights
         if not self.data.is_weighted:
             return []
-        terms = self.model.log_pdf(self.data)
+        terms = self.model.log_pdf(self.data, raw=True)
         if self.extended:
             terms = terms + tf.math.log(self.model.get_yield())
         return [(terms, weights)]

@@ -43,6 +43,7 @@ import functools
 import html
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -148,7 +149,7 @@ class FitMinuit(iminuit.Minuit):
     point Minuit tried. (Calling ``minuit.fcn`` by hand is not covered: it sets parameters.)
     """
 
-    __slots__ = ("_zcache_state",)
+    __slots__ = ("_zcache_state", "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -195,10 +196,15 @@ class FitResult:
     values : dict of str to float
         Parameter name -> best value.
     errors : dict of str to float
-        Parameter name -> HESSE error (NaN without HESSE). From :class:`Minuit` these are Minuit's
-        own ``errors``: for a parameter with limits Minuit maps the error through its bound
-        transform, so they can differ (by ~1e-4 relative near nothing, more near a limit) from
-        ``sqrt(diag(covariance))``; with a weight correction they are the corrected covariance's.
+        Parameter name -> HESSE error (NaN without HESSE): ``sqrt(diag(covariance))``, the
+        curvature of the loss in the parameters themselves at the minimum. Limits do not enter:
+        next to a limit this is the local curvature, not Minuit's error mapped through its bound
+        transform (which depends on where MIGRAD stopped); serial fits, batched fits and
+        :func:`zcache.toys.run_toys` all report this one. For a parameter at or near a limit use
+        MINOS (:meth:`minos`) for an interval that respects it. Only where the Hessian is not
+        positive definite (a parameter on a limit the loss keeps falling beyond) are these
+        Minuit's HESSE errors through its bound transform. With a weight correction they are the
+        corrected covariance's.
     valid : bool
         Minuit's verdict (converged, EDM below tolerance, covariance fine).
     fmin : float
@@ -252,14 +258,30 @@ class FitResult:
     covariance: np.ndarray | None
     params: list[Parameter]
     time: float
-    minuit: Any = field(repr=False, default=None)
     precompute: PrecomputeReport | None = field(repr=False, default=None)
     weightcorr: str | None = None
     _state: _FitState | None = field(init=False, repr=False, default=None, compare=False)
+    # The minimizer's object (see minuit), set by the minimizer after construction.
+    _minuit: Any = field(init=False, repr=False, default=None, compare=False)
+    # Builds the FitMinuit for after the fit when first asked for (see Minuit.minimize).
+    _make_minuit: Callable[[], Any] | None = field(init=False, repr=False, default=None, compare=False)
     # Set only in an unpickled result: what it was saved with, in place of the live objects.
     _names: list[str] | None = field(init=False, repr=False, default=None, compare=False)
     _minos: dict[str, MinosError] | None = field(init=False, repr=False, default=None, compare=False)
     _minimizer: str | None = field(init=False, repr=False, default=None, compare=False)
+
+    @property
+    def minuit(self) -> Any:
+        """The minimizer's object: a :class:`FitMinuit` (MINOS, profiles, plots) or scipy's result.
+
+        From :class:`Minuit`, it may be created when first asked for: a MIGRAD from this fit's
+        minimum, in this fit's state, without zcache's Hessian (iminuit 2.33's Minuit2 reads a
+        user's Hessian at the wrong indices when it fixes a parameter, as MINOS and profiles do).
+        """
+        if self._make_minuit is not None:
+            make, self._make_minuit = self._make_minuit, None
+            self._minuit = make()
+        return self._minuit
 
     def _fit_minuit(self, what: str) -> FitMinuit:
         if self._names is not None:
@@ -272,7 +294,7 @@ class FitResult:
     # -- pickling: numbers only ------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        state.update(params=None, minuit=None, precompute=None, _state=None, _names=self.names,
+        state.update(params=None, _minuit=None, _make_minuit=None, precompute=None, _state=None, _names=self.names,
                      _minos=self.minos_errors, _minimizer=self.minimizer)
         state["covariance"] = None if self.covariance is None else np.array(self.covariance, dtype=float)
         state["values"], state["errors"] = dict(self.values), dict(self.errors)
@@ -293,7 +315,7 @@ class FitResult:
         """``"Minuit"`` or ``"Scipy"``: which minimizer produced the result (kept by pickling)."""
         if self._minimizer is not None:
             return self._minimizer
-        return "Minuit" if isinstance(self.minuit, iminuit.Minuit) else "Scipy"
+        return "Minuit" if self._make_minuit is not None or isinstance(self._minuit, iminuit.Minuit) else "Scipy"
 
     @property
     def minos_errors(self) -> dict[str, MinosError]:
@@ -303,10 +325,16 @@ class FitResult:
         """
         if self._minos is not None:
             return dict(self._minos)
-        if not isinstance(self.minuit, iminuit.Minuit):
+        if not isinstance(self._minuit, iminuit.Minuit):  # not yet created: no MINOS either
             return {}
-        return {str(n): MinosError(float(e.lower), float(e.upper), bool(e.is_valid))
-                for n, e in self.minuit.merrors.items()}
+        return {str(n): self._interval(n, e) for n, e in self._minuit.merrors.items()}
+
+    def _interval(self, name: str, e: Any) -> MinosError:
+        # The interval's ends are points of the loss; Minuit gives them as distances from its own
+        # minimum, which for a result.minuit created after the fit is a MIGRAD's from the fit's
+        # (within the tolerance): as distances from this result's value, the ends stay the same.
+        shift = float(self._minuit.values[name]) - self.values[str(name)] if str(name) in self.values else 0.0
+        return MinosError(float(e.lower) + shift, float(e.upper) + shift, bool(e.is_valid))
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers of the result as plain Python objects (JSON-serializable).
@@ -386,11 +414,14 @@ class FitResult:
         return pd.DataFrame([row])
 
     def _check_names(self, names: Sequence[str], what: str) -> None:
+        bad = [n for n in names if not isinstance(n, str)]
+        if bad:
+            raise FitError(f"{what}: parameter names must be strings, got {bad[0]!r}.")
         unknown = [n for n in names if n not in self.values]
         if unknown:
             raise FitError(f"{what}: {unknown} were not fitted; the fitted parameters are {list(self.values)}.")
 
-    def minos(self, *names: str, cl: float | None = None) -> dict[str, MinosError]:
+    def minos(self, *names: str | Sequence[str], cl: float | None = None) -> dict[str, MinosError]:
         """MINOS intervals for ``names`` (default: every fitted parameter).
 
         Runs ``iminuit.Minuit.minos`` with the loss in the state of this fit (parameter
@@ -399,8 +430,9 @@ class FitResult:
 
         Parameters
         ----------
-        *names : str
-            Parameter names; none: all fitted parameters.
+        *names : str or sequence of str
+            Parameter names, given one by one (``minos("a", "b")``) or as one list
+            (``minos(["a", "b"])``); none: all fitted parameters.
         cl : float, optional
             Confidence level (``cl >= 1``: number of sigmas); default one sigma.
 
@@ -408,12 +440,15 @@ class FitResult:
         -------
         dict of str to MinosError
             Name -> ``MinosError(lower, upper, valid)``, the distances of the interval's ends
-            from the best value (``lower <= 0 <= upper``). Also in ``self.minuit.merrors``.
+            from this result's best value (``lower <= 0 <= upper``). Also in
+            ``self.minuit.merrors``, as distances from that Minuit's minimum (a MIGRAD from this
+            fit's, within its tolerance).
 
         Raises
         ------
         FitError
-            Not a Minuit result, an unknown name, or a minimum MINOS cannot start from.
+            Not a Minuit result, an unknown name, a name that is not a string, or a minimum
+            MINOS cannot start from.
 
         Examples
         --------
@@ -430,13 +465,13 @@ class FitResult:
         True
         """
         m = self._fit_minuit("FitResult.minos")
+        names = _flat_names(names, f"FitResult.minos{names!r}")
         self._check_names(names, "FitResult.minos")
         try:
             m.minos(*names, cl=cl)
         except RuntimeError as err:  # iminuit: the minimum is not valid
             raise FitError(f"MINOS could not run from this fit's minimum: {err}") from err
-        return {n: MinosError(float(m.merrors[n].lower), float(m.merrors[n].upper), bool(m.merrors[n].is_valid))
-                for n in (names or m.parameters)}
+        return {n: self._interval(n, m.merrors[n]) for n in (names or m.parameters)}
 
     def profile(self, name: str, bins: int = 30, bound: float | tuple[float, float] = 2.0, *,
                 minimize: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -657,6 +692,17 @@ def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.nda
     return tf.stack(rows, axis=1).numpy()
 
 
+def _flat_names(names: tuple[Any, ...], call: str) -> tuple[str, ...]:
+    """``("a", "b")`` from ``("a", "b")`` or ``(["a", "b"],)``; a FitError naming the call otherwise."""
+    flat: list[Any] = []
+    for n in names:
+        flat.extend([n] if isinstance(n, str) else (list(n) if isinstance(n, (list, tuple)) else [n]))
+    bad = [n for n in flat if not isinstance(n, str)]
+    if bad:
+        raise FitError(f"{call}: parameter names must be strings (given one by one or as one list), got {bad[0]!r}.")
+    return tuple(flat)
+
+
 def _pandas(what: str) -> Any:
     try:
         import pandas
@@ -674,6 +720,118 @@ _HUGE = 1e30
 #: Gradients a Minuit fit keeps, of its most recent function calls.
 _KEPT_GRADIENTS = 4
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
+
+
+
+class _AtLimit(Exception):
+    """Raised from Minuit's Hessian callback: a fitted parameter sits on a limit (see :func:`_minuit_hessian`)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        super().__init__("a fitted parameter is at a limit")
+        self.x = x
+
+
+def _limit_curvature(x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Minuit2's bound transforms at ``x``: :math:`x''(z)/x'(z)^2` per parameter, and where it is at a limit.
+
+    Minuit fits a limited parameter :math:`x` through an internal :math:`z` (two limits:
+    :math:`x = a + \tfrac{b-a}{2}(\sin z + 1)`; one: :math:`x = a - 1 + \sqrt{z^2+1}` or
+    :math:`x = b + 1 - \sqrt{z^2+1}`). The loss's second derivative in :math:`z` is
+    :math:`x'^2 H + g\,x''`: in terms of :math:`x` the second term is :math:`x'^2\,g\,c` with
+    :math:`c = x''/x'^2`, which is what this returns (0 without limits). At a limit
+    :math:`x' = 0` and :math:`c` is not defined: ``at_limit`` marks a distance to it below
+    1e-8 of the limits' scale, where ``x`` (rounded from Minuit's internal value) no longer
+    gives :math:`x'` to better than 1e-8.
+    """
+    lo, up = np.isfinite(lower), np.isfinite(upper)
+    both, only_lo, only_up = lo & up, lo & ~up, up & ~lo
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d_lo = np.where(lo, x - lower, np.inf)
+        d_up = np.where(up, upper - x, np.inf)
+        bounds = np.maximum(np.where(lo, np.abs(lower), 0.0), np.where(up, np.abs(upper), 0.0))
+        scale = np.maximum(np.where(both, upper - lower, 1.0), bounds)
+        at_limit = (lo | up) & (np.minimum(d_lo, d_up) <= 1e-8 * scale)
+        u_lo, u_up = d_lo + 1.0, d_up + 1.0
+        c = np.where(both, -(x - 0.5 * (lower + upper)) / (d_lo * d_up),
+                     np.where(only_lo, 1.0 / (u_lo * (u_lo * u_lo - 1.0)),
+                              np.where(only_up, -1.0 / (u_up * (u_up * u_up - 1.0)), 0.0)))
+    return np.where(at_limit, 0.0, c), at_limit
+
+
+@functools.cache
+def _minuit2_hessian_handling() -> tuple[bool, bool]:
+    r"""How the installed iminuit maps a user's Hessian onto Minuit2's internal parameters.
+
+    Two facts of iminuit 2.33's Minuit2, probed (not assumed from a version) so that a fixed
+    release is used as it is: ``(adds_transform_term, indexes_by_external)``.
+
+    - Whether the internal Hessian of a limited parameter includes :math:`g\,x''(z)` (iminuit
+      2.33: no, only :math:`x'^2 H`; MIGRAD's EDM and HESSE are then wrong wherever the
+      gradient is not zero, most of all at a limit, where :math:`x' = 0`: a yield fitted at 0
+      came out "ABOVE EDM threshold" with NaN errors).
+    - Whether the user's matrix is read at the external indices of the free parameters
+      (iminuit 2.33: no, at the internal ones, so with a fixed parameter, as in MINOS and
+      profiles, the free parameters got another parameter's second derivatives).
+    """
+    def make(fcn: Any, grad: Any, hessian: Any, start: Sequence[float]) -> iminuit.Minuit:
+        m = iminuit.Minuit(fcn, start, grad=grad, hessian=hessian)
+        m.errordef = 0.5
+        return m
+    # f = x^2 + 4x on [0, 10] at x = 1: g = 6, H = 2, x' ^2 = 9, x'' = 4: the internal
+    # curvature is 9 * 2 + 6 * 4 = 42 with the term and 18 without; the variance 9 / H_int.
+    m = make(lambda p: p[0] ** 2 + 4 * p[0], lambda p: np.array([2 * p[0] + 4]),
+              lambda p: np.array([[2.0]]), [1.0])
+    m.limits = [(0.0, 10.0)]
+    m.hesse()
+    adds_term = abs(float(m.covariance[0, 0]) - 9.0 / 42.0) < 1e-6
+    # f = x^2 + 10 y^2 with x fixed: y's variance is 1 / 20 at external index 1, 1 / 2 at index 0.
+    m = make(lambda p: p[0] ** 2 + 10 * p[1] ** 2, lambda p: np.array([2 * p[0], 20 * p[1]]),
+              lambda p: np.diag([2.0, 20.0]), [1.0, 1.0])
+    m.fixed[0] = True
+    m.hesse()
+    by_external = abs(float(m.covariance[1, 1]) - 1.0 / 20.0) < 1e-6
+    return adds_term, by_external
+
+
+def _minuit_hessian(hessian: np.ndarray, gradient: np.ndarray | None, x: np.ndarray, lower: np.ndarray,
+                    upper: np.ndarray, fixed: np.ndarray, fitting: bool) -> np.ndarray:
+    r"""The matrix to hand Minuit2 so that its internal Hessian is the loss's exact one.
+
+    ``hessian`` and ``gradient`` are the loss's in the parameters themselves at ``x``. Adds
+    the bound transforms' :math:`g\,c` term (:func:`_limit_curvature`) where Minuit2 leaves
+    it out. A free parameter on a limit has no such correction (:math:`x' = 0`): during the
+    fit (``fitting``) :class:`_AtLimit` stops MIGRAD there, to finish without a Hessian;
+    afterwards (MINOS, profiles) the uncorrected entry is used. External order (see
+    :func:`_minuit2_layout`).
+    """
+    adds_term = _minuit2_hessian_handling()[0]
+    out = np.array(hessian, dtype=float)
+    if not adds_term and gradient is not None:
+        c, at_limit = _limit_curvature(x, lower, upper)
+        if fitting and np.any(at_limit & ~fixed):
+            raise _AtLimit(x)
+        out[np.diag_indices_from(out)] += np.where(fixed, 0.0, gradient * c)
+    return out
+
+
+def _minuit2_layout(hessian: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """``hessian`` (external order) laid out as the installed Minuit2 reads a user's Hessian."""
+    if _minuit2_hessian_handling()[1] or not np.any(fixed):
+        return hessian
+    free = np.flatnonzero(~fixed)  # read at internal indices: the free block first
+    laid = np.zeros_like(hessian)
+    laid[: len(free), : len(free)] = hessian[np.ix_(free, free)]
+    return laid
+
+
+def _curvature_covariance(hessian: np.ndarray, errordef: float) -> np.ndarray | None:
+    """``2 errordef H^-1`` for a positive definite ``H`` (None otherwise): the HESSE errors' definition."""
+    try:
+        np.linalg.cholesky(hessian)
+    except np.linalg.LinAlgError:
+        return None
+    covariance = 2.0 * errordef * np.linalg.inv(hessian)
+    return 0.5 * (covariance + covariance.T)
 
 
 class _Run:
@@ -844,7 +1002,7 @@ class Scipy:
         if covariance is not None and weightcorr is not None:
             covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
         errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
-        return FitResult(
+        result = FitResult(
             values=dict(zip(run.names, map(float, best), strict=True)),
             errors=dict(zip(run.names, map(float, errors), strict=True)),
             valid=valid,
@@ -856,10 +1014,11 @@ class Scipy:
             covariance=covariance,
             params=list(params),
             time=time.perf_counter() - run.start,
-            minuit=res,
             precompute=run.report,
             weightcorr=weightcorr,
         )
+        result._minuit = res
+        return result
 
 
 class Minuit:
@@ -874,8 +1033,10 @@ class Minuit:
     use_gradient : bool
         Pass zcache's gradient to Minuit (``False``: Minuit's own).
     hesse : bool
-        Errors and covariance from HESSE after a valid MIGRAD (always: MIGRAD's own
-        covariance, even flagged accurate, is its variable-metric estimate, several % off).
+        Errors and covariance after a valid MIGRAD (always: MIGRAD's own covariance, even
+        flagged accurate, is its variable-metric estimate, several % off): ``2 errordef H^-1``
+        with ``H`` the exact Hessian of the loss in the parameters themselves at the minimum,
+        what HESSE gives without limits, also next to a limit (see :attr:`FitResult.errors`).
     precompute : bool
         Apply :func:`zcache.precompute` for the fitted parameters and the kind of gradient
         (once per loss and setting; a manual ``precompute`` with other options is replaced:
@@ -971,6 +1132,8 @@ class Minuit:
 
         def fcn(x: np.ndarray) -> float:
             x = _clip(x, lower, upper)
+            if not np.isfinite(x).all():  # MIGRAD after a NaN loss (e.g. a negative density): no parameter takes it
+                return float("nan")
             offset = 0.0 if run.f0 is None else run.f0
             if not share["on"]:
                 value = float(loss.value_at(x, params, offset=offset))
@@ -991,14 +1154,15 @@ class Minuit:
 
         def grad(x: np.ndarray) -> np.ndarray:
             x = _clip(x, lower, upper)
+            if not np.isfinite(x).all():
+                return np.full(len(x), np.nan)
             found = kept.get(x.tobytes()) if share["on"] else None
             if found is not None:
                 return found.copy()
             return loss.value_gradient_at(x, params, offset=0.0)[1].numpy()
 
-        def hess(x: np.ndarray) -> np.ndarray:
+        def loss_hessian(x: np.ndarray) -> np.ndarray:
             # HESSE after MIGRAD asks again for the Hessian MIGRAD computed at its minimum.
-            x = _clip(x, lower, upper)
             if share["on"] and x.tobytes() in kept_hessian:
                 return kept_hessian[x.tobytes()].copy()
             hessian = loss.hessian_at(x, params).numpy()
@@ -1007,61 +1171,126 @@ class Minuit:
                 kept_hessian[x.tobytes()] = hessian
             return hessian.copy()
 
-        def g2(x: np.ndarray) -> np.ndarray:
-            return np.diag(hess(x)).copy()
+        def for_minuit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # The Hessian in the parameters themselves, plus what Minuit2's bound transforms
+            # leave out (see _minuit_hessian): laid out in external order here.
+            x = _clip(x, lower, upper)
+            now = holder[0]() if holder else None
+            fixed = np.array(now.fixed) if now is not None else np.zeros(len(params), bool)
+            return _minuit_hessian(loss_hessian(x), grad(x), x, lower, upper, fixed, fitting=share["on"]), fixed
 
-        # With a Hessian, MIGRAD's seed falls back to g2 (the diagonal) where the Hessian at the
-        # start is not positive definite; iminuit 2.33 then calls a g2 of None ("'NoneType' object
-        # is not callable", seen with amplitude models started far from the minimum). g2 is the
-        # Hessian's diagonal; iminuit warns that the Hessian overrides it, which is what we want.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="hessian overrides g2", category=iminuit.util.IMinuitWarning)
-            m = FitMinuit(fcn, x0, grad=grad if analytic else False, hessian=hess if analytic else False,
-                          g2=g2 if analytic else False, name=names)
-        m.errordef = loss.errordef
-        m.limits = list(zip(lower, upper, strict=True))
-        m.tol = self.tol
-        m.strategy = self.strategy
-        m.migrad(ncall=self.maxfcn)
-        # Always HESSE: MIGRAD's covariance is its variable-metric update even when flagged
-        # accurate (the FitMachine found errors 4-9 % off the numpy NLL's HESSE that way). With
-        # zcache's Hessian it costs one call.
-        if self.hesse and m.valid:
-            m.hesse()
-        share["on"] = False
-        kept.clear()
-        kept_hessian.clear()
+        def hess(x: np.ndarray) -> np.ndarray:
+            return _minuit2_layout(*for_minuit(x))
+
+        def g2(x: np.ndarray) -> np.ndarray:
+            return np.diag(for_minuit(x)[0]).copy()
+
+        def make_minuit(start: np.ndarray, with_hessian: bool) -> FitMinuit:
+            # With a Hessian, MIGRAD's seed falls back to g2 (the diagonal) where the Hessian at
+            # the start is not positive definite; iminuit 2.33 then calls a g2 of None ("'NoneType'
+            # object is not callable", seen with amplitude models started far from the minimum).
+            # g2 is the Hessian's diagonal; iminuit warns that the Hessian overrides it, as wanted.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="hessian overrides g2", category=iminuit.util.IMinuitWarning)
+                m = FitMinuit(fcn, start, grad=grad if analytic else False, hessian=hess if with_hessian else False,
+                              g2=g2 if with_hessian else False, name=names)
+            m.errordef = loss.errordef
+            m.limits = list(zip(lower, upper, strict=True))
+            m.tol = self.tol
+            m.strategy = self.strategy
+            return m
+
+        # The Hessian callback asks the Minuit which parameters it fixed: through a weak
+        # reference, since a Minuit holding its callbacks in C++ (which the garbage collector
+        # cannot traverse) would otherwise keep itself, the loss and its graphs alive for good.
+        m = make_minuit(x0, analytic)
+        holder: list[weakref.ref] = [weakref.ref(m)]
+        calls = np.zeros(3, dtype=int)  # nfcn, ngrad, nhessian of a MIGRAD stopped at a limit
+        try:
+            self._migrad_hesse(m)
+        except _AtLimit as stop:
+            # A fitted parameter reached a limit, where Minuit2 cannot use the exact Hessian (its
+            # bound transform has zero slope there): MIGRAD goes on from that point without it,
+            # computing second derivatives itself in its internal coordinates, as iminuit does
+            # on a plain function.
+            calls += [m.nfcn, m.ngrad, m.nhessian]
+            m = make_minuit(stop.x, False)
+            holder[0] = weakref.ref(m)
+            self._migrad_hesse(m)
         if run.f0 is None:  # MIGRAD made no call (it always does; kept for safety)
             run.set_offset(float(loss.value_at(x0, params, offset=0.0)))
         f0 = run.f0
-        elapsed = time.perf_counter() - run.start
 
         best = _clip(np.array(m.values), lower, upper)
+        # The errors: the curvature of the loss in the parameters themselves at the minimum,
+        # 2 errordef H^-1 (one definition for serial and batched fits, limits or not; see
+        # FitResult.errors). Not Minuit's covariance: near a limit it maps the errors through
+        # its bound transform, which depends on where MIGRAD stopped (a yield at 0.56 above its
+        # limit 0: 12.7 or 11.5 where the curvature gives 5.33).
+        covariance = None
+        if self.hesse and m.valid:
+            covariance = _curvature_covariance(loss_hessian(best), loss.errordef)
+            if covariance is None and m.covariance is not None:
+                # Not positive definite: possible only with a parameter on a limit the loss
+                # falls beyond (sigma of a spike at one event, say); no curvature error exists
+                # there, and Minuit's HESSE through its bound transform is what remains.
+                covariance = np.array(m.covariance)
+        share["on"] = False
+        kept.clear()
+        kept_hessian.clear()
+        elapsed = time.perf_counter() - run.start
         set_values(params, best)
-        has_errors = self.hesse and m.valid and m.covariance is not None
-        covariance = np.array(m.covariance) if has_errors else None
-        errors = np.array(m.errors) if has_errors else np.full(len(params), np.nan)
+        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(params), np.nan)
         weightcorr = self.weightcorr if _has_weights(loss) else None
         if covariance is not None and weightcorr is not None:
             covariance = corrected_covariance(loss, params, best, covariance, weightcorr, lower, upper)
             errors = np.sqrt(np.diag(covariance))
         # From now on every evaluating method of m puts this state back and restores afterwards.
-        state = m._zcache_state = _FitState(loss, params, offset=f0, fval=float(m.fval))
+        state = _FitState(loss, params, offset=f0, fval=float(m.fval))
+        with_hessian = m.hessian is not None
+        if not with_hessian or _minuit2_hessian_handling()[1]:
+            m._zcache_state = state
         result = FitResult(
             values=dict(zip(names, map(float, best), strict=True)),
             errors=dict(zip(names, map(float, errors), strict=True)),
             valid=bool(m.valid),
             fmin=float(m.fval) + f0,
             edm=float(m.fmin.edm),
-            nfcn=int(m.nfcn),
-            ngrad=int(m.ngrad),
-            nhessian=int(m.nhessian),
+            nfcn=int(m.nfcn + calls[0]),
+            ngrad=int(m.ngrad + calls[1]),
+            nhessian=int(m.nhessian + calls[2]),
             covariance=covariance,
             params=list(params),
             time=elapsed,
-            minuit=m,
             precompute=run.report,
             weightcorr=weightcorr,
         )
-        result._state = state
+        result._state, result._minuit = state, m
+        if m._zcache_state is None:
+            # MINOS and profiles fix parameters inside Minuit2, where this Minuit's Hessian would be
+            # read at the wrong indices (_minuit2_hessian_handling): the Minuit they use is one
+            # without it, created when first asked for by a MIGRAD from this minimum.
+            result._make_minuit = functools.partial(self._minuit_after, make_minuit, best, errors, state)
         return result
+
+    def _migrad_hesse(self, m: FitMinuit) -> None:
+        m.migrad(ncall=self.maxfcn)
+        if self.hesse and m.valid:
+            # For result.minuit (MINOS, profiles) and the verdict: with zcache's Hessian it is
+            # the one MIGRAD computed at its minimum (no call).
+            m.hesse()
+
+    def _minuit_after(self, make_minuit: Callable[..., FitMinuit], best: np.ndarray, errors: np.ndarray,
+                      state: _FitState) -> FitMinuit:
+        m = make_minuit(best, False)
+        if np.all(np.isfinite(errors) & (errors > 0)):
+            m.errors = errors  # MIGRAD's first steps: the fit's errors
+        # From the fit's minimum, to 1 % of its EDM goal: MINOS measures from this minimum, so
+        # it should not be the worse of the two (a few calls more, once per result).
+        m.tol = 0.01 * self.tol
+        with state.active():
+            self._migrad_hesse(m)
+        m.tol = self.tol
+        state.fval = float(m.fval)  # what profiles are relative to: this Minuit's minimum
+        m._zcache_state = state
+        return m

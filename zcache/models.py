@@ -56,7 +56,7 @@ from ._cached_tensor import CachedTensor
 from ._function import Function, function
 from ._graph_checks import require
 from ._parameter import Data, Parameter
-from .exceptions import ModelError, ParameterValueError
+from .exceptions import DensityError, ModelError, ParameterValueError
 from .sampling import accept_reject, rng, set_seed, truncated_normal
 
 __all__ = [
@@ -161,19 +161,22 @@ class Space:
 
         Parameters
         ----------
-        x : array_like
+        x : array_like or zcache.Data
             Events, shape (N,) or (N, n_obs), columns in this space's order.
 
         Returns
         -------
         tf.Tensor
-            bool, shape (N,).
+            bool, shape (N,): one per event (padded data: the padding rows left out).
         """
+        data = x if isinstance(x, Data) else None
         x = tf.convert_to_tensor(x, tf.float64)
         lo, hi = tf.constant(self.lower, tf.float64), tf.constant(self.upper, tf.float64)
         if x.shape.rank == 1:
-            return tf.logical_and(x >= lo[0], x <= hi[0])
-        return tf.reduce_all(tf.logical_and(x >= lo, x <= hi), axis=-1)
+            out = tf.logical_and(x >= lo[0], x <= hi[0])
+        else:
+            out = tf.reduce_all(tf.logical_and(x >= lo, x <= hi), axis=-1)
+        return out if data is None else data.unpadded(out)
 
     def select(self, data: Any) -> tf.Tensor:
         """The columns of ``data`` for this space's observables, in its order.
@@ -187,7 +190,9 @@ class Space:
         Returns
         -------
         tf.Tensor
-            float64; shape (N,) for one observable, (N, n_obs) for several.
+            float64; shape (N,) for one observable, (N, n_obs) for several: one row per row of
+            ``data.value()``, which models compute on (padded data: the padding rows included;
+            :meth:`zcache.Data.unpadded` leaves them out).
 
         Raises
         ------
@@ -392,38 +397,74 @@ class Model(Cachable):
         return [*self.params.values(), *([self._yield] if self._yield is not None else [])]
 
     # -- densities ---------------------------------------------------------------------
-    def pdf(self, data: Any) -> tf.Tensor:
+    def pdf(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         """The normalized density at each event of ``data``.
+
+        A density that is not a probability density at the current parameter values (negative,
+        NaN or infinite at an event, or a normalization that is not positive: a polynomial that
+        dips below zero) raises :class:`~zcache.exceptions.DensityError`, eagerly and in a
+        ``zcache.function`` (XLA-compiled too, under ``zcache.set_jit_mode``); in a plain
+        ``tf.function`` the failed check raises ``InvalidArgumentError`` naming it. It is never
+        clipped. A loss reads the raw values instead, where such a density is NaN, so a
+        minimizer that steps there sees a NaN loss and steps back (a loss of your own that
+        should behave so reads ``log_pdf(data, raw=True)`` and weights out padding rows).
 
         Parameters
         ----------
         data : zcache.Data or array_like
             A :class:`zcache.Data` (the result is cached per dataset) or an array/tensor of
             events (computed, not cached).
+        raw : bool, optional
+            What a loss reads (zcache's losses pass ``True``): one value per row of
+            ``data.value()``, the padding rows of padded data (``capacity=``) included for the
+            loss to weight them out, and unchecked: NaN where the density is impossible.
 
         Returns
         -------
         tf.Tensor
-            float64, shape (N,).
-        """
-        if isinstance(data, Data):
-            return self._cached_pdf(data)
-        return self._pdf(tf.convert_to_tensor(data, tf.float64))
+            float64, shape (N,): one value per event, also for padded data (the padding rows
+            left out, see :meth:`zcache.Data.unpadded`); ``raw=True``: one per row of
+            ``data.value()``.
 
-    def log_pdf(self, data: Any) -> tf.Tensor:
+        Raises
+        ------
+        DensityError
+            (Not raw.) The density is negative, NaN or infinite at an event, or its
+            normalization is not positive and finite.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> g = Gaussian(Space("x", -5.0, 5.0), 0.0, 1.0)
+        >>> padded = zcache.Data(np.array([0.0, 1.0, 2.0]), capacity=16)
+        >>> g.pdf(padded).shape, g.pdf(padded, raw=True).shape
+        (TensorShape([3]), TensorShape([16]))
+        """
+        values = self._rows_pdf(data)
+        return values if raw else self._checked_density(data, values)
+
+    def log_pdf(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         """``log(pdf(data))``.
 
         Parameters
         ----------
         data : zcache.Data or array_like
             As for :meth:`pdf`.
+        raw : bool, optional
+            As for :meth:`pdf` (NaN where the density is impossible).
 
         Returns
         -------
         tf.Tensor
-            float64, shape (N,).
+            float64, shape (N,): one value per event (``raw=True``: per row of ``data.value()``).
+
+        Raises
+        ------
+        DensityError
+            As for :meth:`pdf`.
         """
-        return tf.math.log(self.pdf(data))
+        return tf.math.log(self.pdf(data, raw=raw))
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
         r""":math:`\sum_i \log p(x_i)`, what an NLL needs (models may compute it more cheaply).
@@ -436,11 +477,33 @@ class Model(Cachable):
         Returns
         -------
         tf.Tensor
-            float64 scalar.
+            float64 scalar; NaN where the density is impossible (see :meth:`pdf`), as in a loss.
         """
-        terms = self.log_pdf(data)
+        terms = self.log_pdf(data, raw=True)
         mask = data.mask if isinstance(data, Data) else None
         return tf.reduce_sum(terms if mask is None else mask * terms)
+
+    def _rows_pdf(self, data: Any) -> tf.Tensor:
+        """The density per row of ``data`` (padding included), NaN where impossible: what pdf checks."""
+        if isinstance(data, Data):
+            return self._cached_pdf(data)
+        return self._pdf(tf.convert_to_tensor(data, tf.float64))
+
+    def _checked_density(self, data: Any, values: tf.Tensor) -> tf.Tensor:
+        """``values`` with one row per event, or DensityError where one is not a probability density."""
+        if isinstance(data, Data):
+            values = data.unpadded(values)
+        checks = require(
+            tf.logical_and(tf.math.is_finite(values), values >= 0.0), DensityError,
+            f"the density of '{self.name}' ({type(self).__name__}) is negative, NaN or infinite at some "
+            "events, or its normalization is not positive, at the current parameter values: it is not a "
+            "probability density there. Change the parameters (a polynomial shape needs coefficients that "
+            "keep it non-negative over its whole space, see zcache.shapes) or give them limits.",
+        )
+        if checks:
+            with tf.control_dependencies(checks):
+                return tf.identity(values)
+        return values
 
     @cached
     def _cached_pdf(self, data: Data) -> tf.Tensor:
@@ -448,10 +511,10 @@ class Model(Cachable):
 
     def _pdf(self, data: Any) -> tf.Tensor:
         # Composite models override this to route datasets to their components' caches.
-        return self._unnormalized_pdf(self.space.select(data)) / self.normalization()
+        return density(self._unnormalized_pdf(self.space.select(data)), self.normalization())
 
     def unnormalized_pdf(self, x: Any) -> tf.Tensor:
-        """The unnormalized density at ``x``.
+        """The unnormalized density at ``x`` (unchecked: it may be negative where the model is).
 
         Parameters
         ----------
@@ -461,9 +524,10 @@ class Model(Cachable):
         Returns
         -------
         tf.Tensor
-            float64, shape (N,).
+            float64, shape (N,): one value per event (padded data: the padding rows left out).
         """
-        return self._unnormalized_pdf(self.space.select(x))
+        values = self._unnormalized_pdf(self.space.select(x))
+        return x.unpadded(values) if isinstance(x, Data) else values
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must implement _unnormalized_pdf(x).")
@@ -1094,7 +1158,7 @@ class SumPdf(Model):
 
     def _pdf(self, data: Any) -> tf.Tensor:
         fr = self.fractions()
-        return tf.add_n([fr[k] * p.pdf(data) for k, p in enumerate(self.pdfs)])
+        return tf.add_n([fr[k] * p.pdf(data, raw=True) for k, p in enumerate(self.pdfs)])
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
         return self._pdf(x)
@@ -1213,15 +1277,15 @@ class ProductPdf(Model):
 
     def _pdf(self, data: Any) -> tf.Tensor:
         if self._disjoint and isinstance(data, Data) and data.obs is not None:  # each factor caches its columns
-            return _product([p.pdf(data) for p in self.pdfs])
+            return _product([p.pdf(data, raw=True) for p in self.pdfs])
         if self._disjoint:
             return self._unnormalized_pdf(self.space.select(data))
-        return _product([p.pdf(data) for p in self.pdfs]) / self.normalization()
+        return density(_product([p.pdf(data, raw=True) for p in self.pdfs]), self.normalization())
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
         if self._disjoint:
-            return _product([p.pdf(c) for p, c in zip(self.pdfs, self._split(x), strict=True)])
-        return _product([p.pdf(x) for p in self.pdfs])
+            return _product([p.pdf(c, raw=True) for p, c in zip(self.pdfs, self._split(x), strict=True)])
+        return _product([p.pdf(x, raw=True) for p in self.pdfs])
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         if not self._disjoint:
@@ -1254,6 +1318,38 @@ class ProductPdf(Model):
             s = p._sample_tensor(n)
             cols.append(s[:, None] if s.shape.rank == 1 else s)
         return tf.concat(cols, axis=1)
+
+
+def density(unnormalized: Any, norm: Any) -> tf.Tensor:
+    """``unnormalized / norm``, NaN wherever that is no probability density.
+
+    Negative (or NaN) unnormalized values, and every value when the normalization is not
+    positive (a negative density divided by a negative integral would look positive), become
+    NaN: a loss of such a density is NaN, so a minimizer steps back, and ``Model.pdf`` raises
+    :class:`~zcache.exceptions.DensityError` instead of returning it. Never clipped.
+
+    Parameters
+    ----------
+    unnormalized : tf.Tensor
+        The unnormalized density per event (or a scalar, for a constant density).
+    norm : tf.Tensor
+        Its integral over the space.
+
+    Returns
+    -------
+    tf.Tensor
+        float64.
+
+    Examples
+    --------
+    >>> import tensorflow as tf
+    >>> density(tf.constant([1.0, -1.0], tf.float64), tf.constant(2.0, tf.float64)).numpy().tolist()
+    [0.5, nan]
+    """
+    unnormalized = tf.convert_to_tensor(unnormalized, tf.float64)
+    norm = tf.convert_to_tensor(norm, tf.float64)
+    ok = tf.logical_and(unnormalized >= 0.0, norm > 0.0)
+    return tf.where(ok, unnormalized / norm, tf.constant(np.nan, tf.float64))
 
 
 def _product(parts: list[tf.Tensor]) -> tf.Tensor:

@@ -12,6 +12,11 @@ envelope :math:`F \ge f` a proposal :math:`x` is kept when :math:`u F < f(x)`,
 sample either restarts under a raised envelope (``max_raises`` times at most, as
 RooFit's accept-reject generator does) or stops with :class:`~zcache.exceptions.ModelError`.
 
+:func:`accept_reject_pool` is the sampler where only a finite sample of proposals exists
+(a phase-space sample): each pool event is kept with probability :math:`f/f_{max}` and
+used at most once per sample, so the events of one sample are independent; a pool that
+accepts too few refuses with ModelError rather than repeat events.
+
 Examples
 --------
 >>> import tensorflow as tf
@@ -34,7 +39,7 @@ import tensorflow as tf
 from ._graph_checks import require
 from .exceptions import ModelError
 
-__all__ = ["accept_reject", "adaptive_batch", "rng", "set_seed", "truncated_normal"]
+__all__ = ["accept_reject", "accept_reject_pool", "adaptive_batch", "rng", "set_seed", "truncated_normal"]
 
 # accept-reject proposals per batch (adaptive_batch): at least _AR_MIN_BATCH, at most
 # _AR_MAX_BATCH, else sized from the acceptance rate seen so far to finish in about one more batch.
@@ -160,6 +165,7 @@ def accept_reject(
     envelope: Any = None,
     *,
     inside: Callable[[tf.Tensor], tf.Tensor] | None = None,
+    propose: Callable[[tf.Tensor], tf.Tensor] | None = None,
     batch: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor] | None = None,
     raise_factor: float = 1.0,
     max_raises: int = 0,
@@ -169,7 +175,9 @@ def accept_reject(
     r"""``n`` events by accept-reject from uniform proposals in a box (eager or inside a trace).
 
     Each batch draws, per coordinate in turn, ``batch(n, accepted, proposed)`` uniform
-    proposals in ``[lower, upper]``, drops those outside ``inside`` (if given) and, with a
+    proposals in ``[lower, upper]`` (or ``propose(size)`` of them: fresh draws of any
+    proposal distribution, e.g. a phase-space generator; the density is then relative to
+    it), drops those outside ``inside`` (if given) and, with a
     density, draws one :math:`u \sim U(0, 1)` per remaining proposal and keeps those with
     ``u * envelope < density(x)``. Without a density every proposal left is kept (a uniform
     sample of the region). The random stream depends only on the seed (:func:`set_seed`),
@@ -196,6 +204,10 @@ def accept_reject(
     inside : callable, optional
         ``inside(x)``: a bool tensor of shape (m,), where proposals are allowed (e.g. the
         Dalitz boundary inside its bounding box).
+    propose : callable, optional
+        ``propose(size)`` for an int64 scalar ``size``: ``size`` independent proposals of shape
+        (size,) or (size, d) as ``lower`` says, float64, drawn from :func:`rng` (so that
+        :func:`set_seed` reproduces them). Replaces the uniform draws in ``[lower, upper]``.
     batch : callable, optional
         ``batch(n, accepted, proposed) -> int64 tensor``, the proposals of the next batch;
         default :func:`adaptive_batch`.
@@ -250,8 +262,11 @@ def accept_reject(
 
     def body(count, parts, i, offset, written, proposed, fmax, raises):
         size = batch(n, count, proposed)
-        draws = [gen.uniform([size], lo, hi, dtype=tf.float64) for lo, hi in zip(lows, highs, strict=True)]
-        x = tf.stack(draws, axis=1) if columns else draws[0]
+        if propose is None:
+            draws = [gen.uniform([size], lo, hi, dtype=tf.float64) for lo, hi in zip(lows, highs, strict=True)]
+            x = tf.stack(draws, axis=1) if columns else draws[0]
+        else:
+            x = tf.reshape(tf.convert_to_tensor(propose(size), tf.float64), [-1, len(lows)] if columns else [-1])
         if inside is not None:
             x = tf.boolean_mask(x, inside(x))
         over = tf.constant(False)
@@ -290,3 +305,60 @@ def accept_reject(
         [zero, parts, tf.constant(0), zero, zero, zero, start, tf.constant(0)],
     )
     return parts.concat()[offset:offset + n]
+
+
+def accept_reject_pool(n: Any, weights: tf.Tensor, too_few_message: str, error: type[Exception] = ModelError) -> tf.Tensor:
+    r"""Indices of ``n`` distinct pool events, accepted with probability :math:`w_i / \max w`.
+
+    The pool's events are independent draws of some distribution :math:`g`; keeping each
+    with probability :math:`w_i/\max_j w_j` (one uniform draw per event) leaves
+    independent draws of :math:`w\,g`, and the first ``n`` of them in a random order are
+    the sample: no pool event is used twice in one sample (resampling with replacement
+    would repeat events, and a toy with repeated events has the wrong variance). The
+    envelope is the pool's own maximum, so it is exact. Two samples drawn from one pool
+    share events.
+
+    Parameters
+    ----------
+    n : int or int64 tensor
+        The number of events.
+    weights : tf.Tensor
+        float64, shape (N,): the non-negative, finite density of each pool event (relative to
+        the pool's distribution).
+    too_few_message : str
+        The message of the error raised when fewer than ``n`` pool events are accepted.
+    error : type
+        The zcache error raised then (default ModelError).
+
+    Returns
+    -------
+    tf.Tensor
+        int64, shape (n,): distinct indices into the pool, in random order.
+
+    Raises
+    ------
+    error
+        Fewer than ``n`` events accepted (about ``N mean(w) / max(w)`` are); inside a trace
+        the check fails when the graph runs.
+
+    Examples
+    --------
+    >>> import numpy as np, tensorflow as tf
+    >>> from zcache.sampling import accept_reject_pool, set_seed
+    >>> set_seed(2)
+    >>> pool = np.random.default_rng(0).uniform(-1.0, 1.0, 10_000)
+    >>> idx = accept_reject_pool(2000, tf.constant(1.0 + pool), "the pool is too small.")
+    >>> len(set(idx.numpy().tolist())), bool(abs(pool[idx.numpy()].mean() - 1.0 / 3.0) < 0.05)
+    (2000, True)
+    """
+    n = tf.cast(n, tf.int64)
+    weights = tf.convert_to_tensor(weights, tf.float64)
+    gen = rng()
+    size = tf.shape(weights, out_type=tf.int64)[:1]
+    u = gen.uniform(size, 0.0, 1.0, dtype=tf.float64) * tf.reduce_max(weights)
+    accepted = tf.where(u < weights)[:, 0]
+    # a random order of the accepted events: the first n of it are n independent draws
+    order = tf.argsort(gen.uniform(tf.shape(accepted, out_type=tf.int64), 0.0, 1.0, dtype=tf.float64))
+    checks = require(tf.shape(accepted, out_type=tf.int64)[0] >= n, error, too_few_message)
+    with tf.control_dependencies(checks):
+        return tf.gather(accepted, order[:n])

@@ -53,9 +53,12 @@ Conventions:
   Every coefficient is a parameter; the overall scale cancels in the normalization, so fix one
   of them in a fit (else the likelihood has a flat direction).
 - Neither polynomial is forced to be non-negative: a Chebyshev series or a Bernstein polynomial
-  with a negative coefficient can dip below zero, and a fit there fails (log of a negative
-  density). Non-negative Bernstein coefficients guarantee a non-negative density: give them
-  ``lower=0`` limits.
+  with a negative coefficient can dip below zero. It is never clipped: at such coefficients
+  (negative at one of 1025 evenly spaced points of the space, or an integral that is not
+  positive) the normalization is NaN, so ``pdf`` and ``log_pdf`` raise
+  :class:`~zcache.exceptions.DensityError` and a loss is NaN, from which MIGRAD steps back (a fit
+  that runs into the region ends invalid at its edge, never valid inside it). Non-negative
+  Bernstein coefficients guarantee a non-negative density: give them ``lower=0`` limits.
 - KDE1D: the Gaussian kernel density of fixed data, truncated to the space and renormalized;
   the bandwidth rules are ``scipy.stats.gaussian_kde``'s. The data are copied when the model is
   built; a later ``set_data`` of the :class:`zcache.Data` does not change it.
@@ -113,6 +116,7 @@ import numpy as np
 import scipy.special
 import tensorflow as tf
 
+from ._cachable import cached
 from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space
@@ -820,7 +824,42 @@ def _de_casteljau(coeffs: Sequence[Any], t: tf.Tensor) -> tf.Tensor:
 
 
 # -- polynomials ----------------------------------------------------------------------------------
-class Chebyshev(Model):
+#: Points (ends included) at which a polynomial shape checks that it is non-negative over its
+#: space: a dip below zero narrower than 1/1024 of the range passes unseen.
+_POSITIVITY_GRID = 1025
+#: Round-off allowed below zero there (relative to the largest value): a polynomial touching zero.
+_POSITIVITY_RTOL = 1e-12
+
+
+class _NonNegativePolynomial(Model):
+    """A polynomial shape: its normalization is NaN at parameter values where it dips below zero.
+
+    A polynomial can be negative between the events, where no ``log pdf`` of a loss sees it.
+    A NaN normalization makes every density value NaN (``pdf`` raises DensityError, a loss is
+    NaN and a minimizer steps back), so no fit reports a minimum at a negative density.
+    """
+
+    @cached
+    def normalization(self) -> tf.Tensor:
+        r""":math:`\int_\Omega f\,dx`, or NaN where :math:`f` is negative somewhere in the space.
+
+        Negative means below zero at one of ``_POSITIVITY_GRID`` evenly spaced points of the
+        space (ends included) by more than round-off; an integral that is not positive makes
+        the density impossible too (``Model.pdf`` raises DensityError).
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
+        norm = self._raw_integral(self.space.lower, self.space.upper)
+        grid = tf.constant(np.linspace(self.space.lower[0], self.space.upper[0], _POSITIVITY_GRID))
+        values = self._unnormalized_pdf(grid)
+        ok = tf.reduce_min(values) >= -_POSITIVITY_RTOL * tf.reduce_max(tf.abs(values))
+        return tf.where(ok, norm, tf.constant(np.nan, tf.float64))
+
+
+class Chebyshev(_NonNegativePolynomial):
     r"""Chebyshev series :math:`1 + \sum_{i=1}^n c_i T_i(x')`, :math:`x'` the observable mapped onto [-1, 1].
 
     With the space :math:`[l, u]`, :math:`x' = (2x - l - u)/(u - l)`. The constant term is fixed
@@ -828,7 +867,10 @@ class Chebyshev(Model):
     so the normalization is :math:`(u - l)(1 - \sum_{i\,\mathrm{even}} c_i/(i^2 - 1))` and no
     coefficient is redundant. Evaluated by Clenshaw's recurrence; the integral is analytic (the
     antiderivative's Chebyshev series, also over sub-ranges). The density is not forced to be
-    non-negative: large coefficients make it dip below zero somewhere, and then a fit fails.
+    non-negative: large coefficients make it dip below zero somewhere, and there
+    :meth:`~zcache.models.Model.pdf` raises :class:`~zcache.exceptions.DensityError` and a loss is
+    NaN (the normalization is NaN wherever the series is negative in the space, see the module
+    notes), so a fit steps back from such coefficients.
 
     Parameters
     ----------
@@ -889,7 +931,7 @@ class Chebyshev(Model):
         return self._half * (_clenshaw(antiderivative, self._mapped(upper)) - _clenshaw(antiderivative, self._mapped(lower)))
 
 
-class Bernstein(Model):
+class Bernstein(_NonNegativePolynomial):
     r"""Bernstein polynomial :math:`\sum_{i=0}^n b_i \binom{n}{i} t^i (1-t)^{n-i}`, :math:`t` the observable mapped onto [0, 1].
 
     With the space :math:`[l, u]`, :math:`t = (x - l)/(u - l)` (RooBernstein,
@@ -897,7 +939,9 @@ class Bernstein(Model):
     scale cancels in the normalization (:math:`\lambda b` gives the same density as :math:`b`):
     fix one coefficient in a fit (give it as a number), else the likelihood has a flat
     direction. Non-negative coefficients make the density non-negative (the basis polynomials
-    are non-negative on [0, 1]): give floating coefficients ``lower=0``. The density is
+    are non-negative on [0, 1]): give floating coefficients ``lower=0``. Where other coefficients
+    make it negative somewhere, or its integral not positive, ``pdf`` raises
+    :class:`~zcache.exceptions.DensityError` and a loss is NaN (see the module notes). The density is
     evaluated by de Casteljau's algorithm (:math:`O(n^2)` operations per event, numerically
     stable); the integral is analytic, from the antiderivative
     :math:`\int_0^t B_{i,n} = \frac{1}{n+1} \sum_{j > i} B_{j,n+1}(t)` (sub-ranges too).

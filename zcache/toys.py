@@ -41,6 +41,7 @@ import math
 import pickle
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ import numpy as np
 from ._parameter import Data, Parameter, set_values, size_class
 from ._trace import forbid_in_trace
 from .batch import BatchedLoss
-from .exceptions import ModelError, ToyStudyError
+from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
 from .models import Model, set_seed
@@ -96,15 +97,27 @@ class ToyResult:
         times = self.table["time"]
         return float(np.median(times[1:] if len(times) > 1 else times))
 
+    def _valid(self, what: str) -> np.ndarray:
+        # Leaving out invalid toys biases a study (a yield at its limit is the typical invalid
+        # one): never silently.
+        ok = np.asarray(self.table["valid"], dtype=bool)
+        if not ok.all():
+            warnings.warn(f"ToyResult.{what}: {int((~ok).sum())} of {len(ok)} toys are not valid fits and are left out "
+                          "(which biases pulls and coverage); see table['valid'] and table['refit'].",
+                          ZCacheWarning, stacklevel=3)
+        return ok
+
     def pull_summary(self) -> dict[str, tuple[float, float]]:
         """The pulls' mean and standard deviation per parameter, over valid toys.
+
+        Invalid toys are left out with a :class:`~zcache.exceptions.ZCacheWarning` that counts them.
 
         Returns
         -------
         dict of str to (float, float)
             Name -> (mean, standard deviation); the deviation is NaN with fewer than two valid toys.
         """
-        ok = self.table["valid"]
+        ok = self._valid("pull_summary")
         out = {}
         for name in self.names:
             pulls = self.table[f"{name}_pull"][ok]
@@ -113,6 +126,8 @@ class ToyResult:
 
     def coverage(self, widths: Sequence[float] = (1.0, 2.0)) -> dict[str, dict[float, tuple[float, float]]]:
         r"""How often the interval :math:`\hat\theta \pm k\,\sigma_{\hat\theta}` holds the truth, over valid toys.
+
+        Invalid toys are left out with a :class:`~zcache.exceptions.ZCacheWarning` that counts them.
 
         Parameters
         ----------
@@ -132,7 +147,7 @@ class ToyResult:
         >>> ToyResult(table, {"mu": 0.0}).coverage()["mu"][1.0]
         (0.5, 0.25)
         """
-        ok = self.table["valid"]
+        ok = self._valid("coverage")
         out: dict[str, dict[float, tuple[float, float]]] = {}
         for name in self.names:
             pulls = self.table[f"{name}_pull"][ok]
@@ -182,8 +197,10 @@ class ToyResult:
         refit = int(np.sum(self.table["refit"])) if "refit" in (self.table.dtype.names or ()) else 0
         lines = [f"{len(self.table)} toys, {ok} valid, {refit} refitted with MIGRAD, "
                  f"{self.time_per_toy * 1e3:.2f} ms per toy (median)"]
-        cover = self.coverage((1.0,))
-        for name, (mean, std) in self.pull_summary().items():
+        with warnings.catch_warnings():  # the first line counts the valid toys already
+            warnings.simplefilter("ignore", ZCacheWarning)
+            cover, summary = self.coverage((1.0,)), self.pull_summary()
+        for name, (mean, std) in summary.items():
             frac, err = cover[name][1.0]
             lines.append(f"  {name}: pull mean {mean:+.3f}, width {std:.3f}, 1-sigma coverage "
                          f"{100 * frac:.1f} +- {100 * err:.1f} %")
