@@ -24,13 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 from ._context import differentiating
+from ._finite_differences import central_differences, default_step
 from ._mode import get_autograd_mode
 from ._parameter import Parameter, backing_variable, set_values
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
-
-_EPS = float(np.finfo(np.float64).eps)
-REL_STEP = _EPS ** (1.0 / 3.0)
 
 
 def _check_params(params: Sequence[Parameter]) -> list[Parameter]:
@@ -129,12 +127,19 @@ def gradient(func: Callable[[], Any], params: Sequence[Parameter], numerical: bo
     return value_and_gradient(func, params, numerical)[1]
 
 
-def _steps(p: Parameter, x0: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """The two points of a central difference around ``x0``, clipped into the limits (one-sided there)."""
-    h = REL_STEP * tf.maximum(tf.abs(x0), 1.0)
-    x_up = x0 + h if p.upper is None else tf.minimum(x0 + h, p.upper)
-    x_down = x0 - h if p.lower is None else tf.maximum(x0 - h, p.lower)
-    return x_up, x_down
+def _limits(params: list[Parameter]) -> tuple[list[float], list[float]]:
+    return ([-np.inf if p.lower is None else p.lower for p in params],
+            [np.inf if p.upper is None else p.upper for p in params])
+
+
+def _moving(params: list[Parameter], start: list[tf.Tensor], func: Callable[[], Any]) -> Callable[[int, Any], Any]:
+    """``f(k, v)`` for :func:`central_differences`: ``func()`` with parameter ``k`` at ``v`` (then back at its start)."""
+    def f(k: int, v: Any) -> Any:
+        params[k].set_value(v)
+        out = func()
+        params[k].set_value(start[k])
+        return out
+    return f
 
 
 @contextlib.contextmanager
@@ -154,16 +159,9 @@ def _restoring(params: list[Parameter]) -> Iterator[list[tf.Tensor]]:
 
 def _numerical(func: Callable[[], Any], params: list[Parameter]) -> tuple[tf.Tensor, tf.Tensor]:
     f0 = tf.cast(_scalar(func()), tf.float64)
-    grads = []
     with _restoring(params) as start:
-        for p, x0 in zip(params, start, strict=True):
-            x_up, x_down = _steps(p, x0)
-            p.set_value(x_up)
-            f_up = tf.cast(_scalar(func()), tf.float64)
-            p.set_value(x_down)
-            f_down = tf.cast(_scalar(func()), tf.float64)
-            p.set_value(x0)
-            grads.append((f_up - f_down) / (x_up - x_down))
+        grads = central_differences(_moving(params, start, lambda: tf.cast(_scalar(func()), tf.float64)),
+                                    start, [default_step(x) for x in start], *_limits(params))
     return f0, tf.stack(grads) if grads else tf.zeros([0], tf.float64)
 
 
@@ -202,16 +200,10 @@ def hessian(func: Callable[[], Any], params: Sequence[Parameter]) -> tf.Tensor:
     [[4.0, 2.0], [2.0, 0.0]]
     """
     params = _check_params(params)
-    rows = []
     with _restoring(params) as start:
-        for p, x0 in zip(params, start, strict=True):
-            x_up, x_down = _steps(p, x0)  # clipped into the limits, as loss.hessian_at does
-            p.set_value(x_up)
-            g_up = gradient(func, params, numerical=False)
-            p.set_value(x_down)
-            g_down = gradient(func, params, numerical=False)
-            p.set_value(x0)
-            rows.append((g_up - g_down) / (x_up - x_down))
+        # Steps clipped into the limits, by the rule every finite difference in zcache follows.
+        rows = central_differences(_moving(params, start, lambda: gradient(func, params, numerical=False)),
+                                   start, [default_step(x) for x in start], *_limits(params))
     if not rows:
         return tf.zeros([0, 0], tf.float64)
     hess = tf.stack(rows)

@@ -19,15 +19,10 @@ gradient for ``B`` parameter points on ``B`` datasets in one XLA-compiled call, 
   is recomputed per toy, as its inputs differ per toy; nothing is stored.
 - **checks.** Every zcache check of the loss (event ranges, finite values) becomes a per-toy
   flag: a toy that fails one is reported, not raised, and its fit is not valid.
-- **minimizer.** BFGS with a backtracking (Armijo) line search, all toys in lockstep inside one
-  ``tf.while_loop``, each toy with its own step, inverse Hessian and convergence flag, steps
-  clipped into the parameters' limits. At the end, the Hessian of each toy by forward
-  differences of its exact gradients (as HESSE), one Newton step from it, the covariance
-  :math:`2\,\mathrm{errordef}\,H^{-1}` and the estimated distance to the minimum
-  :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g` (MIGRAD's criterion). Why BFGS and not Newton
-  on the exact Hessian: vectorized, a gradient of a 10k-event toy costs about 0.14 ms and an
-  exact (second-order autodiff) Hessian about 2.9 ms; BFGS seeded with one exact Hessian
-  converges in a handful of gradients (``design/architecture.md``, "Batched toys").
+- **minimizer.** :meth:`BatchedLoss.minimize` compiles its batched value and gradient with
+  the lockstep BFGS of :mod:`zcache._batched_bfgs` (BFGS for every toy in one
+  ``tf.while_loop``, then HESSE by differences of exact gradients, one Newton step, MIGRAD's
+  EDM criterion) into one program; the covariance is :math:`2\,\mathrm{errordef}\,H^{-1}`.
 
 Examples
 --------
@@ -55,6 +50,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
 from ._context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._depgraph import GRAPH
 from ._graph_checks import calling_jit, collecting
@@ -68,10 +64,6 @@ __all__ = ["BatchedFit", "BatchedLoss"]
 #: BatchedLoss.of: per loss (weakly), per parameter tuple.
 _KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], BatchedLoss]] = weakref.WeakKeyDictionary()
 
-#: MIGRAD's stopping rule, EDM < 0.002 * tol * errordef, with iminuit's default tol = 0.1.
-EDM_MAX_FACTOR = 0.002 * 0.1
-#: Central-difference step of the final Hessian, in units of each toy's estimated error.
-HESSE_STEP = 1e-4
 
 
 @dataclass
@@ -395,16 +387,8 @@ class BatchedLoss:
                      tf.constant(self._lower), tf.constant(self._upper), tf.constant(int(maxiter), tf.int32),
                      tf.constant(edm_max, tf.float64))
         x, f, hess, edm, ok, converged, nfcn = (t.numpy() for t in out)
-        cov = np.full_like(hess, np.nan)
-        errors = np.full_like(x, np.nan)
-        for b in range(len(x)):
-            try:
-                np.linalg.cholesky(hess[b])
-            except np.linalg.LinAlgError:
-                converged[b] = False
-                continue
-            cov[b] = 2.0 * errordef * np.linalg.inv(hess[b])
-            errors[b] = np.sqrt(np.diag(cov[b]))
+        cov, errors, posdef = covariances(hess, errordef)
+        converged = converged & posdef
         near = np.isclose(x, self._lower, rtol=0, atol=1e-10) | np.isclose(x, self._upper, rtol=0, atol=1e-10)
         at_limit = np.any(near, axis=1)
         converged = converged & ok & ~at_limit & np.isfinite(errors).all(axis=1)
@@ -458,95 +442,8 @@ class BatchedLoss:
             fn = self._programs[key] = tf.function(body, jit_compile=True, autograph=False, reduce_retracing=True)
         return fn
 
-    def _hessian(self, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, events: tf.Tensor, weights: tf.Tensor,
-                 fixed: tf.Tensor, served: dict[int, tf.Tensor], lower: tf.Tensor, upper: tf.Tensor) -> tf.Tensor:
-        """(B, n, n) by forward differences of the exact gradients ``g`` at ``x``, steps HESSE_STEP * scale.
-
-        One gradient per parameter: with a step of 1e-4 of the error, the truncation error is
-        about 1e-5 relative (measured on Gauss + Exp against the exact Hessian) and the rounding
-        error of exact gradients below 1e-8 relative.
-        """
-        n = len(self.params)
-
-        def column(j: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
-            e = tf.one_hot(j, n, dtype=tf.float64)[None, :]
-            h = HESSE_STEP * scale[:, j][:, None] * e
-            up = tf.minimum(x + h, upper)
-            room = tf.reduce_sum(up - x, axis=1, keepdims=True) >= 0.5 * tf.reduce_sum(h, axis=1, keepdims=True)
-            point = tf.where(room, up, tf.maximum(x - h, lower))  # at an upper limit: step down
-            _, g_point, _ = self._vg(point, events, weights, fixed, served)
-            width = tf.reduce_sum(point - x, axis=1)[:, None]
-            return j + 1, acc.write(j, (g_point - g) / width)
-
-        _, acc = tf.while_loop(lambda j, _: j < n, column,
-                               (tf.constant(0), tf.TensorArray(tf.float64, size=n)))
-        hess = tf.transpose(acc.stack(), [1, 0, 2])  # (B, n, n): row j is d g / d x_j
-        return 0.5 * (hess + tf.linalg.matrix_transpose(hess))
-
     def _fit_body(self, x0: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
                   served: dict[int, tf.Tensor], hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor,
                   maxiter: tf.Tensor, edm_max: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            return self._vg(x, events, weights, fixed, served)
-
-        def edm_of(g: tf.Tensor, hinv: tf.Tensor) -> tf.Tensor:
-            return 0.5 * tf.einsum("bi,bij,bj->b", g, hinv, g)
-
-        f0, g0, ok0 = vg(x0)
-        batch = tf.shape(x0)[0]
-        step0 = tf.ones([batch], tf.float64)
-        done0 = ~ok0 | (edm_of(g0, hinv0) < 1e-4 * edm_max)
-        nfcn0 = tf.ones([batch], tf.int32)
-
-        def cond(k, x, f, g, hinv, step, done, ok, nfcn):  # noqa: ARG001
-            return (k < maxiter) & ~tf.reduce_all(done)
-
-        def body(k, x, f, g, hinv, step, done, ok, nfcn):
-            d = -tf.einsum("bij,bj->bi", hinv, g)
-            descent = tf.reduce_sum(g * d, axis=1) < 0.0
-            d = tf.where(descent[:, None], d, -g)  # a lost direction: steepest descent, fresh start
-            trial = tf.clip_by_value(x + step[:, None] * d, lower, upper)
-            f_t, g_t, ok_t = vg(trial)
-            moved = tf.reduce_sum(g * (trial - x), axis=1)
-            accept = ok_t & (f_t <= f + 1e-4 * moved) & ~done
-            s = trial - x
-            y = g_t - g
-            sy = tf.reduce_sum(s * y, axis=1)
-            good = accept & (sy > 1e-12 * tf.norm(s, axis=1) * tf.norm(y, axis=1))
-            rho = tf.where(good, 1.0 / tf.where(good, sy, 1.0), 0.0)[:, None, None]
-            eye = tf.eye(tf.shape(x)[1], batch_shape=[batch], dtype=tf.float64)
-            left = eye - rho * s[:, :, None] * y[:, None, :]
-            updated = left @ hinv @ tf.linalg.matrix_transpose(left) + rho * s[:, :, None] * s[:, None, :]
-            hinv_new = tf.where(good[:, None, None], updated, hinv)
-            hinv_new = tf.where(descent[:, None, None], hinv_new, tf.where(accept[:, None, None], hinv_new, hinv0))
-            x_new = tf.where(accept[:, None], trial, x)
-            f_new = tf.where(accept, f_t, f)
-            g_new = tf.where(accept[:, None], g_t, g)
-            step_new = tf.where(accept | done, tf.ones_like(step), 0.3 * step)
-            stalled = step_new < 1e-10
-            converged = accept & (edm_of(g_new, hinv_new) < 1e-4 * edm_max)
-            nfcn_new = nfcn + tf.cast(~done, tf.int32)
-            new = (x_new, f_new, g_new, hinv_new, step_new, done | converged | stalled, ok, nfcn_new)
-            old = (x, f, g, hinv, step, done, ok, nfcn)
-            # The static batch size can get lost in the map (B = 1): the loop keeps its shapes.
-            return (k + 1, *(tf.ensure_shape(n, o.shape) for n, o in zip(new, old, strict=True)))
-
-        _, x, f, g, hinv, _, _, ok, nfcn = tf.while_loop(
-            cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
-        # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
-        scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-        hess = self._hessian(x, g, scale, events, weights, fixed, served, lower, upper)
-        nfcn = nfcn + len(self.params)
-        # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last
-        # step uses the same information, and it leaves the EDM far below its bound.
-        chol_ok = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)), axis=[1, 2])
-        safe = tf.where(chol_ok[:, None, None], hess, tf.eye(tf.shape(x)[1], batch_shape=[batch], dtype=tf.float64))
-        newton = -tf.linalg.cholesky_solve(tf.linalg.cholesky(safe), g[:, :, None])[:, :, 0]
-        edm = 0.5 * tf.reduce_sum(-g * newton, axis=1)
-        trial = tf.clip_by_value(x + newton, lower, upper)
-        f_t, g_t, ok_t = vg(trial)
-        keep = chol_ok & ok_t & (f_t <= f)
-        x = tf.where(keep[:, None], trial, x)
-        f = tf.where(keep, f_t, f)
-        converged = chol_ok & (edm < edm_max)
-        return x, f, hess, tf.where(chol_ok, edm, np.nan), ok, converged, nfcn + 1
+        return lockstep_bfgs(lambda x: self._vg(x, events, weights, fixed, served), x0, hinv0, lower, upper, maxiter,
+                             edm_max)

@@ -50,13 +50,15 @@ import tensorflow as tf
 from ._cached_tensor import CachedTensor
 from ._context import evaluation
 from ._depgraph import GRAPH
+from ._finite_differences import central_differences, default_step
 from ._function import Function, function
-from ._gradient import REL_STEP, value_and_gradient
+from ._gradient import value_and_gradient
 from ._graph_checks import require
 from ._parameter import Data, Parameter, set_values, set_vector_in_graph
 from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model
+from .objective import Objective
 
 __all__ = [
     "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
@@ -489,21 +491,43 @@ class BaseLoss:
         x = np.array(x, dtype=np.float64).reshape(-1)
         at, zero = self._at(params)[1], tf.constant(0.0, tf.float64)
 
-        def value_gradient(v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            return at(v, zero)
+        def gradient_at(k: int, v: float) -> np.ndarray:
+            point = x.copy()
+            point[k] = v
+            return at(tf.constant(point), zero)[1].numpy()
 
-        rows = []
-        for i, p in enumerate(params):
-            h = REL_STEP * max(abs(x[i]), 1.0)
-            up, down = x.copy(), x.copy()
-            up[i] = x[i] + h if p.upper is None else min(x[i] + h, p.upper)
-            down[i] = x[i] - h if p.lower is None else max(x[i] - h, p.lower)
-            g_up = value_gradient(tf.constant(up))[1].numpy()
-            g_down = value_gradient(tf.constant(down))[1].numpy()
-            rows.append((g_up - g_down) / (up[i] - down[i]))
-        value_gradient(tf.constant(x))  # leave the parameters at x, as the exact path does
+        lower = [-np.inf if p.lower is None else p.lower for p in params]
+        upper = [np.inf if p.upper is None else p.upper for p in params]
+        rows = central_differences(gradient_at, x, default_step(x), lower, upper)
+        at(tf.constant(x), zero)  # leave the parameters at x, as the exact path does
         hess = np.array(rows).reshape(len(params), len(params))
         return tf.constant(0.5 * (hess + hess.T))
+
+    def objective(self, params: Sequence[Parameter] | None = None, *, precompute: bool = True,
+                  keep_floating: bool = False, who: str = "minimize") -> Objective:
+        """The loss as a minimizer sees it: a function of one vector (:class:`zcache.objective.Objective`).
+
+        Parameters
+        ----------
+        params : sequence of Parameter, optional
+            The parameters to fit, in order; default :attr:`params` (the floating ones now).
+        precompute : bool
+            Apply :func:`zcache.precompute` for ``params`` first.
+        keep_floating : bool
+            Precompute keeps the caches of floating parameters (for numerical gradients).
+        who : str
+            The minimizer, for error messages.
+
+        Returns
+        -------
+        zcache.objective.Objective
+
+        Raises
+        ------
+        FitError
+            No parameters to fit, or duplicate names.
+        """
+        return Objective(self, params, precompute=precompute, keep_floating=keep_floating, who=who)
 
     def functions(self) -> list[Function]:
         """The traced functions this loss has created (for trace-count checks).
