@@ -169,8 +169,7 @@ def bench_dask(n_toys: int, n_events: int, batch: int, workers: int) -> list[dic
         return [{"run": "Dask", "status": "not installed"}]
     import functools
 
-    from zcache.demo_toys import local_cluster
-    from zcache.toys import run_toys
+    from zcache.toys import local_cluster, run_toys
 
     model, loss = build(n_events)
     rows = []

@@ -149,7 +149,7 @@ def test_batch_must_be_a_positive_whole_number():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("distributed")
-    from zcache.demo_toys import local_cluster
+    from zcache.toys import local_cluster
 
     # A free port for the dashboard: its default (8787) made two pytest-xdist workers that each
     # start this fixture collide ("Port 8787 is already in use").

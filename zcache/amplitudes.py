@@ -69,7 +69,7 @@ from ._cachable import Cachable, cached
 from ._graph_checks import require
 from ._parameter import Data, Parameter, set_values
 from .exceptions import ModelError
-from .models import Model, as_parameter
+from .models import Model, as_parameter, unique_parameters
 from .phasespace import DalitzKinematics
 from .sampling import accept_reject
 
@@ -598,10 +598,8 @@ class CoherentSum(Cachable):
         -------
         list of Parameter
         """
-        found: dict[int, Parameter] = {}
-        for p in [*(q for c in self.couplings for q in c.params), *(q for a in self.amplitudes for q in a.params.values())]:
-            found.setdefault(id(p), p)
-        return [p for p in found.values() if floating is None or p.floating == floating]
+        return unique_parameters([*(q for c in self.couplings for q in c.params),
+                                  *(q for a in self.amplitudes for q in a.params.values())], floating)
 
     def coupling_vector(self) -> tf.Tensor:
         """:math:`c`, the couplings.

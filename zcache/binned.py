@@ -97,7 +97,7 @@ from ._graph_checks import require
 from ._parameter import Data, Parameter
 from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
-from .models import Model, as_parameter
+from .models import Model, as_parameter, unique_parameters
 from .types import Restorer
 
 __all__ = ["BinnedData", "BinnedNLL", "ExtendedBinnedNLL", "BinnedChi2", "Template"]
@@ -444,11 +444,6 @@ def _as_binned(data: Any, who: str) -> BinnedData:
         return BinnedData.from_hist(data)
     raise ModelError(f"{who} needs a zcache.binned.BinnedData (BinnedData(counts, edges), BinnedData.from_hist(h) or "
                      f"BinnedData.from_numpy(x, bins)), got {type(data).__name__}.")
-
-
-def _unique(params: Sequence[Parameter]) -> list[Parameter]:
-    """``params`` with repeats removed, first occurrence kept."""
-    return list({id(p): p for p in params}.values())
 
 
 def _poisson_terms(n: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
@@ -806,7 +801,7 @@ class Template(BaseLoss):
         super().__init__(constraints)
 
     def _loss_params(self) -> list[Parameter]:
-        return _unique([*self.yields, *(q for c in self.constraints for q in c.params)])
+        return unique_parameters([*self.yields, *(q for c in self.constraints for q in c.params)])
 
     def datasets(self) -> list[Data]:
         """The datasets the loss reads: the histogram's counts and variances.

@@ -18,29 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_study", "local_cluster", "main"]
-
-
-def local_cluster(workers: int) -> Any:
-    """A ``dask.distributed.LocalCluster`` of ``workers`` single-threaded processes, on this machine only.
-
-    The scheduler, the workers and the dashboard listen on 127.0.0.1 (the dashboard on a free
-    port): a toy study on a laptop opens no port to the network. A cluster others may reach is
-    the user's own choice (``LocalCluster(host=..., dashboard_address=...)``).
-
-    Parameters
-    ----------
-    workers : int
-        Number of worker processes.
-
-    Returns
-    -------
-    distributed.LocalCluster
-    """
-    from distributed import LocalCluster
-
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        dashboard_address="127.0.0.1:0")
+__all__ = ["build_study", "main"]
 
 
 def build_study(n_events: int = 10_000) -> tuple[Any, Any]:
@@ -108,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     from zcache.plot import plot_pulls
-    from zcache.toys import run_toys
+    from zcache.toys import local_cluster, run_toys
 
     model, loss = build_study(args.events)
     client = cluster = None

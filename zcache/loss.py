@@ -57,7 +57,7 @@ from ._graph_checks import require
 from ._parameter import Data, Parameter, set_values, set_vector_in_graph
 from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
-from .models import Model
+from .models import Model, unique_parameters
 from .objective import Objective
 
 __all__ = [
@@ -270,7 +270,7 @@ class BaseLoss:
         -------
         list of Parameter
         """
-        return [p for p in self._loss_params() if floating is None or p.floating == floating]
+        return unique_parameters(self._loss_params(), floating)
 
     @property
     def params(self) -> list[Parameter]:
@@ -701,7 +701,7 @@ class SimultaneousLoss(BaseLoss):
         super().__init__()
 
     def _loss_params(self) -> list[Parameter]:
-        return _unique([p for loss in self.losses for p in loss._loss_params()])
+        return unique_parameters([p for loss in self.losses for p in loss._loss_params()])
 
     def datasets(self) -> list[Data]:
         """The datasets of all parts, each once.
@@ -757,12 +757,7 @@ def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (
     yield_parameter = model.yield_parameter
     if not with_yield and yield_parameter is not None:
         params = [p for p in params if p is not yield_parameter]
-    return _unique([*params, *(q for c in constraints for q in c.params)])
-
-
-def _unique(params: Sequence[Parameter]) -> list[Parameter]:
-    """``params`` with repeats removed, first occurrence kept (shared parameters appear once)."""
-    return list({id(p): p for p in params}.values())
+    return unique_parameters([*params, *(q for c in constraints for q in c.params)])
 
 
 class _InRange:

@@ -45,7 +45,7 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,8 @@ __all__ = [
     "SumPdf",
     "ProductPdf",
     "as_parameter",
+    "one_dimensional",
+    "unique_parameters",
     "set_seed",
 ]
 
@@ -385,13 +387,8 @@ class Model(Cachable):
         -------
         list of Parameter
         """
-        found: dict[int, Parameter] = {}
-        for p in self._own_params():
-            found.setdefault(id(p), p)
-        for sub in self._submodels():
-            for p in sub.get_params(None):
-                found.setdefault(id(p), p)
-        return [p for p in found.values() if floating is None or p.floating == floating]
+        return unique_parameters([*self._own_params(), *(p for sub in self._submodels() for p in sub.get_params(None))],
+                                 floating)
 
     def _own_params(self) -> list[Parameter]:
         return [*self.params.values(), *([self._yield] if self._yield is not None else [])]
@@ -841,11 +838,66 @@ def _gauss_legendre_bins(func: Callable[[tf.Tensor], tf.Tensor], lower: np.ndarr
     return tf.reduce_sum(tf.reshape(tf.constant(w.ravel()) * values, [lower.size, -1]), axis=1)
 
 
-def _check_1d(space: Space, what: str) -> None:
+def unique_parameters(params: Iterable[Parameter], floating: bool | None = None) -> list[Parameter]:
+    """``params`` each once (first occurrence kept, by identity), filtered by their ``floating`` flag now.
+
+    Every ``get_params`` of a model, amplitude or loss lists its parameters with it.
+
+    Parameters
+    ----------
+    params : iterable of Parameter
+        Parameters, maybe repeated (a parameter shared by two components).
+    floating : bool or None
+        ``True`` only floating ones, ``False`` only fixed ones, ``None`` all.
+
+    Returns
+    -------
+    list of Parameter
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache.models import unique_parameters
+    >>> a, b = zcache.Parameter("a_up", 1.0), zcache.Parameter("b_up", 2.0, floating=False)
+    >>> [p.name for p in unique_parameters([a, b, a])], [p.name for p in unique_parameters([a, b, a], True)]
+    (['a_up', 'b_up'], ['a_up'])
+    """
+    once = {id(p): p for p in params}.values()  # a repeated key keeps its first position
+    return [p for p in once if floating is None or p.floating == floating]
+
+
+def one_dimensional(space: Any, what: str) -> Space:
+    """``space`` if it is a :class:`Space` of one observable; a ModelError naming ``what`` otherwise.
+
+    Every one-dimensional model checks its space with it.
+
+    Parameters
+    ----------
+    space : Space
+        The space to check.
+    what : str
+        The model, for the message.
+
+    Returns
+    -------
+    Space
+
+    Raises
+    ------
+    ModelError
+        Not a Space, or more than one observable.
+
+    Examples
+    --------
+    >>> from zcache.models import Space, one_dimensional
+    >>> one_dimensional(Space("x", 0.0, 1.0), "Gaussian").obs
+    ('x',)
+    """
     if not isinstance(space, Space):
         raise ModelError(f"{what} needs a zcache.models.Space, got {space!r}.")
     if space.n_obs != 1:
         raise ModelError(f"{what} is one-dimensional; got {space!r}. Combine 1-D models with ProductPdf.")
+    return space
 
 
 class Gaussian(Model):
@@ -880,7 +932,7 @@ class Gaussian(Model):
     """
 
     def __init__(self, space: Space, mu: Any, sigma: Any, *, name: str | None = None, extended: Any = None):
-        _check_1d(space, "Gaussian")
+        one_dimensional(space, "Gaussian")
         super().__init__(space, {"mu": mu, "sigma": sigma}, name=name, extended=extended)
         width = self.params["sigma"]
         if not float(width.value()) > 0.0:
@@ -937,7 +989,7 @@ class Exponential(Model):
     """
 
     def __init__(self, space: Space, lam: Any, *, name: str | None = None, extended: Any = None):
-        _check_1d(space, "Exponential")
+        one_dimensional(space, "Exponential")
         super().__init__(space, {"lam": lam}, name=name, extended=extended)
 
     def _shift(self, lam: tf.Tensor) -> tf.Tensor:

@@ -49,6 +49,7 @@ from ._parameter import Parameter, set_values
 from ._precompute import PrecomputeReport, ensure_precomputed
 from ._trace import forbid_in_trace
 from .exceptions import FitError
+from .models import unique_parameters
 
 __all__ = ["Objective", "LossState"]
 
@@ -79,7 +80,7 @@ class LossState:
         self.loss = loss
         # All of the loss's parameters, fixed ones included: a later fit may have moved a fixed
         # parameter or changed the floating set; plus explicitly fitted ones outside the loss.
-        self.params = tuple({id(p): p for p in (*loss.get_params(floating=None), *params)}.values())
+        self.params = tuple(unique_parameters([*loss.get_params(floating=None), *params]))
         self.values = np.array([float(p) for p in self.params])
         # read_value() holds the buffer (no copy); a later set_data assigns a new one.
         self.data = [(d, d.variable.read_value()) for d in loss.datasets()]

@@ -119,7 +119,7 @@ import tensorflow as tf
 from ._cachable import cached
 from ._parameter import Data, Parameter
 from .exceptions import ModelError, ParameterValueError
-from .models import Model, Space
+from .models import Model, Space, one_dimensional
 from .sampling import rng, truncated_normal
 
 __all__ = [
@@ -174,13 +174,6 @@ _ARGUS_SERIES_TERMS = 200
 
 
 # -- checks -------------------------------------------------------------------------------------
-def _check_space(space: Any, what: str) -> None:
-    if not isinstance(space, Space):
-        raise ModelError(f"{what} needs a zcache.models.Space, got {space!r}.")
-    if space.n_obs != 1:
-        raise ModelError(f"{what} is one-dimensional; got {space!r}. Combine 1-D models with ProductPdf.")
-
-
 def _check_positive(model: Model, keys: tuple[str, ...], minimum: float = 0.0) -> None:
     for key in keys:
         param = model.params[key]
@@ -367,7 +360,7 @@ class CrystalBall(Model):
 
     def __init__(self, space: Space, mu: Any, sigma: Any, alpha: Any, n: Any, *,
                  name: str | None = None, extended: Any = None) -> None:
-        _check_space(space, "CrystalBall")
+        one_dimensional(space, "CrystalBall")
         super().__init__(space, {"mu": mu, "sigma": sigma, "alpha": alpha, "n": n}, name=name, extended=extended)
         _check_positive(self, ("sigma", "n"))
 
@@ -438,7 +431,7 @@ class DoubleCrystalBall(Model):
 
     def __init__(self, space: Space, mu: Any, sigma: Any, alphal: Any, nl: Any, alphar: Any, nr: Any, *,
                  name: str | None = None, extended: Any = None) -> None:
-        _check_space(space, "DoubleCrystalBall")
+        one_dimensional(space, "DoubleCrystalBall")
         super().__init__(space, {"mu": mu, "sigma": sigma, "alphal": alphal, "nl": nl, "alphar": alphar, "nr": nr},
                          name=name, extended=extended)
         _check_positive(self, ("sigma", "nl", "nr"))
@@ -516,7 +509,7 @@ class ARGUS(Model):
 
     def __init__(self, space: Space, m0: Any, c: Any, p: Any = 0.5, *,
                  name: str | None = None, extended: Any = None) -> None:
-        _check_space(space, "ARGUS")
+        one_dimensional(space, "ARGUS")
         if space.lower[0] < 0.0:
             raise ModelError(
                 f"ARGUS is a threshold shape for x >= 0 (it is negative below 0); got {space!r}. "
@@ -627,7 +620,7 @@ class Voigtian(Model):
 
     def __init__(self, space: Space, mu: Any, sigma: Any, gamma: Any, *,
                  name: str | None = None, extended: Any = None) -> None:
-        _check_space(space, "Voigtian")
+        one_dimensional(space, "Voigtian")
         super().__init__(space, {"mu": mu, "sigma": sigma, "gamma": gamma}, name=name, extended=extended)
         _check_positive(self, ("sigma", "gamma"))
 
@@ -700,7 +693,7 @@ class JohnsonSU(Model):
 
     def __init__(self, space: Space, mu: Any, lambd: Any, gamma: Any, delta: Any, *,
                  name: str | None = None, extended: Any = None) -> None:
-        _check_space(space, "JohnsonSU")
+        one_dimensional(space, "JohnsonSU")
         super().__init__(space, {"mu": mu, "lambd": lambd, "gamma": gamma, "delta": delta},
                          name=name, extended=extended)
         _check_positive(self, ("lambd", "delta"))
@@ -747,13 +740,6 @@ _EDGE_RTOL = 1e-12
 
 
 # -- checks and helpers -------------------------------------------------------------------------
-def _one_dimensional(space: Any, what: str) -> None:
-    if not isinstance(space, Space):
-        raise ModelError(f"{what} needs a zcache.models.Space, got {space!r}.")
-    if space.n_obs != 1:
-        raise ModelError(f"{what} is one-dimensional; got {space!r}. Combine 1-D models with ProductPdf.")
-
-
 def _limit_tensors(lower: Any, upper: Any) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.convert_to_tensor(lower, tf.float64), tf.convert_to_tensor(upper, tf.float64)
 
@@ -904,7 +890,7 @@ class Chebyshev(_NonNegativePolynomial):
     """
 
     def __init__(self, space: Space, coeffs: Sequence[Any], *, name: str | None = None, extended: Any = None) -> None:
-        _one_dimensional(space, "Chebyshev")
+        one_dimensional(space, "Chebyshev")
         coeffs = _coefficient_list(coeffs, "Chebyshev", minimum=0)
         super().__init__(space, {f"c{i + 1}": c for i, c in enumerate(coeffs)}, name=name, extended=extended)
         self._keys = [f"c{i + 1}" for i in range(len(coeffs))]
@@ -978,7 +964,7 @@ class Bernstein(_NonNegativePolynomial):
     """
 
     def __init__(self, space: Space, coeffs: Sequence[Any], *, name: str | None = None, extended: Any = None) -> None:
-        _one_dimensional(space, "Bernstein")
+        one_dimensional(space, "Bernstein")
         coeffs = _coefficient_list(coeffs, "Bernstein", minimum=1)
         if all(float(c) == 0.0 for c in coeffs):
             raise ParameterValueError(
@@ -1162,7 +1148,7 @@ class KDE1D(Model):
 
     def __init__(self, space: Space, data: Any, *, bandwidth: str | float = "scott", weights: Any = None,
                  name: str | None = None, extended: Any = None) -> None:
-        _one_dimensional(space, "KDE1D")
+        one_dimensional(space, "KDE1D")
         points, data_weights = _kde_points(space, data)
         w = _kde_weights(data_weights if weights is None else weights, points.size)
         h = _kde_bandwidth(bandwidth, points, w)
@@ -1325,7 +1311,7 @@ class HistogramPdf(Model):
 
     def __init__(self, space: Space, counts: Any, edges: Any = None, *, name: str | None = None,
                  extended: Any = None) -> None:
-        _one_dimensional(space, "HistogramPdf")
+        one_dimensional(space, "HistogramPdf")
         c, e = _histogram_arrays(counts, edges)
         lo, hi = space.lower[0], space.upper[0]
         tolerance = _EDGE_RTOL * (hi - lo)

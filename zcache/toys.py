@@ -56,7 +56,7 @@ from .loss import UnbinnedNLL
 from .minimize import Minuit
 from .models import Model, set_seed
 
-__all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK"]
+__all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK", "local_cluster"]
 
 #: Toys per generation block: one sampler call draws the events of 64 toys.
 GENERATION_BLOCK = 64
@@ -541,3 +541,25 @@ def run_toys(
         data.set_data(events, weights=weights)
     info = {"batch": batch, "wall_s": time.perf_counter() - t0, "distributed": client is not None}
     return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)), seed=seed, info=info)
+
+
+def local_cluster(workers: int) -> Any:
+    """A ``dask.distributed.LocalCluster`` of ``workers`` single-threaded processes, on this machine only.
+
+    The scheduler, the workers and the dashboard listen on 127.0.0.1 (the dashboard on a free
+    port): a toy study on a laptop opens no port to the network. A cluster others may reach is
+    the user's own choice (``LocalCluster(host=..., dashboard_address=...)``).
+
+    Parameters
+    ----------
+    workers : int
+        Number of worker processes.
+
+    Returns
+    -------
+    distributed.LocalCluster
+    """
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0")
