@@ -49,11 +49,12 @@ import tensorflow as tf
 
 from ._cached_tensor import CachedTensor
 from ._context import evaluation
+from ._data import Data
 from ._depgraph import GRAPH
 from ._function import Function, function
 from ._gradient import REL_STEP, value_and_gradient
 from ._graph_checks import require
-from ._parameter import Data, Parameter, set_values, set_vector_in_graph
+from ._parameter import Parameter, set_values, set_vector_in_graph
 from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model

@@ -53,8 +53,9 @@ import iminuit
 import numpy as np
 import tensorflow as tf
 
+from ._inputs import backing_variable
 from ._mode import get_autograd_mode
-from ._parameter import Parameter, backing_variable, set_values
+from ._parameter import Parameter, set_values
 from ._precompute import PrecomputeReport, ensure_precomputed
 from ._trace import forbid_in_trace
 from .exceptions import FitError
