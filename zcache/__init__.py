@@ -68,6 +68,7 @@ from . import types as types  # noqa: E402
 from ._cachable import Cachable as Cachable  # noqa: E402
 from ._cachable import cached as cached  # noqa: E402
 from ._cached_tensor import CachedTensor as CachedTensor  # noqa: E402
+from ._data import Data as Data  # noqa: E402
 from ._depgraph import dependency_graph as dependency_graph  # noqa: E402
 from ._depgraph import to_dot as to_dot  # noqa: E402
 from ._function import clear_graph_cache as clear_graph_cache  # noqa: E402
@@ -81,7 +82,6 @@ from ._mode import get_jit_mode as get_jit_mode  # noqa: E402
 from ._mode import set_autograd_mode as set_autograd_mode  # noqa: E402
 from ._mode import set_graph_mode as set_graph_mode  # noqa: E402
 from ._mode import set_jit_mode as set_jit_mode  # noqa: E402
-from ._parameter import Data as Data  # noqa: E402
 from ._parameter import Parameter as Parameter  # noqa: E402
 from ._parameter import set_values as set_values  # noqa: E402
 from ._precompute import precompute as precompute  # noqa: E402

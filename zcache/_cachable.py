@@ -21,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from ._cached_tensor import CachedTensor
-from ._parameter import Data, Parameter
+from ._data import Data
+from ._parameter import Parameter
 from ._tensorlike import TensorLike
 from .exceptions import InvalidDependencyError, UncacheableArgumentError
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from ._context import differentiating, evaluation, recording, substituted, wanted_parameters
 from ._depgraph import GRAPH
-from ._parameter import backing_variable
+from ._inputs import backing_variable
 from ._tf_internals import tie_gradient_to_graph
 from .exceptions import ZCacheError
 

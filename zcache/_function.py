@@ -36,10 +36,12 @@ import tensorflow as tf
 from ._cache_state import invalidate_eagerly
 from ._cached_tensor import drop_compiled
 from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
+from ._data import Data, data_snapshot, storage_rows, undo_data_writes
 from ._depgraph import GRAPH
 from ._graph_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
+from ._inputs import backing_variable
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
-from ._parameter import Data, backing_variable, data_snapshot, refresh_mirrors, storage_rows, undo_graph_writes
+from ._parameter import refresh_mirrors, undo_parameter_writes
 from ._tf_internals import EAGER_TENSOR, complex_gradients_fixed, is_xla_shape_error, wrong_xla_gradient_ops
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
@@ -335,7 +337,7 @@ class Function:
         """A call failed: put back every input its graph may have written, invalidating dependents."""
         if not self._param_writes and not self._data_writes:
             return
-        dirty = undo_graph_writes(GRAPH.objects(list(self._param_writes)), data_before)
+        dirty = undo_parameter_writes(GRAPH.objects(list(self._param_writes))) | undo_data_writes(data_before)
         GRAPH.input_changes += 1
         if dirty:
             invalidate_eagerly(set(GRAPH.objects(dirty)))

@@ -25,8 +25,9 @@ import tensorflow as tf
 
 from ._context import differentiating
 from ._finite_differences import central_differences, default_step
+from ._inputs import backing_variable
 from ._mode import get_autograd_mode
-from ._parameter import Parameter, backing_variable, set_values
+from ._parameter import Parameter, set_values
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
 

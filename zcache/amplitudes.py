@@ -66,8 +66,9 @@ import numpy as np
 import tensorflow as tf
 
 from ._cachable import Cachable, cached
+from ._data import Data
 from ._graph_checks import require
-from ._parameter import Data, Parameter, set_values
+from ._parameter import Parameter, set_values
 from .exceptions import ModelError
 from .models import Model, as_parameter, unique_parameters
 from .phasespace import DalitzKinematics

@@ -93,8 +93,9 @@ import numpy as np
 import tensorflow as tf
 
 from ._cached_tensor import CachedTensor
+from ._data import Data
 from ._graph_checks import require
-from ._parameter import Data, Parameter
+from ._parameter import Parameter
 from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters

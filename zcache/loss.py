@@ -49,12 +49,13 @@ import tensorflow as tf
 
 from ._cached_tensor import CachedTensor
 from ._context import evaluation
+from ._data import Data
 from ._depgraph import GRAPH
 from ._finite_differences import central_differences, default_step
 from ._function import Function, function
 from ._gradient import value_and_gradient
 from ._graph_checks import require
-from ._parameter import Data, Parameter, set_values, set_vector_in_graph
+from ._parameter import Parameter, set_values, set_vector_in_graph
 from ._precompute import precomputed
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters

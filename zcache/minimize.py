@@ -52,8 +52,9 @@ import tensorflow as tf
 
 from . import _minuit2
 from ._finite_differences import central_differences
+from ._inputs import backing_variable
 from ._mode import get_autograd_mode
-from ._parameter import Parameter, backing_variable, set_values
+from ._parameter import Parameter, set_values
 from .loss import BaseLoss
 from .objective import LossState, Objective
 from .results import FitMinuit as FitMinuit

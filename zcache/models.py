@@ -53,9 +53,10 @@ import tensorflow as tf
 
 from ._cachable import Cachable, cached, caches_of
 from ._cached_tensor import CachedTensor
+from ._data import Data
 from ._function import Function, function
 from ._graph_checks import require
-from ._parameter import Data, Parameter
+from ._parameter import Parameter
 from .exceptions import DensityError, ModelError, ParameterValueError
 from .sampling import accept_reject, rng, set_seed, truncated_normal
 

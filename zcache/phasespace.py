@@ -45,8 +45,8 @@ import numpy as np
 import tensorflow as tf
 from scipy import integrate
 
+from ._data import Data
 from ._function import Function, function
-from ._parameter import Data
 from .exceptions import ModelError
 from .models import Space
 from .sampling import accept_reject

@@ -117,7 +117,8 @@ import scipy.special
 import tensorflow as tf
 
 from ._cachable import cached
-from ._parameter import Data, Parameter
+from ._data import Data
+from ._parameter import Parameter
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space, one_dimensional
 from .sampling import rng, truncated_normal

@@ -70,7 +70,8 @@ import tensorflow as tf
 
 from ._cachable import caches_of
 from ._cached_tensor import CachedTensor
-from ._parameter import Data, Parameter
+from ._data import Data
+from ._parameter import Parameter
 from .amplitudes import ComplexParameter
 from .exceptions import SymbolicError
 from .models import Model, Space

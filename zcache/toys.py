@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from ._parameter import Data, Parameter, set_values, size_class
+from ._data import Data, size_class
+from ._parameter import Parameter, set_values
 from ._trace import forbid_in_trace
 from .batch import BatchedLoss
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning

@@ -1,0 +1,53 @@
+"""What Parameter and Data share: the write lock, invalidation of dependents, the backing Variable.
+
+Both are inputs of the dependency graph backed by a ``tf.Variable`` (held as ``_var``), and
+both write it the same way: eagerly under :data:`WRITES`, then :func:`input_changed`; inside a
+trace with :func:`invalidate_in_graph`'s flag writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from ._cache_state import invalidate_eagerly
+from ._context import ENGINE_LOCK
+from ._depgraph import GRAPH
+
+__all__ = ["WRITES", "backing_variable", "input_changed", "invalidate_in_graph", "variable_name"]
+
+# Eager writes hold the engine lock (see _context), so that a Parameter's Variable and its
+# Python mirror change together (two threads setting one parameter could otherwise leave a
+# stale mirror: a later set_value of the mirrored value would then be skipped), and so that
+# no cache flags valid a value computed from an input that changed meanwhile.
+WRITES = ENGINE_LOCK
+
+
+def input_changed(uids: set[int] | tuple[int, ...]) -> None:
+    """Record an eager input change and invalidate the caches ``uids``."""
+    GRAPH.input_changes += 1
+    if uids:
+        invalidate_eagerly(GRAPH.objects(uids))
+
+
+def invalidate_in_graph(uid: int, unchanged: tf.Tensor | None) -> list[Any]:
+    """Add flag writes for the dependents of ``uid`` to the graph being traced."""
+    caches = GRAPH.objects(GRAPH.dependent_caches(uid))
+    for cache in caches:
+        cache.state.invalidate_in_graph(unchanged)
+    return caches
+
+
+def variable_name(name: str) -> str:
+    """``name`` made a valid name for a ``tf.Variable``."""
+    cleaned = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name)
+    return cleaned if cleaned and cleaned[0].isalnum() else f"v{cleaned}"
+
+
+def backing_variable(obj: Any) -> tf.Variable:
+    """The ``tf.Variable`` behind ``obj`` (a Parameter or Data), read neither as a dependency nor substituted.
+
+    For the engine (gradients, snapshots); users read ``obj.variable``.
+    """
+    return obj._var
