@@ -17,8 +17,8 @@ import zcache
 PACKAGE = pathlib.Path(zcache.__file__).parent
 
 #: The fitting layer: models, losses, minimizers and what is built on them.
-FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "amplitudes", "binned", "minimize", "batch", "toys",
-           "plot", "symbolic", "demo", "demo_basics", "demo_toys"}
+FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "amplitudes", "binned", "_coherent", "minimize", "batch",
+           "toys", "plot", "symbolic", "demo", "demo_basics", "demo_toys"}
 
 
 def _modules() -> dict[str, ast.Module]:

@@ -169,7 +169,7 @@ class CoherentIntensity(Cachable):
 
     @cached(name=lambda self, a, b, mc: self._block_name(a, b, mc))
     def _cached_block(self, a: int, b: int, mc: Data) -> tf.Tensor:
-        """(K_a, K_b): :math:`\\sum_h \\langle A_{ah} A_{bh}^\\dagger \\rangle` over ``mc``."""
+        # (K_a, K_b): sum over h of <A_ah A_bh^dagger> over mc
         ga, gb = self._group(a, mc), self._group(b, mc)
         n = tf.cast(tf.shape(ga)[1], tf.complex128)
         ka, kb = self._group_sizes[a], self._group_sizes[b]
