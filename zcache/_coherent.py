@@ -21,7 +21,8 @@ the model itself, so that :func:`zcache._cachable.caches_of` lists them and
   :math:`|c_k|^2 I_{kk} / c^T I c^*`.
 
 The PDF around it (the phase-space volume, the cached ``normalization`` of a
-:class:`zcache.models.Model`) stays with the model.
+:class:`zcache.models.Model`) stays with the model; :func:`sum_log_normalized` and
+:func:`box_mean` are the two formulas both PDFs (and the bridge's non-coherent intensities) use.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import tensorflow as tf
 from ._cachable import Cachable, cached
 from ._parameter import Data
 
-__all__ = ["CoherentIntensity"]
+__all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 
 
 class CoherentIntensity(Cachable):
@@ -209,3 +210,51 @@ class CoherentIntensity(Cachable):
         c = self.coupling_vector().numpy()
         total = float(np.real(c @ m @ np.conj(c)))
         return np.abs(c) ** 2 * np.real(np.diag(m)) / total
+
+
+def sum_log_normalized(intensity: tf.Tensor, data: Any, normalization: tf.Tensor) -> tf.Tensor:
+    r""":math:`\sum_i \log I(x_i) - N \log(\text{normalization})`: a log-likelihood without a per-event division.
+
+    Parameters
+    ----------
+    intensity : tf.Tensor
+        float64, shape (N,): the unnormalized intensity of each row of ``data``.
+    data : zcache.Data or tf.Tensor
+        The events; the padding rows of padded data (``capacity=``) are left out.
+    normalization : tf.Tensor
+        float64 scalar.
+
+    Returns
+    -------
+    tf.Tensor
+        float64 scalar.
+    """
+    mask = data.mask if isinstance(data, Data) else None
+    if mask is None:
+        n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
+    else:  # padded data: the padding rows left out
+        n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
+    return total - n * tf.math.log(normalization)
+
+
+def box_mean(x: tf.Tensor, values: tf.Tensor, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
+    """The mean over a phase-space sample of ``values`` inside the box [lower, upper] (zero outside).
+
+    Multiplied by the phase-space volume, the Monte Carlo integral of an intensity over a box.
+
+    Parameters
+    ----------
+    x : tf.Tensor
+        float64, shape (N, n_obs): the sample's events.
+    values : tf.Tensor
+        float64, shape (N,): the intensity at each event.
+    lower, upper : sequence of float
+        The box's corners, one value per observable.
+
+    Returns
+    -------
+    tf.Tensor
+        float64 scalar.
+    """
+    box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
+    return tf.reduce_mean(tf.where(box, values, 0.0))

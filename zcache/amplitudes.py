@@ -66,7 +66,7 @@ import numpy as np
 import tensorflow as tf
 
 from ._cachable import Cachable, cached
-from ._coherent import CoherentIntensity
+from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._graph_checks import require
 from ._parameter import Data, Parameter, set_values
 from .exceptions import ModelError
@@ -795,12 +795,7 @@ class AmplitudePdf(Model):
             float64 scalar.
         """
         intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data))
-        mask = data.mask if isinstance(data, Data) else None
-        if mask is None:
-            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
-        else:  # padded data: the padding rows left out
-            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
-        return total - n * tf.math.log(self.normalization())
+        return sum_log_normalized(intensity, data, self.normalization())
 
     def normalization(self) -> tf.Tensor:
         r""":math:`V \langle |A|^2 \rangle_{MC}` (through the cached integral matrix).
@@ -825,10 +820,8 @@ class AmplitudePdf(Model):
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
         # a box inside the plot: Monte Carlo over the phase-space sample
-        x = self.space.select(self.phasespace)
-        box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
-        weights = tf.where(box, self.amplitude.intensity(self.phasespace), 0.0)
-        return self.area * tf.reduce_mean(weights)
+        return self.area * box_mean(self.space.select(self.phasespace), self.amplitude.intensity(self.phasespace),
+                                    lower, upper)
 
     # sampling
     @cached(name=lambda self: f"{self.name}.fmax")

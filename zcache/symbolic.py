@@ -73,7 +73,7 @@ import tensorflow as tf
 
 from ._cachable import cached, caches_of
 from ._cached_tensor import CachedTensor
-from ._coherent import CoherentIntensity
+from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._parameter import Data, Parameter
 from .amplitudes import ComplexParameter
 from .exceptions import SymbolicError
@@ -891,10 +891,8 @@ class SymbolicModel(Model, CoherentIntensity):
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
-        x = self.space.select(self.phasespace)
-        box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)),
-                            axis=1)
-        return self.phasespace_volume * tf.reduce_mean(tf.where(box, self.intensity(self.phasespace), 0.0))
+        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace),
+                                                 lower, upper)
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
         r""":math:`\sum_i \log I(x_i) - N \log(V\langle I\rangle_{MC})`.
@@ -909,13 +907,7 @@ class SymbolicModel(Model, CoherentIntensity):
         tf.Tensor
             float64 scalar.
         """
-        intensity = self.intensity(data)
-        mask = data.mask if isinstance(data, Data) else None
-        if mask is None:
-            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
-        else:
-            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
-        return total - n * tf.math.log(self.normalization())
+        return sum_log_normalized(self.intensity(data), data, self.normalization())
 
     @property
     def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
