@@ -17,8 +17,8 @@ import zcache
 PACKAGE = pathlib.Path(zcache.__file__).parent
 
 #: The fitting layer: models, losses, minimizers and what is built on them.
-FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "objective", "amplitudes", "binned", "minimize", "results",
-           "_minuit2", "_batched_bfgs", "batch", "toys",
+FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "objective", "amplitudes", "binned", "_coherent",
+           "minimize", "results", "_minuit2", "_batched_bfgs", "batch", "toys",
            "plot", "symbolic", "demo", "demo_basics", "demo_toys"}
 
 

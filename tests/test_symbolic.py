@@ -259,6 +259,35 @@ def test_set_data_invalidates_data_caches_only(dzero):
     assert missed and all(name.endswith("[dz_data]") for name in missed)
 
 
+def test_bridge_caches_are_the_models_own():
+    """caches_of(model) lists every cache of the bridge, and invalidate_caches reaches them (issue 24)."""
+    from zcache._cachable import caches_of
+
+    x, m, a, b = sp.symbols("x m a b")
+    phsp = np.random.default_rng(0).uniform(0.5, 1.5, 2000)
+    coherent = SymbolicModel(sp.Abs(a * sp.exp(sp.I * m * x) + b * sp.cos(x)) ** 2 + sp.Abs(a * x + b) ** 2,
+                             {m: 1.0, a: 1.0 + 0j, b: 0.5j}, ["x"], {"x": phsp}, name="coh")
+    x, expr, values = _peaked()
+    other = SymbolicModel(expr, values, ["x"], {"x": phsp}, name="other")
+    for model, names in ((coherent, {"data-only sub-expressions[phasespace]", "data-only sub-expressions[d]",
+                                     "A[group 0][d]", "A[group 1][d]", "A[group 0][phasespace]",
+                                     "I[group 0, group 1][phasespace]", "I[phasespace]", "coh.normalization"}),
+                         (other, {"intensity[phasespace]", "intensity[d]", "other.normalization"})):
+        assert model.is_coherent_sum == (model is coherent)
+        loss = UnbinnedNLL(model, model.to_data({"x": phsp[:200]}, name="d"))
+        before = float(loss.value())
+        bridge = model.node_caches
+        assert names <= {c.name for c in bridge}
+        owned = caches_of(model)
+        assert all(any(c is o for o in owned) for c in bridge)
+        assert any(c is o for o in model.__zcache_evaluate__() for c in bridge)
+        for c in owned:
+            c.reset_stats()
+        model.invalidate_caches()
+        assert float(loss.value()) == before
+        assert all(c.stats["misses"] == 1 for c in bridge), [(c.name, c.stats) for c in bridge]
+
+
 # -- fits ---------------------------------------------------------------------------------------
 def test_second_ampform_model_bridges_and_fits(dzero):
     """D0 -> K- pi+ pi0 (K*(892)0, rho(770)+: spin 1 in two subsystems): sample 2k events, fit the coupling."""

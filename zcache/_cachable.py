@@ -70,13 +70,15 @@ def _instance_caches(instance: Any) -> dict[Any, CachedTensor]:
     return caches
 
 
-def caches_of(obj: Any) -> list[CachedTensor]:
+def caches_of(obj: Any, methods: Iterable[Callable[..., Any]] | None = None) -> list[CachedTensor]:
     """The caches ``obj`` owns: one per ``@cached`` method and argument values, and per ``cache_value`` key.
 
     Parameters
     ----------
     obj : object
         Any instance (a :class:`Cachable` or an object with ``@cached`` methods).
+    methods : iterable of callable, optional
+        Only the caches of these ``@cached`` methods (bound or not); default every cache.
 
     Returns
     -------
@@ -99,7 +101,12 @@ def caches_of(obj: Any) -> list[CachedTensor]:
     >>> [c.name for c in caches_of(box)]
     ['Box.area']
     """
-    return list(vars(obj).get(_CACHES_ATTR, {}).values()) if hasattr(obj, "__dict__") else []
+    caches = vars(obj).get(_CACHES_ATTR, {}) if hasattr(obj, "__dict__") else {}
+    if methods is None:
+        return list(caches.values())
+    # a @cached method's caches are keyed by (its qualified name, arguments): see cached()
+    names = {m.__qualname__ for m in methods}
+    return [cache for key, cache in caches.items() if key[0] in names]
 
 
 def cached(method: Callable[..., Any] | None = None, *, deps: Any = None, name: Callable[..., str] | None = None) -> Any:

@@ -66,6 +66,7 @@ import numpy as np
 import tensorflow as tf
 
 from ._cachable import Cachable, cached
+from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._data import Data
 from ._graph_checks import require
 from ._parameter import Parameter, set_values
@@ -542,8 +543,12 @@ class Resonance(Amplitude):
 # ---------------------------------------------------------------------------------------
 # the coherent sum
 # ---------------------------------------------------------------------------------------
-class CoherentSum(Cachable):
+class CoherentSum(CoherentIntensity):
     r""":math:`A(x) = \sum_k c_k A_k(x)` with complex couplings, and its intensity :math:`|A|^2`.
+
+    The columns, integrals, normalization and fit fractions are those of the coherent-sum core
+    (one group per amplitude, one helicity): each amplitude caches its column per dataset, the
+    sum the stacked (N, K) matrix ``A_k[data]``, each entry ``I[R_j,R_k]`` and the matrix.
 
     Parameters
     ----------
@@ -560,6 +565,9 @@ class CoherentSum(Cachable):
         No components, a component that is not a pair, amplitudes of different kinematics,
         or repeated amplitude names.
     """
+
+    _caches_groups = False  # each Amplitude caches its own column (shared by every sum it is in)
+    _stacks_groups = True  # a coupling change costs one (N, K) product over the events
 
     def __init__(self, components: Sequence[tuple[Any, Amplitude]], *, cache: bool = True):
         if not components:
@@ -583,6 +591,7 @@ class CoherentSum(Cachable):
         self.amplitudes: list[Amplitude] = amplitudes
         self.kinematics: DalitzKinematics = kins.pop()
         self.cache = bool(cache)
+        self._set_groups([1] * len(amplitudes))
 
     def __len__(self) -> int:
         return len(self.amplitudes)
@@ -616,6 +625,18 @@ class CoherentSum(Cachable):
             return tf.complex(mag * tf.cos(phase), mag * tf.sin(phase))
         return tf.stack([c.value() for c in self.couplings])
 
+    # -- the core's hooks: one group per amplitude, one helicity ----------------------------
+    def _group_now(self, g: int, data: Any) -> tf.Tensor:
+        amplitude = self.amplitudes[g]
+        if isinstance(data, Data):
+            column = amplitude.column(data) if self.cache else amplitude._compute(self.kinematics.space.select(data))
+        else:
+            column = amplitude._compute(tf.convert_to_tensor(data, tf.float64))
+        return column[None, :, None]
+
+    def _block_name(self, a: int, b: int, mc: Data) -> str:
+        return f"I[{self.amplitudes[a].name},{self.amplitudes[b].name}]"
+
     # -- per event ----------------------------------------------------------------------
     def amplitude_matrix(self, data: Any) -> tf.Tensor:
         r"""The matrix :math:`A_k(x_i)`: cached per :class:`zcache.Data` (unless ``cache=False``).
@@ -630,14 +651,7 @@ class CoherentSum(Cachable):
         tf.Tensor
             complex128, shape (N, K).
         """
-        if isinstance(data, Data) and self.cache:
-            return self._cached_matrix(data)
-        x = self.kinematics.space.select(data) if isinstance(data, Data) else tf.convert_to_tensor(data, tf.float64)
-        return tf.stack([a._compute(x) for a in self.amplitudes], axis=1)
-
-    @cached(name=lambda self, data: f"A_k[{data.name}]")
-    def _cached_matrix(self, data: Data) -> tf.Tensor:
-        return tf.stack([a.column(data) for a in self.amplitudes], axis=1)
+        return self._columns(data)[0]
 
     def amplitude(self, data: Any) -> tf.Tensor:
         r""":math:`A(x_i) = \sum_k c_k A_k(x_i)`.
@@ -652,30 +666,9 @@ class CoherentSum(Cachable):
         tf.Tensor
             complex128, shape (N,).
         """
-        return tf.linalg.matvec(self.amplitude_matrix(data), self.coupling_vector())
-
-    def intensity(self, data: Any) -> tf.Tensor:
-        r""":math:`|A(x_i)|^2`.
-
-        Parameters
-        ----------
-        data : zcache.Data or array_like
-            Events (s12, s13).
-
-        Returns
-        -------
-        tf.Tensor
-            float64, shape (N,).
-        """
-        a = self.amplitude(data)
-        return tf.math.real(a) ** 2 + tf.math.imag(a) ** 2
+        return self._amplitudes(data)[0]
 
     # -- integrals over a phase-space sample ----------------------------------------------
-    @cached(name=lambda self, mc, j, k: f"I[{self.amplitudes[j].name},{self.amplitudes[k].name}]")
-    def _integral(self, mc: Data, j: int, k: int) -> tf.Tensor:
-        aj, ak = self.amplitudes[j].column(mc), self.amplitudes[k].column(mc)
-        return tf.reduce_mean(aj * tf.math.conj(ak))
-
     def integral_matrix(self, mc: Data) -> tf.Tensor:
         r""":math:`I_{jk} = \langle A_j A_k^* \rangle` over ``mc``, Hermitian (K, K).
 
@@ -695,41 +688,12 @@ class CoherentSum(Cachable):
         Raises
         ------
         ModelError
-            ``mc`` is not a :class:`zcache.Data`.
+            ``mc`` is not a :class:`zcache.Data`, or it is padded.
         """
         if not isinstance(mc, Data):
             raise ModelError(f"integral_matrix needs the phase-space sample as a zcache.Data, got {type(mc).__name__}.")
         _refuse_padded(mc)
-        if self.cache:
-            return self._cached_integral_matrix(mc)
-        m = self.amplitude_matrix(mc)
-        n = tf.cast(tf.shape(m)[0], tf.complex128)
-        return tf.linalg.matmul(m, tf.math.conj(m), transpose_a=True) / n
-
-    @cached(name=lambda self, mc: f"I[{mc.name}]")
-    def _cached_integral_matrix(self, mc: Data) -> tf.Tensor:
-        k = len(self.amplitudes)
-        upper = {(j, i): self._integral(mc, j, i) for j in range(k) for i in range(j, k)}
-        rows = [[upper[j, i] if j <= i else tf.math.conj(upper[i, j]) for i in range(k)] for j in range(k)]
-        return tf.stack([tf.stack(r) for r in rows])
-
-    def norm(self, mc: Data) -> tf.Tensor:
-        r""":math:`\langle |A|^2 \rangle_{MC} = c^T I c^*`.
-
-        Parameters
-        ----------
-        mc : zcache.Data
-            The phase-space (integration) sample.
-
-        Returns
-        -------
-        tf.Tensor
-            float64 scalar.
-        """
-        m = self.integral_matrix(mc)
-        c = self.coupling_vector()
-        value = tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :])
-        return tf.math.real(value)
+        return super().integral_matrix(mc)
 
 
 # ---------------------------------------------------------------------------------------
@@ -830,12 +794,7 @@ class AmplitudePdf(Model):
             float64 scalar.
         """
         intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data))
-        mask = data.mask if isinstance(data, Data) else None
-        if mask is None:
-            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
-        else:  # padded data: the padding rows left out
-            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
-        return total - n * tf.math.log(self.normalization())
+        return sum_log_normalized(intensity, data, self.normalization())
 
     def normalization(self) -> tf.Tensor:
         r""":math:`V \langle |A|^2 \rangle_{MC}` (through the cached integral matrix).
@@ -860,10 +819,8 @@ class AmplitudePdf(Model):
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
         # a box inside the plot: Monte Carlo over the phase-space sample
-        x = self.space.select(self.phasespace)
-        box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
-        weights = tf.where(box, self.amplitude.intensity(self.phasespace), 0.0)
-        return self.area * tf.reduce_mean(weights)
+        return self.area * box_mean(self.space.select(self.phasespace), self.amplitude.intensity(self.phasespace),
+                                    lower, upper)
 
     # sampling
     @cached(name=lambda self: f"{self.name}.fmax")
@@ -890,8 +847,8 @@ def fit_fractions(amplitude: CoherentSum, mc: Data) -> np.ndarray:
 
     Parameters
     ----------
-    amplitude : CoherentSum
-        The amplitude, at the couplings to evaluate.
+    amplitude : CoherentSum or zcache.symbolic.SymbolicModel
+        The amplitude (any coherent sum), at the couplings to evaluate.
     mc : zcache.Data
         The phase-space (integration) sample.
 
@@ -900,10 +857,7 @@ def fit_fractions(amplitude: CoherentSum, mc: Data) -> np.ndarray:
     ndarray
         float64, shape (K,); they sum to one without interference.
     """
-    m = amplitude.integral_matrix(mc).numpy()
-    c = amplitude.coupling_vector().numpy()
-    total = float(np.real(c @ m @ np.conj(c)))
-    return np.abs(c) ** 2 * np.real(np.diag(m)) / total
+    return amplitude.fractions(mc)
 
 
 def _refuse_padded(mc: Data) -> None:

@@ -24,7 +24,10 @@ How the expression becomes a cached graph (each rule in one sentence):
   its own parameters (mass, width, radius) invalidate, and the normalization uses cached blocks
   of :math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^*\rangle` over the phase-space sample, one
   cache per pair of groups: a coupling change costs :math:`O(N K)` on the data and
-  :math:`O(K^2)` for the normalization, a changed width recomputes its group and its blocks only;
+  :math:`O(K^2)` for the normalization, a changed width recomputes its group and its blocks only
+  (the coherent-sum core that :class:`zcache.amplitudes.CoherentSum` builds on too; the bridge
+  gives it the translated amplitudes and their grouping);
+- every cache is the model's own (``@zcache.cached`` methods): ``invalidate_caches()`` reaches them;
 - **anything else** is normalized by the mean of the intensity over the phase-space sample,
   cached per dataset until a parameter changes (:attr:`SymbolicModel.is_coherent_sum` says
   which was found); sub-expressions over parameters only are scalars, recomputed inline.
@@ -68,8 +71,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import caches_of
+from ._cachable import cached, caches_of
 from ._cached_tensor import CachedTensor
+from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._data import Data
 from ._parameter import Parameter
 from .amplitudes import ComplexParameter
@@ -265,7 +269,10 @@ def _fold(args: Sequence[Any], op: Any) -> Any:
 
 
 class _Translator:
-    """The expression's nodes, their input sets and cache points; evaluates nodes to tensors."""
+    """The expression's nodes, their input sets and cache points; evaluates nodes to tensors.
+
+    Its caches belong to ``owner`` (the model, whose cached methods call back here).
+    """
 
     def __init__(self, roots: list[Any], params: dict[Any, Any], data_names: dict[Any, str], owner: Any,
                  cache: bool) -> None:
@@ -277,7 +284,6 @@ class _Translator:
         self.cache = cache
         self._inputs: dict[Any, frozenset] = {}
         self._regrouped: dict[Any, Any] = {}
-        self.caches: dict[Any, CachedTensor] = {}
         self.roots = [self.regroup(r) for r in roots]
         parents: dict[Any, set] = {}
         order: dict[Any, int] = {}
@@ -371,7 +377,7 @@ class _Translator:
         i = self.data_points.get(node)
         if i is not None and self.cache and isinstance(data, Data) and _INLINE not in memo:
             if _STACK not in memo:  # one read (one tf.cond in a graph) per evaluation
-                memo[_STACK] = self.data_stack(data)
+                memo[_STACK] = self.owner._data_stack(data)
             stacked = memo[_STACK][i]
             out = stacked if self._complex_point[node] else tf.math.real(stacked)
         else:
@@ -379,15 +385,8 @@ class _Translator:
         memo[node] = out
         return out
 
-    def data_stack(self, data: Data) -> tf.Tensor:
-        """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads, cached per dataset."""
-        cache = self.caches.get(("data", data))
-        if cache is None:
-            cache = CachedTensor(lambda: self._stack(data), name=f"data-only sub-expressions[{data.name}]")
-            self.caches[("data", data)] = cache
-        return cache.value()
-
-    def _stack(self, data: Data) -> tf.Tensor:
+    def stack(self, data: Data) -> tf.Tensor:
+        """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads (the owner caches it)."""
         memo: dict[Any, Any] = {_INLINE: True}
         n = tf.shape(self.owner.column(self.owner.space.obs[0], data))
         rows = []
@@ -398,14 +397,6 @@ class _Translator:
             v = _tensor(v, True)
             rows.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
         return tf.stack(rows)
-
-    def cached_root(self, node: Any, data: Data) -> tf.Tensor:
-        """``node`` (a root) through a cache per dataset."""
-        cache = self.caches.get(("root", data))
-        if cache is None:
-            cache = CachedTensor(lambda: self.value(node, data, {}), name=f"intensity[{data.name}]")
-            self.caches[("root", data)] = cache
-        return cache.value()
 
     def compute(self, node: Any, data: Any, memo: dict[Any, Any]) -> Any:
         """The value of ``node`` from its children's (which may be caches)."""
@@ -549,7 +540,7 @@ def _coherent_terms(expression: Any, couplings: set[Any]) -> list[dict[Any, Any]
 # ---------------------------------------------------------------------------------------
 # the model
 # ---------------------------------------------------------------------------------------
-class SymbolicModel(Model):
+class SymbolicModel(Model, CoherentIntensity):
     r"""A zcache model from a SymPy intensity: caches where the inputs change (see the module docstring).
 
     Parameters
@@ -676,7 +667,8 @@ class SymbolicModel(Model):
             groups.setdefault(keys[c], []).append(c)
         self._groups = list(groups.items())  # [(input set, [coupling symbols])]
         self.couplings = [self.symbol_params[c] for _, cs in self._groups for c in cs]
-        self._amplitudes = regrouped
+        self._terms = regrouped
+        self._set_groups([len(cs) for _, cs in self._groups])
 
     # -- construction helpers -------------------------------------------------------------
     def _as_data(self, sample: Any, used: list[str], what: str) -> Data:
@@ -759,34 +751,31 @@ class SymbolicModel(Model):
         """
         return self._as_data(columns, list(self.space.obs), name)
 
-    def _group_matrix(self, g: int, data: Any) -> tf.Tensor:
+    # -- the coherent-sum core's hooks: the translated amplitudes of each group -------------------
+    def _group_now(self, g: int, data: Any) -> tf.Tensor:
         """(H, N, K_g): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent)."""
-        key, couplings = self._groups[g]
-        tr = self._translator
-        if self.cache and isinstance(data, Data):
-            cache_key = ("group", g, data)
-            cache = tr.caches.get(cache_key)
-            if cache is None:
-                cache = CachedTensor(lambda: self._group_matrix_now(g, data), name=f"A[group {g}][{data.name}]")
-                tr.caches[cache_key] = cache
-            return cache.value()
-        return self._group_matrix_now(g, data)
-
-    def _group_matrix_now(self, g: int, data: Any) -> tf.Tensor:
-        key, couplings = self._groups[g]
-        tr = self._translator
+        _, couplings = self._groups[g]
         memo: dict[Any, Any] = {}
         n = tf.shape(self.column(self.space.obs[0], data))
         rows = []
-        for t in self._amplitudes:
+        for t in self._terms:
             cols = []
             for c in couplings:
                 a = t.get(c)
-                v = tf.zeros(n, tf.complex128) if a is None else tr.value(a, data, memo)
+                v = tf.zeros(n, tf.complex128) if a is None else self._translator.value(a, data, memo)
                 v = _tensor(v, True)
                 cols.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
             rows.append(tf.stack(cols, axis=1))
         return tf.stack(rows)
+
+    # -- the translator's caches (the model's, so that caches_of and invalidate_caches see them) --
+    @cached(name=lambda self, data: f"data-only sub-expressions[{data.name}]")
+    def _data_stack(self, data: Data) -> tf.Tensor:
+        return self._translator.stack(data)
+
+    @cached(name=lambda self, data: f"intensity[{data.name}]")
+    def _cached_root(self, data: Data) -> tf.Tensor:
+        return self._translator.value(self._root, data, {})
 
     def coupling_vector(self) -> tf.Tensor:
         """:math:`c`, the couplings of the coherent sum, in the order of :attr:`couplings`.
@@ -823,22 +812,15 @@ class SymbolicModel(Model):
         """
         if not isinstance(data, Data):
             data = tf.convert_to_tensor(data, tf.float64)
-        if not self.is_coherent_sum:
-            tr = self._translator
-            if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
-                out = tr.cached_root(self._root, data)
-            else:
-                out = tr.value(self._root, data, {})
-            out = tf.math.real(out) if _is_complex(out) else out
-            return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
-        c = self.coupling_vector()
-        amp = None
-        start = 0
-        for g, (_, couplings) in enumerate(self._groups):
-            part = tf.linalg.matvec(self._group_matrix(g, data), c[start:start + len(couplings)])
-            amp = part if amp is None else amp + part
-            start += len(couplings)
-        return tf.reduce_sum(tf.math.real(amp) ** 2 + tf.math.imag(amp) ** 2, axis=0)
+        if self.is_coherent_sum:
+            return super().intensity(data)
+        tr = self._translator
+        if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
+            out = self._cached_root(data)
+        else:
+            out = tr.value(self._root, data, {})
+        out = tf.math.real(out) if _is_complex(out) else out
+        return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
 
     # -- normalization ------------------------------------------------------------------
     def integral_matrix(self, mc: Data | None = None) -> tf.Tensor:
@@ -863,38 +845,7 @@ class SymbolicModel(Model):
             The intensity is not a coherent sum.
         """
         self._require_coherent("integral_matrix")
-        mc = self.phasespace if mc is None else mc
-        if not self.cache:
-            return self._integral_matrix_now(mc)
-        key = ("I", mc)
-        cache = self._translator.caches.get(key)
-        if cache is None:
-            cache = CachedTensor(lambda: self._integral_matrix_now(mc), name=f"I[{mc.name}]")
-            self._translator.caches[key] = cache
-        return cache.value()
-
-    def _block(self, a: int, b: int, mc: Data) -> tf.Tensor:
-        if not self.cache:
-            return self._block_now(a, b, mc)
-        key = ("block", a, b, mc)
-        cache = self._translator.caches.get(key)
-        if cache is None:
-            cache = CachedTensor(lambda: self._block_now(a, b, mc), name=f"I[group {a}, group {b}][{mc.name}]")
-            self._translator.caches[key] = cache
-        return cache.value()
-
-    def _block_now(self, a: int, b: int, mc: Data) -> tf.Tensor:
-        ga, gb = self._group_matrix(a, mc), self._group_matrix(b, mc)
-        n = tf.cast(tf.shape(ga)[1], tf.complex128)
-        ka, kb = len(self._groups[a][1]), len(self._groups[b][1])
-        return tf.linalg.matmul(tf.reshape(ga, [-1, ka]), tf.math.conj(tf.reshape(gb, [-1, kb])), transpose_a=True) / n
-
-    def _integral_matrix_now(self, mc: Data) -> tf.Tensor:
-        ng = len(self._groups)
-        blocks = {(a, b): self._block(a, b, mc) for a in range(ng) for b in range(a, ng)}
-        rows = [tf.concat([blocks[a, b] if a <= b else tf.linalg.adjoint(blocks[b, a]) for b in range(ng)], axis=1)
-                for a in range(ng)]
-        return tf.concat(rows, axis=0)
+        return super().integral_matrix(self.phasespace if mc is None else mc)
 
     def normalization(self) -> tf.Tensor:
         r""":math:`V \langle I \rangle_{MC}`: :math:`V\,\mathrm{Re}(c^T I c^*)` for a coherent sum.
@@ -904,19 +855,16 @@ class SymbolicModel(Model):
         tf.Tensor
             float64 scalar.
         """
-        if not self.cache:
-            return self._norm()
-        cache = self._translator.caches.get("norm")
-        if cache is None:
-            cache = self._translator.caches["norm"] = CachedTensor(self._norm, name=f"{self.name}.normalization")
-        return cache.value()
+        return self._cached_normalization() if self.cache else self._norm()
+
+    @cached(name=lambda self: f"{self.name}.normalization")
+    def _cached_normalization(self) -> tf.Tensor:
+        return self._norm()
 
     def _norm(self) -> tf.Tensor:
         if not self.is_coherent_sum:
             return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace))
-        c = self.coupling_vector()
-        m = self.integral_matrix()
-        return self.phasespace_volume * tf.math.real(tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :]))
+        return self.phasespace_volume * self.norm(self.phasespace)
 
     def fit_fractions(self) -> dict[str, float]:
         r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*` per coupling, at the current values.
@@ -931,10 +879,7 @@ class SymbolicModel(Model):
         SymbolicError
             The intensity is not a coherent sum.
         """
-        m = self.integral_matrix().numpy()
-        c = self.coupling_vector().numpy()
-        total = float(np.real(c @ m @ np.conj(c)))
-        fractions = np.abs(c) ** 2 * np.real(np.diag(m)) / total
+        fractions = self.fractions(self.phasespace)
         return {cp.name: float(f) for cp, f in zip(self.couplings, fractions, strict=True)}
 
     # -- Model hooks ---------------------------------------------------------------------
@@ -947,10 +892,8 @@ class SymbolicModel(Model):
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
-        x = self.space.select(self.phasespace)
-        box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)),
-                            axis=1)
-        return self.phasespace_volume * tf.reduce_mean(tf.where(box, self.intensity(self.phasespace), 0.0))
+        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace),
+                                                 lower, upper)
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
         r""":math:`\sum_i \log I(x_i) - N \log(V\langle I\rangle_{MC})`.
@@ -965,18 +908,7 @@ class SymbolicModel(Model):
         tf.Tensor
             float64 scalar.
         """
-        intensity = self.intensity(data)
-        mask = data.mask if isinstance(data, Data) else None
-        if mask is None:
-            n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
-        else:
-            n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
-        return total - n * tf.math.log(self.normalization())
-
-    def __zcache_evaluate__(self) -> list[CachedTensor]:
-        """The precompute protocol: the normalization, and every cache of the bridge built so far."""
-        self.normalization()
-        return [*caches_of(self), *self._translator.caches.values()]
+        return sum_log_normalized(self.intensity(data), data, self.normalization())
 
     @property
     def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
@@ -991,8 +923,14 @@ class SymbolicModel(Model):
 
     @property
     def node_caches(self) -> list[CachedTensor]:
-        """Every cache the bridge has built so far (sub-expressions, group matrices, integrals)."""
-        return list(self._translator.caches.values())
+        """Every cache the bridge has built so far (sub-expressions, group matrices, integrals, normalization).
+
+        They are the model's own caches (:func:`zcache._cachable.caches_of` lists them with the
+        ``pdf`` caches every model has).
+        """
+        bridge = (self._data_stack, self._cached_root, self._cached_group, self._cached_block,
+                  self._cached_integral_matrix, self._cached_normalization)
+        return caches_of(self, methods=bridge)
 
     def sample(self, n: int | None = None, data: Data | None = None) -> Data:
         r"""Draw ``n`` independent events of the density :math:`I` (extended: ``n=None`` draws a Poisson number).

@@ -1,0 +1,260 @@
+r"""The coherent-sum core of the fitting layer: :math:`I(x) = \sum_h |\sum_k c_k A_{kh}(x)|^2` and its integrals.
+
+One implementation of the maths that :class:`zcache.amplitudes.CoherentSum` (hand-built
+resonances, one helicity) and :class:`zcache.symbolic.SymbolicModel` (a SymPy / ampform
+intensity, :math:`H` helicity terms) share. The couplings :math:`c_k` are complex; the
+coupling-free amplitudes :math:`A_{kh}` come in **groups** (the couplings whose amplitudes read
+the same parameters: one resonance's line shape), each group a complex tensor of shape
+:math:`(H, N, K_g)` per dataset. What the core owns, and caches (as ``@zcache.cached`` methods of
+the model itself, so that :func:`zcache._cachable.caches_of` lists them and
+``invalidate_caches`` reaches them):
+
+- each group's amplitude columns per :class:`zcache.Data` (unless the subclass's amplitudes
+  cache their own columns, as :class:`zcache.amplitudes.Amplitude` does);
+- optionally the stacked :math:`(H, N, K)` matrix of all groups per dataset: a coupling change
+  then costs one matrix-vector product over the events;
+- one block :math:`I_{ab} = \sum_h \langle A_{ah} A_{bh}^\dagger\rangle` of the integral matrix
+  per pair of groups over an integration (phase-space) sample, and the assembled Hermitian
+  :math:`(K, K)` matrix: a changed line shape recomputes its group's blocks only, a coupling
+  change costs :math:`O(K^2)`;
+- the normalization :math:`\mathrm{Re}(c^T I c^*)` and the fit fractions
+  :math:`|c_k|^2 I_{kk} / c^T I c^*`.
+
+The PDF around it (the phase-space volume, the cached ``normalization`` of a
+:class:`zcache.models.Model`) stays with the model; :func:`sum_log_normalized` and
+:func:`box_mean` are the two formulas both PDFs (and the bridge's non-coherent intensities) use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from ._cachable import Cachable, cached
+from ._data import Data
+
+__all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
+
+
+class CoherentIntensity(Cachable):
+    r"""Mixin: :math:`\sum_h |\sum_k c_k A_{kh}|^2` over groups of amplitude columns, and its integrals.
+
+    A subclass calls :meth:`_set_groups` with the number of couplings of each group (in the
+    order of :meth:`coupling_vector`), sets ``cache`` (``False``: no cache at all), and
+    implements :meth:`coupling_vector`, ``_group_now(g, data)`` (group ``g``'s columns,
+    :math:`(H, N, K_g)`, uncached) and the cache names ``_group_name(g, data)`` and
+    ``_block_name(a, b, mc)``. Two class attributes choose the cache layout:
+    ``_caches_groups`` (default True: the core caches each group's columns per dataset; False
+    when the subclass's amplitudes cache them themselves) and ``_stacks_groups`` (default
+    False: the intensity is a matrix-vector product per group; True: the :math:`(H, N, K)`
+    matrix of all groups is one more cache per dataset, named by ``_stack_name(data)``).
+    """
+
+    cache: bool = True
+    _caches_groups = True
+    _stacks_groups = False
+
+    def _set_groups(self, sizes: Sequence[int]) -> None:
+        """The number of couplings :math:`K_g` of each group, in the order of :meth:`coupling_vector`."""
+        self._group_sizes = [int(k) for k in sizes]
+
+    # -- what a subclass provides -------------------------------------------------------------
+    def coupling_vector(self) -> tf.Tensor:
+        """:math:`c`, the couplings of the coherent sum.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K,).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement coupling_vector().")
+
+    def _group_now(self, g: int, data: Any) -> tf.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} must implement _group_now(g, data).")
+
+    def _group_name(self, g: int, data: Data) -> str:
+        return f"A[group {g}][{data.name}]"
+
+    def _block_name(self, a: int, b: int, mc: Data) -> str:
+        return f"I[group {a}, group {b}][{mc.name}]"
+
+    def _stack_name(self, data: Data) -> str:
+        return f"A_k[{data.name}]"
+
+    # -- amplitude columns per dataset ----------------------------------------------------------
+    def _group(self, g: int, data: Any) -> tf.Tensor:
+        """(H, N, K_g): group ``g``'s coupling-free amplitudes, cached per Data (see the class docstring)."""
+        if self.cache and self._caches_groups and isinstance(data, Data):
+            return self._cached_group(g, data)
+        return self._group_now(g, data)
+
+    @cached(name=lambda self, g, data: self._group_name(g, data))
+    def _cached_group(self, g: int, data: Data) -> tf.Tensor:
+        return self._group_now(g, data)
+
+    def _columns(self, data: Any) -> tf.Tensor:
+        """(H, N, K): every group's columns side by side (one cache per Data when ``_stacks_groups``)."""
+        if self.cache and self._stacks_groups and isinstance(data, Data):
+            return self._cached_columns(data)
+        return self._columns_now(data)
+
+    @cached(name=lambda self, data: self._stack_name(data))
+    def _cached_columns(self, data: Data) -> tf.Tensor:
+        return self._columns_now(data)
+
+    def _columns_now(self, data: Any) -> tf.Tensor:
+        return tf.concat([self._group(g, data) for g in range(len(self._group_sizes))], axis=-1)
+
+    def _amplitudes(self, data: Any) -> tf.Tensor:
+        r"""(H, N): :math:`\sum_k c_k A_{kh}(x_i)`."""
+        c = self.coupling_vector()
+        if self._stacks_groups:
+            return tf.linalg.matvec(self._columns(data), c)
+        amp, start = None, 0
+        for g, k in enumerate(self._group_sizes):
+            part = tf.linalg.matvec(self._group(g, data), c[start:start + k])
+            amp = part if amp is None else amp + part
+            start += k
+        return amp
+
+    def intensity(self, data: Any) -> tf.Tensor:
+        r"""The unnormalized intensity :math:`\sum_h |\sum_k c_k A_{kh}(x_i)|^2` of each event.
+
+        Parameters
+        ----------
+        data : zcache.Data or tf.Tensor
+            The events (a Data is served from the caches).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (N,).
+        """
+        amp = self._amplitudes(data)
+        return tf.reduce_sum(tf.math.real(amp) ** 2 + tf.math.imag(amp) ** 2, axis=0)
+
+    # -- integrals over a phase-space sample -----------------------------------------------------
+    def integral_matrix(self, mc: Data) -> tf.Tensor:
+        r""":math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^* \rangle` over ``mc``, Hermitian (K, K).
+
+        Cached per block of groups (a changed line shape recomputes its group's blocks only)
+        and as a whole; without caches, one product of the whole column matrix.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The integration (phase-space) sample.
+
+        Returns
+        -------
+        tf.Tensor
+            complex128, shape (K, K).
+        """
+        if self.cache:
+            return self._cached_integral_matrix(mc)
+        m = self._columns(mc)
+        n = tf.cast(tf.shape(m)[1], tf.complex128)
+        flat = tf.reshape(m, [-1, sum(self._group_sizes)])
+        return tf.linalg.matmul(flat, tf.math.conj(flat), transpose_a=True) / n
+
+    @cached(name=lambda self, mc: f"I[{mc.name}]")
+    def _cached_integral_matrix(self, mc: Data) -> tf.Tensor:
+        ng = len(self._group_sizes)
+        blocks = {(a, b): self._cached_block(a, b, mc) for a in range(ng) for b in range(a, ng)}
+        rows = [tf.concat([blocks[a, b] if a <= b else tf.linalg.adjoint(blocks[b, a]) for b in range(ng)], axis=1)
+                for a in range(ng)]
+        return tf.concat(rows, axis=0)
+
+    @cached(name=lambda self, a, b, mc: self._block_name(a, b, mc))
+    def _cached_block(self, a: int, b: int, mc: Data) -> tf.Tensor:
+        # (K_a, K_b): sum over h of <A_ah A_bh^dagger> over mc
+        ga, gb = self._group(a, mc), self._group(b, mc)
+        n = tf.cast(tf.shape(ga)[1], tf.complex128)
+        ka, kb = self._group_sizes[a], self._group_sizes[b]
+        return tf.linalg.matmul(tf.reshape(ga, [-1, ka]), tf.math.conj(tf.reshape(gb, [-1, kb])), transpose_a=True) / n
+
+    def norm(self, mc: Data) -> tf.Tensor:
+        r""":math:`\langle I \rangle` over ``mc``: :math:`\mathrm{Re}(c^T I c^*)` (O(K²) once the integrals are cached).
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The integration (phase-space) sample.
+
+        Returns
+        -------
+        tf.Tensor
+            float64 scalar.
+        """
+        m = self.integral_matrix(mc)
+        c = self.coupling_vector()
+        return tf.math.real(tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :]))
+
+    def fractions(self, mc: Data) -> np.ndarray:
+        r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*`, in the order of :meth:`coupling_vector`.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The integration (phase-space) sample.
+
+        Returns
+        -------
+        ndarray
+            float64, shape (K,); they sum to one without interference.
+        """
+        m = self.integral_matrix(mc).numpy()
+        c = self.coupling_vector().numpy()
+        total = float(np.real(c @ m @ np.conj(c)))
+        return np.abs(c) ** 2 * np.real(np.diag(m)) / total
+
+
+def sum_log_normalized(intensity: tf.Tensor, data: Any, normalization: tf.Tensor) -> tf.Tensor:
+    r""":math:`\sum_i \log I(x_i) - N \log(\text{normalization})`: a log-likelihood without a per-event division.
+
+    Parameters
+    ----------
+    intensity : tf.Tensor
+        float64, shape (N,): the unnormalized intensity of each row of ``data``.
+    data : zcache.Data or tf.Tensor
+        The events; the padding rows of padded data (``capacity=``) are left out.
+    normalization : tf.Tensor
+        float64 scalar.
+
+    Returns
+    -------
+    tf.Tensor
+        float64 scalar.
+    """
+    mask = data.mask if isinstance(data, Data) else None
+    if mask is None:
+        n, total = tf.cast(tf.shape(intensity)[0], tf.float64), tf.reduce_sum(tf.math.log(intensity))
+    else:  # padded data: the padding rows left out
+        n, total = tf.reduce_sum(mask), tf.reduce_sum(mask * tf.math.log(intensity))
+    return total - n * tf.math.log(normalization)
+
+
+def box_mean(x: tf.Tensor, values: tf.Tensor, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
+    """The mean over a phase-space sample of ``values`` inside the box [lower, upper] (zero outside).
+
+    Multiplied by the phase-space volume, the Monte Carlo integral of an intensity over a box.
+
+    Parameters
+    ----------
+    x : tf.Tensor
+        float64, shape (N, n_obs): the sample's events.
+    values : tf.Tensor
+        float64, shape (N,): the intensity at each event.
+    lower, upper : sequence of float
+        The box's corners, one value per observable.
+
+    Returns
+    -------
+    tf.Tensor
+        float64 scalar.
+    """
+    box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
+    return tf.reduce_mean(tf.where(box, values, 0.0))
