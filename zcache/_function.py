@@ -161,9 +161,11 @@ class Function:
         may_compile = compiles(self.wraps)
         with ENGINE_LOCK, calling_jit(may_compile):
             data_before = self._data_before()
+            # Filled by every trace made during this call (the trace for XLA included): the data
+            # it writes as they were before the call, which every failed attempt puts back.
+            self._traced_now = {}
             call = self._jit.call(may_compile, self._reads, functools.partial(self._trace_for_jit, args, kwargs))
             for jit in call:
-                self._traced_now = {}  # filled by a trace made during this attempt
                 try:
                     out, trace_id, finals = self._run_checked(args, kwargs, jit)
                     break

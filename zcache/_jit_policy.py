@@ -173,8 +173,8 @@ class JitCall:
         self.jit = False
 
     def __iter__(self) -> Iterator[bool]:
-        # Unbounded: the caller stops at the first attempt that succeeds. Every retry compiled
-        # less than the attempt before (a plain attempt is never retried as one), so at most three.
+        # Unbounded: the caller stops at the first attempt that succeeds or gives up. Only a
+        # compiled attempt is retried (uncompiled), so there are at most two.
         while True:
             self.jit = self.may_compile and not self.plain and self.policy.fallback is None
             yield self.jit
