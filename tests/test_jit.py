@@ -339,6 +339,31 @@ def test_bad_set_data_inside_a_compiled_function(fit):
                                                    "nbkg": 1400.0}
 
 
+def test_a_failed_first_compiled_call_puts_back_the_data_it_wrote():
+    """The first call under jit traces for XLA, then runs uncompiled: the data its graph wrote before a
+    later check failed are put back (their snapshot, taken by the trace for XLA, was once dropped)."""
+    data = zcache.Data(np.arange(4.0), name="x_first_failed")
+    p = zcache.Parameter("p_first_failed", -1.0)
+
+    @zcache.function(wraps="loss")
+    def refill(x):
+        data.set_data(x)
+        checks = require(p.value() > 0.0, ModelError, "p must be positive")
+        with tf.control_dependencies(checks):
+            return tf.reduce_sum(data.value())
+
+    with zcache.set_jit_mode(True):
+        with pytest.raises(ModelError, match="p must be positive"):
+            refill(tf.constant([5.0, 6.0, 7.0, 8.0]))
+        np.testing.assert_array_equal(data.numpy(), np.arange(4.0))
+        p.set_value(1.0)
+        assert float(refill(tf.constant([5.0, 6.0, 7.0, 8.0]))) == 26.0
+        p.set_value(-1.0)
+        with pytest.raises(ModelError, match="p must be positive"):
+            refill(tf.constant([1.0, 1.0, 1.0, 1.0]))
+        np.testing.assert_array_equal(data.numpy(), [5.0, 6.0, 7.0, 8.0])
+
+
 def test_nan_loss_raises_fit_error_under_jit():
     space = Space("x", 0.0, 10.0)
     mu = zcache.Parameter("mu_nan", 1.0, lower=0.0, upper=10.0)

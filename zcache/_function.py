@@ -8,8 +8,10 @@ A call goes one of three ways:
 3. traced: the graph for this autograd mode and jit mode is called under the engine lock
    (:meth:`Function._call_graph`); a graph whose body writes inputs returns its trace id
    and the written parameters' final values, and Python finishes what the graph could not
-   (:meth:`Function._after_writes`), or undoes its writes when the call fails
-   (:meth:`Function._undo_writes`).
+   (:meth:`Function._after_writes`), or undoes its writes when an attempt fails
+   (:meth:`Function._undo_writes`). Whether an attempt compiles with XLA, and whether a
+   failed one is retried (uncompiled, or eagerly) or raised, is the function's jit policy
+   (:class:`zcache._jit_policy.JitPolicy`).
 
 Compiled with XLA (``zcache.set_jit_mode``), a graph's checks are outputs, not Assert ops
 (XLA drops those): the call inspects them after the graph ran and, if one failed, takes
@@ -17,7 +19,7 @@ the path of a failed call (undo, then the check's zcache error). A graph that st
 Assert (a check in a nested graph), that XLA cannot compile, or (only where TensorFlow's internals
 moved) that holds a complex gradient XLA computes without its conjugate
 (:func:`zcache._tf_internals.wrong_xla_gradient_ops`) runs uncompiled instead
-(:attr:`Function.jit_fallback`).
+(:attr:`Function.jit_fallback`, kept by the policy).
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ import tensorflow as tf
 from ._cache_state import invalidate_eagerly
 from ._cached_tensor import drop_compiled
 from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
-from ._data import Data, data_snapshot, storage_rows, undo_data_writes
+from ._data import data_snapshot, undo_data_writes
 from ._depgraph import GRAPH
 from ._graph_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 from ._inputs import backing_variable
+from ._jit_policy import JitPolicy, JitRefused, Retry
 from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
 from ._parameter import refresh_mirrors, undo_parameter_writes
-from ._tf_internals import EAGER_TENSOR, complex_gradients_fixed, is_xla_shape_error, wrong_xla_gradient_ops
+from ._tf_internals import EAGER_TENSOR, complex_gradients_fixed, wrong_xla_gradient_ops
 from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
 
@@ -51,17 +54,10 @@ __all__ = ["Function", "clear_graph_cache", "drop_traces", "function"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MAX_TRACES_DEFAULT = 40
+#: Every live function (weakly): what ``drop_traces`` and ``clear_graph_cache`` reset.
 _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
+#: Ids of the check lists of compiled traces (``Function._checks``), unique in the process.
 _CHECK_IDS = itertools.count(1)
-#: Data shapes ((node id, rows) of the data a graph reads) for which a call has run and stored the
-#: caches: XLA-compiled graphs over them are safe to run (oldest dropped past _STORED_ROWS_KEPT).
-_STORED_ROWS: dict[tuple[tuple[int, int], ...], None] = {}
-_STORED_ROWS_KEPT = 256
-
-
-class _JitRefused(Exception):
-    """Raised while tracing for XLA: the graph holds a check XLA would drop."""
-
 
 class Function:
     """A Python function that the mode policy traces or runs eagerly (made by :func:`function`).
@@ -82,9 +78,6 @@ class Function:
     trace_count : int
         How many times the Python body has been traced into a graph, over the whole life
         of the function (a retrace shows up as an increase).
-    jit_fallback : str or None
-        Why this function runs uncompiled although the jit mode compiles it (a check in a
-        nested graph, or an error of XLA); None while it compiles. Cleared by :meth:`reset`.
     """
 
     def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
@@ -110,10 +103,7 @@ class Function:
         # (zcache.gradient), so a graph traced under one mode must not serve the other.
         self._tf_functions: dict[tuple[bool, bool], Any] = {}
         self._checks: dict[int, list[tuple[type[Exception], str]]] = {}  # id -> checks of a compiled trace
-        self.jit_fallback: str | None = None
-        self._jit_traced = False  # a graph for XLA traced: its reads (and data) are known
-        self._rows_key: tuple[int, int] | None = None
-        self._row_data: list[weakref.ref[Data]] = []
+        self._jit = JitPolicy()  # whether a call compiles; what follows a failed attempt
         self._concrete: dict[Any, Any] = {}
         self._live_traces = 0
         self._traces: dict[int, TraceRecord] = {}  # trace id -> record (only traces that write inputs)
@@ -130,6 +120,15 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<zcache.function {self.__qualname__} wraps={self.wraps!r} traces={self.trace_count}>"
+
+    @property
+    def jit_fallback(self) -> str | None:
+        """Why this function runs uncompiled although the jit mode compiles it.
+
+        A check in a nested graph, or an error of XLA; None while it compiles. Cleared by
+        :meth:`reset`.
+        """
+        return self._jit.fallback
 
     @property
     def traced(self) -> bool:
@@ -158,66 +157,49 @@ class Function:
 
         The lock makes eager writes, eager cache reads and other traced calls wait, so no
         graph can store a value computed from an input another thread changed meanwhile
-        (TensorFlow still runs the graph's ops in parallel).
+        (TensorFlow still runs the graph's ops in parallel). Whether an attempt compiles with
+        XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._jit_policy`).
         """
         may_compile = compiles(self.wraps)
         with ENGINE_LOCK, calling_jit(may_compile):
             data_before = self._data_before()
-            plain = False  # this call uncompiled
-            if may_compile and self.jit_fallback is None:
-                # New data shapes: one uncompiled call first, which stores every cache at its new
-                # shape; XLA cannot reshape a Variable, and would fail (and log) trying. Which data
-                # the graph reads is known once it is traced (tracing alone runs nothing).
-                if not self._jit_traced:
-                    self._trace_for_jit(args, kwargs)
-                plain = self.jit_fallback is not None or self._data_rows() not in _STORED_ROWS
-            while True:
-                self._traced_now = {}  # filled by a trace made during this call
-                jit = not plain and compiles(self.wraps) and self.jit_fallback is None
+            # Filled by every trace made during this call (the trace for XLA included): the data
+            # it writes as they were before the call, which every failed attempt puts back.
+            self._traced_now = {}
+            call = self._jit.call(may_compile, self._reads, functools.partial(self._trace_for_jit, args, kwargs))
+            for jit in call:
                 try:
-                    out, trace_id, finals, checks = self._run(args, kwargs, jit)
-                    if checks is not None:  # compiled: its checks are outputs
-                        failed = failed_check(checks[1], self._checks[int(checks[0])])
-                        if failed is not None:
-                            raise failed
-                except _JitRefused as err:  # while tracing: nothing ran
-                    self.jit_fallback = str(err)
-                    continue
+                    out, trace_id, finals = self._run_checked(args, kwargs, jit)
+                    break
+                except JitRefused as err:  # while tracing: nothing ran
+                    call.refused(err)
                 except BaseException as err:
                     self._undo_writes({**self._traced_now, **data_before})
-                    if jit and isinstance(err, tf.errors.OpError):  # XLA refused it: nothing ran
-                        if not is_xla_shape_error(err):
-                            self.jit_fallback = f"XLA failed: {type(err).__name__}: {err.message.splitlines()[0]}"
-                        # A Variable of another shape (a cache's first fill or new events, or
-                        # set_data to another number of events) cannot be reshaped inside XLA:
-                        # this call runs uncompiled, the next compiles for the new shapes.
-                        plain = True
-                        continue
-                    if isinstance(err, tf.errors.CancelledError):
-                        # A check that failed in one branch cancels the ops running beside it, and
-                        # TensorFlow may report a cancellation instead of the check. Everything is
-                        # undone: run the call eagerly, which raises the check's own error.
+                    retry = call.after_error(err)
+                    if retry is Retry.EAGERLY:
                         with run_eagerly():
                             return call_eagerly(self.python_function, *args, **kwargs)
-                    if isinstance(err, tf.errors.InvalidArgumentError):
-                        raise error_from(err) from None
-                    raise
-                break
-            if compiles(self.wraps):  # the caches now hold values of these shapes: XLA may compile for them
-                _STORED_ROWS[self._data_rows()] = None
-                while len(_STORED_ROWS) > _STORED_ROWS_KEPT:
-                    del _STORED_ROWS[next(iter(_STORED_ROWS))]
+                    if retry is None:
+                        if isinstance(err, tf.errors.InvalidArgumentError):
+                            raise error_from(err) from None
+                        raise
+            call.succeeded()
             if trace_id is not None:
                 self._after_writes(self._traces[int(trace_id)], finals)
         return out
 
+    def _run_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any]:
+        """Run the graph: ``(output, trace id, final parameter values)``; a failed check of a compiled graph raises."""
+        out, trace_id, finals, checks = self._run(args, kwargs, jit)
+        if checks is not None:  # compiled: its checks are outputs
+            failed = failed_check(checks[1], self._checks[int(checks[0])])
+            if failed is not None:
+                raise failed
+        return out, trace_id, finals
+
     def _trace_for_jit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Trace (not run) the graph for XLA, so that its reads are known; a refusal is a fallback."""
-        try:
-            self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
-        except _JitRefused as err:
-            self.jit_fallback = str(err)
-        self._jit_traced = True
+        """Trace (not run) the graph for XLA, so that its reads are known (may raise ``JitRefused``)."""
+        self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
 
     def _tf_function(self, autograd: bool, jit: bool) -> Any:
         tf_function = self._tf_functions.get((autograd, jit))
@@ -225,18 +207,6 @@ class Function:
             tf_function = self._tf_functions[(autograd, jit)] = tf.function(
                 self._traced_body(jit), autograph=False, jit_compile=jit)
         return tf_function
-
-    def _data_rows(self) -> tuple[tuple[int, int], ...]:
-        """(node id, rows) of every Data the graphs read, directly or through caches (XLA compiles per shape)."""
-        key = (len(self._reads), GRAPH.version)
-        if self._rows_key != key:
-            ids: set[int] = set()
-            for uid in self._reads:
-                ids.add(uid)
-                ids.update(GRAPH.ancestor_inputs(uid))
-            self._row_data = [weakref.ref(o) for o in GRAPH.objects(sorted(ids)) if isinstance(o, Data)]
-            self._rows_key = key
-        return tuple((-1, -1) if (d := ref()) is None else (d.node_id, storage_rows(d)) for ref in self._row_data)
 
     def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any, Any]:
         autograd = get_autograd_mode()
@@ -278,13 +248,13 @@ class Function:
             asserts = assertion_ops(tf.compat.v1.get_default_graph())
             if asserts:
                 self._live_traces -= 1
-                raise _JitRefused(f"a check in a nested graph ({asserts[0]}) would be dropped by XLA")
+                raise JitRefused(f"a check in a nested graph ({asserts[0]}) would be dropped by XLA")
             # Where TensorFlow's internals moved and the fix of XLA's complex gradients is off,
             # a graph holding one of those gradients would compile to a wrong number.
             wrong = [] if complex_gradients_fixed() else wrong_xla_gradient_ops(tf.compat.v1.get_default_graph())
             if wrong:
                 self._live_traces -= 1
-                raise _JitRefused(f"XLA computes the complex gradient {wrong[0]} without its conjugate")
+                raise JitRefused(f"XLA computes the complex gradient {wrong[0]} without its conjugate")
         checks = None
         if collected:
             check_id = next(_CHECK_IDS)
