@@ -30,12 +30,12 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m zcache.demo
+	$(PY) -m zcache.demos.amplitude
 
 # A 1000-toy study (Gauss + Exp, 10k events per toy) in batches of 100 on a 2-worker Dask
 # LocalCluster: prints the pulls and coverage, writes demo_output/toys/pulls_*.png and toys.csv.
 toys: $(STAMP)
-	$(PY) -m zcache.demo_toys
+	$(PY) -m zcache.demos.toys
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks

@@ -162,7 +162,7 @@ def complex_line_shape_loss(tag: str) -> tuple:
     """An NLL of a line shape computed through a complex 1/z, sqrt and rsqrt; mass and width float.
 
     XLA's kernels of the fused gradients of these ops dropped the conjugate: values were right
-    and every compiled gradient, hence the Hessian, was wrong (``zcache._tf_internals``, item 10).
+    and every compiled gradient, hence the Hessian, was wrong (``zcache._engine.tf_internals``, item 10).
 
     Returns
     -------

@@ -485,7 +485,7 @@ def test_tensorflow_retracing_warning_is_seen_for_one_function_traced_seven_time
 
 
 def test_batched_invalidation_traces_once_per_power_of_two(caplog):
-    from zcache._cache_state import clear_flags as _clear_flags
+    from zcache._engine.cache_state import clear_flags as _clear_flags
 
     p = zcache.Parameter("p", 1.0)
     caches = []
@@ -506,7 +506,7 @@ def test_batched_invalidation_traces_once_per_power_of_two(caplog):
 def test_unpadded_batches_would_retrace():
     """Positive control for the test above: the tracing count does count the batch function's
     traces (batches of 9..15 flags, not padded: seven traces; zcache pads to powers of two)."""
-    from zcache._cache_state import clear_flags as _clear_flags
+    from zcache._engine.cache_state import clear_flags as _clear_flags
 
     before = _clear_flags.experimental_get_tracing_count()
     for k in range(9, 16):

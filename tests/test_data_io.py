@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import zcache
-from zcache._depgraph import GRAPH
+from zcache._engine.dependencies import GRAPH
 from zcache.exceptions import DataDtypeError, DataError, DataShapeError, EmptyDataError
 from zcache.models import Space
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import zcache
-from zcache._depgraph import DependencyGraph
+from zcache._engine.dependencies import DependencyGraph
 from zcache.exceptions import DependencyCycleError
 
 
@@ -52,7 +52,7 @@ def test_graph_level_cycle_refused_atomically():
 def test_dependent_caches_memo_follows_changes():
     p = zcache.Parameter("p", 1.0)
     c1 = zcache.CachedTensor(lambda: p.value(), deps=[p])
-    from zcache._depgraph import GRAPH
+    from zcache._engine.dependencies import GRAPH
 
     assert GRAPH.dependent_caches(p.node_id) == (c1.node_id,)
     c2 = zcache.CachedTensor(lambda: c1.value(), deps=[c1])

@@ -1,8 +1,10 @@
 """The shape of the package: imports point one way, and no module uses another's private names.
 
-The same rules run as import-linter contracts in ``make lint`` (``lint-imports``, contracts in
-setup.cfg); this test needs nothing beyond the standard library and networkx, and also sees
-imports inside functions.
+The folders show the layers: ``zcache/_engine/`` is the caching engine, the public modules at
+the top level are the fitting layer and its facades (``zcache/_fitting/`` holds the fitting
+layer's private parts), ``zcache/demos/`` the runnable demos. The same rules run as
+import-linter contracts in ``make lint`` (``lint-imports``, contracts in setup.cfg); this test
+needs nothing beyond the standard library and networkx, and also sees imports inside functions.
 """
 
 from __future__ import annotations
@@ -16,85 +18,129 @@ import zcache
 
 PACKAGE = pathlib.Path(zcache.__file__).parent
 
-#: The fitting layer: models, losses, minimizers and what is built on them.
-FITTING = {"models", "shapes", "sampling", "phasespace", "loss", "objective", "amplitudes", "binned", "_coherent",
-           "minimize", "results", "_minuit2", "_batched_bfgs", "batch", "toys",
-           "plot", "symbolic", "demo", "demo_basics", "demo_toys"}
+#: What engine modules may import outside the engine: the errors.
+ENGINE_MAY_IMPORT = {"exceptions"}
+
+
+def _name(path: pathlib.Path) -> str:
+    """``_engine.function`` for zcache/_engine/function.py, ``_engine`` for its __init__."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or "__init__"
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text()) for path in sorted(PACKAGE.glob("*.py"))}
+    return {_name(path): ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(name: str, tree: ast.Module) -> list[tuple[str, list[str], int]]:
+def _is_package(name: str) -> bool:
+    return name == "__init__" or (PACKAGE / name.replace(".", "/")).is_dir()
+
+
+def _resolve(name: str, level: int, module: str | None) -> list[str]:
+    """The dotted base a relative import of ``module`` at ``level`` in module ``name`` refers to."""
+    here = [] if name == "__init__" else name.split(".")
+    base = here if _is_package(name) else here[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return [*base, *(module.split(".") if module else [])]
+
+
+def _imports(name: str, tree: ast.Module, known: set[str] | None = None) -> list[tuple[str, list[str], int]]:
     """(imported zcache module, imported names, line) for every import in ``tree``, also inside functions."""
+    known = set(_modules()) if known is None else known
     out = []
+
+    def add(parts: list[str], names: list[str], line: int) -> None:
+        target = ".".join(parts)
+        # from a package import a module of it: the module is what is imported
+        modules = [".".join([*parts, n]) for n in names if ".".join([*parts, n]) in known]
+        if modules:
+            out.extend((m, [], line) for m in modules)
+            rest = [n for n in names if ".".join([*parts, n]) not in known]
+            if rest:
+                out.append((target or "__init__", rest, line))
+        else:
+            out.append((target or "__init__", names, line))
+
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:  # from .x import a, b
-                out.append((node.module.split(".")[0], [a.name for a in node.names], node.lineno))
-            elif node.level == 1:  # from . import x, y
-                out.extend((a.name, [], node.lineno) for a in node.names)
-            elif (node.module or "").startswith("zcache"):
-                parts = node.module.split(".")
-                if len(parts) > 1:
-                    out.append((parts[1], [a.name for a in node.names], node.lineno))
-                else:
-                    out.extend((a.name, [], node.lineno) for a in node.names)
+            names = [a.name for a in node.names]
+            if node.level >= 1:
+                add(_resolve(name, node.level, node.module), names, node.lineno)
+            elif (node.module or "").split(".")[0] == "zcache":
+                add(node.module.split(".")[1:], names, node.lineno)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "zcache" and len(parts) > 1:
-                    out.append((parts[1], [], node.lineno))
+                    out.append((".".join(parts[1:]), [], node.lineno))
     return out
 
 
 def import_graph() -> nx.DiGraph:
-    """Module -> the zcache modules it imports (``__init__`` left out: it imports everything)."""
+    """Module -> the zcache modules it imports (package ``__init__`` files left out: they re-export)."""
     modules = _modules()
+    known = set(modules)
     g = nx.DiGraph()
     for name, tree in modules.items():
-        if name == "__init__":
+        if _is_package(name):
             continue
         g.add_node(name)
-        for target, _, _ in _imports(name, tree):
-            if target in modules and target != name:
+        for target, _, _ in _imports(name, tree, known):
+            if target in modules and target != name and not _is_package(target):
                 g.add_edge(name, target)
     return g
+
+
+def _engine(name: str) -> bool:
+    return name.startswith("_engine.")
 
 
 def test_no_import_cycles():
     """Command: ``python -m pytest tests/test_imports.py`` (and ``lint-imports`` in ``make lint``)."""
     g = import_graph()
     assert len(g) > 20
+    assert sum(map(_engine, g)) > 15
     cycles = list(nx.simple_cycles(g))
     assert cycles == [], f"import cycles among zcache modules: {cycles}"
 
 
 def test_the_cycle_check_sees_a_cycle_and_lazy_imports():
-    """Positive control: a lazy import inside a function counts, and a cycle is found."""
-    tree = ast.parse("def f():\n    from ._mode import x\n")
-    assert _imports("a", tree) == [("_mode", ["x"], 2)]
+    """Positive control: a lazy import inside a function counts, relative levels resolve, and a cycle is found."""
+    tree = ast.parse("def f():\n    from .mode import x\n    from ..exceptions import E\n    from .. import loss\n")
+    assert _imports("_engine.function", tree, {"_engine.mode", "exceptions", "loss"}) == [
+        ("_engine.mode", ["x"], 2), ("exceptions", ["E"], 3), ("loss", [], 4)]
+    assert _imports("minimize", ast.parse("from ._engine import parameter\n"), {"_engine.parameter"}) == [
+        ("_engine.parameter", [], 1)]
     g = nx.DiGraph([("a", "b"), ("b", "a")])
     assert list(nx.simple_cycles(g))
 
 
 def test_the_engine_never_imports_the_fitting_layer():
     g = import_graph()
-    engine = [m for m in g if m not in FITTING and m not in {"types", "run"}]
-    bad = [(m, t) for m in engine for t in g.successors(m) if t in FITTING]
+    bad = [(m, t) for m in g if _engine(m) for t in g.successors(m) if not _engine(t) and t not in ENGINE_MAY_IMPORT]
     assert bad == []
+
+
+def test_the_layers_are_folders():
+    """Every private module lives in a layer's folder; the top level holds public modules only."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem.startswith("_") and p.stem != "__init__")
+    assert top == []
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
+        "_engine", "_fitting", "demos"}
 
 
 def test_no_private_names_across_modules():
     """No ``from .x import _name`` and no ``module._name`` of another zcache module."""
     modules = _modules()
+    known = set(modules)
     bad = []
     for name, tree in modules.items():
-        for target, names, line in _imports(name, tree):
+        for target, names, line in _imports(name, tree, known):
             bad += [f"{name}:{line} imports {target}.{n}" for n in names
                     if n.startswith("_") and not n.startswith("__") and target in modules]
-        aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
+        aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
                    and not node.module for a in node.names}
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases

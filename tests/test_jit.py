@@ -10,7 +10,7 @@ import tensorflow as tf
 from helpers import complex_line_shape_loss
 
 import zcache
-from zcache._graph_checks import assertion_ops, require
+from zcache._engine.traced_checks import assertion_ops, require
 from zcache.binned import BinnedData, ExtendedBinnedNLL, Template
 from zcache.exceptions import (
     DataRangeError,
@@ -109,7 +109,7 @@ def test_set_jit_mode_settings_and_restorer():
 
 
 def test_auto_compiles_loss_functions_only():
-    from zcache._mode import compiles
+    from zcache._engine.mode import compiles
 
     with zcache.set_jit_mode("auto"):
         assert [k for k in ("tensor", "loss", "sample", "gradient", "model") if compiles(k)] == ["loss"]

@@ -1,4 +1,4 @@
-"""The jit policy of a ``zcache.function`` (``zcache._jit_policy``): whether an attempt compiles
+"""The jit policy of a ``zcache.function`` (``zcache._engine.jit_policy``): whether an attempt compiles
 with XLA, what a failed attempt does next, and the bounded registry of stored data layouts."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import zcache
-from zcache._jit_policy import STORED_ROWS, JitPolicy, JitRefused, Retry, StoredRows
+from zcache._engine.jit_policy import STORED_ROWS, JitPolicy, JitRefused, Retry, StoredRows
 from zcache.exceptions import ModelError
 
 

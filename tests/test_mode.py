@@ -209,7 +209,7 @@ def test_function_argument_validation():
 
 
 def test_executing_eagerly():
-    from zcache._mode import executing_eagerly
+    from zcache._engine.mode import executing_eagerly
 
     assert executing_eagerly()
     inside = []

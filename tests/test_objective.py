@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 
 import zcache
-from zcache._finite_differences import central_differences, central_points, default_step, forward_point
+from zcache._engine.finite_differences import central_differences, central_points, default_step, forward_point
 from zcache.exceptions import FitError
 from zcache.loss import UnbinnedNLL
 from zcache.models import Gaussian, Space

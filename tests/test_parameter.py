@@ -339,7 +339,7 @@ def test_padded_data_layout_and_growth():
 
 
 def test_size_classes_pad_at_most_an_eighth():
-    from zcache._data import size_class
+    from zcache._engine.data import size_class
 
     sizes = np.unique(np.r_[np.arange(1, 5000), np.geomspace(5000, 1e7, 400).astype(int)])
     classes = np.array([size_class(n) for n in sizes])

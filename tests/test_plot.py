@@ -497,7 +497,7 @@ def test_zcache_works_without_matplotlib():
     rather than looking for it in sys.modules.)
     """
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitudes, zcache.demo\n"
+            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitudes, zcache.demos.amplitude\n"
             "try:\n    import zcache.plot\nexcept ImportError as err:\n    print(err)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "pip install zcache[plot]" in done.stdout

@@ -9,7 +9,7 @@ import tensorflow as tf
 from scipy.special import erf
 
 import zcache
-from zcache._depgraph import GRAPH
+from zcache._engine.dependencies import GRAPH
 from zcache.loss import UnbinnedNLL
 from zcache.models import Exponential, Gaussian, Space, SumPdf
 
@@ -201,7 +201,7 @@ def test_precompute_of_a_model_and_of_a_callable(world):
 
 def test_any_precomputable_object_is_a_target(world):
     """The protocol: __zcache_evaluate__ computes what a fit reads and returns the caches read besides."""
-    from zcache._precompute import Precomputable
+    from zcache._engine.precompute import Precomputable
 
     lam = world["lam"]
 
@@ -227,7 +227,7 @@ def test_the_last_report_is_remembered_weakly(world, collect):
     neither a dropped loss nor its caches alive."""
     import weakref
 
-    from zcache._precompute import ensure_precomputed, precomputed
+    from zcache._engine.precompute import ensure_precomputed, precomputed
 
     loss, params = world["loss"], [world["mu"], world["sigma"]]
     assert precomputed(loss) is None

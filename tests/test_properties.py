@@ -83,7 +83,7 @@ from hypothesis.stateful import (
 )
 
 import zcache
-from zcache._depgraph import GRAPH
+from zcache._engine.dependencies import GRAPH
 from zcache.exceptions import (
     DataDtypeError,
     DataError,

@@ -42,7 +42,7 @@ from helpers import save_modes
 from tensorflow.python.framework.func_graph import FuncGraph
 
 import zcache
-from zcache._depgraph import GRAPH
+from zcache._engine.dependencies import GRAPH
 from zcache.exceptions import (
     CachedValueError,
     DataDtypeError,

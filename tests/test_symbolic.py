@@ -181,7 +181,7 @@ def test_core_import_does_not_import_sympy():
     """Only zcache/symbolic.py imports sympy or ampform, and zcache/__init__ does not import it."""
     package = pathlib.Path(zcache.__file__).parent
     offenders = []
-    for path in package.glob("*.py"):
+    for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -261,7 +261,7 @@ def test_set_data_invalidates_data_caches_only(dzero):
 
 def test_bridge_caches_are_the_models_own():
     """caches_of(model) lists every cache of the bridge, and invalidate_caches reaches them (issue 24)."""
-    from zcache._cachable import caches_of
+    from zcache._engine.cachable import caches_of
 
     x, m, a, b = sp.symbols("x m a b")
     phsp = np.random.default_rng(0).uniform(0.5, 1.5, 2000)

@@ -1,4 +1,4 @@
-"""zcache._tables: tables as plain numpy selections, below Data and free of TensorFlow.
+"""zcache._engine.tables: tables as plain numpy selections, below Data and free of TensorFlow.
 
 The constructors on top (``Data.from_pandas`` / ``from_numpy`` / ``from_root``) are tested in
 test_data_io.py; these tests pin what the module itself promises.
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 import zcache
-from zcache._tables import Selection, select_numpy, select_pandas
+from zcache._engine.tables import Selection, select_numpy, select_pandas
 
 
 def test_a_selection_is_plain_numpy():
@@ -28,11 +28,11 @@ def test_a_selection_is_plain_numpy():
 
 def test_tables_import_no_tensorflow_and_no_other_zcache_module():
     """The module sits below Data: numpy and the exceptions only (pandas and uproot lazily)."""
-    tree = ast.parse((pathlib.Path(zcache.__file__).parent / "_tables.py").read_text())
+    tree = ast.parse((pathlib.Path(zcache.__file__).parent / "_engine" / "tables.py").read_text())
     top = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             top |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             top.add("." * node.level + (node.module or ""))
-    assert top <= {"__future__", "re", "collections.abc", "typing", "numpy", ".exceptions", "pandas", "uproot"}, top
+    assert top <= {"__future__", "re", "collections.abc", "typing", "numpy", "..exceptions", "pandas", "uproot"}, top

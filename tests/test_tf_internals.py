@@ -1,4 +1,4 @@
-"""Every TensorFlow internal zcache relies on (zcache/_tf_internals.py), one test each.
+"""Every TensorFlow internal zcache relies on (zcache/_engine/tf_internals.py), one test each.
 
 These fail loudly when a TensorFlow upgrade moves or changes an internal; the list, with
 why each is needed and what breaks without it, is in design/architecture.md.
@@ -27,10 +27,12 @@ def test_every_internal_was_found():
 
 
 def test_no_other_module_touches_tensorflow_internals():
-    """Only _tf_internals.py imports tensorflow.python or names a private TensorFlow attribute."""
+    """Only _engine/tf_internals.py imports tensorflow.python or names a private TensorFlow attribute."""
     offenders = []
-    for path in sorted(ZCACHE.glob("*.py")):
-        if path.name == "_tf_internals.py":
+    paths = sorted(ZCACHE.rglob("*.py"))
+    assert ZCACHE / "_engine" / "tf_internals.py" in paths and len(paths) > 30
+    for path in paths:
+        if path == ZCACHE / "_engine" / "tf_internals.py":
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -180,7 +182,7 @@ def test_assertion_text_is_recovered():
 
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         checked(tf.constant(np.nan))
-    from zcache._graph_checks import error_from
+    from zcache._engine.traced_checks import error_from
 
     err = error_from(info.value)
     assert type(err).__name__ == "InvalidDataError" and str(err) == "finite please"

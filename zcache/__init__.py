@@ -57,7 +57,6 @@ def _import_tensorflow_quietly() -> None:
 
 _import_tensorflow_quietly()
 
-from . import _tf_internals  # noqa: E402,F401  (TensorFlow hooks, set once at import)
 from . import exceptions as exceptions  # noqa: E402
 from . import loss as loss  # noqa: E402
 from . import minimize as minimize  # noqa: E402
@@ -65,26 +64,27 @@ from . import models as models  # noqa: E402
 from . import run as run  # noqa: E402
 from . import toys as toys  # noqa: E402
 from . import types as types  # noqa: E402
-from ._cachable import Cachable as Cachable  # noqa: E402
-from ._cachable import cached as cached  # noqa: E402
-from ._cached_tensor import CachedTensor as CachedTensor  # noqa: E402
-from ._data import Data as Data  # noqa: E402
-from ._depgraph import dependency_graph as dependency_graph  # noqa: E402
-from ._depgraph import to_dot as to_dot  # noqa: E402
-from ._function import clear_graph_cache as clear_graph_cache  # noqa: E402
-from ._function import function as function  # noqa: E402
-from ._gradient import gradient as gradient  # noqa: E402
-from ._gradient import hessian as hessian  # noqa: E402
-from ._gradient import value_and_gradient as value_and_gradient  # noqa: E402
-from ._mode import get_autograd_mode as get_autograd_mode  # noqa: E402
-from ._mode import get_graph_mode as get_graph_mode  # noqa: E402
-from ._mode import get_jit_mode as get_jit_mode  # noqa: E402
-from ._mode import set_autograd_mode as set_autograd_mode  # noqa: E402
-from ._mode import set_graph_mode as set_graph_mode  # noqa: E402
-from ._mode import set_jit_mode as set_jit_mode  # noqa: E402
-from ._parameter import Parameter as Parameter  # noqa: E402
-from ._parameter import set_values as set_values  # noqa: E402
-from ._precompute import precompute as precompute  # noqa: E402
+from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow hooks, set once at import)
+from ._engine.cachable import Cachable as Cachable  # noqa: E402
+from ._engine.cachable import cached as cached  # noqa: E402
+from ._engine.cached_tensor import CachedTensor as CachedTensor  # noqa: E402
+from ._engine.data import Data as Data  # noqa: E402
+from ._engine.dependencies import dependency_graph as dependency_graph  # noqa: E402
+from ._engine.dependencies import to_dot as to_dot  # noqa: E402
+from ._engine.function import clear_graph_cache as clear_graph_cache  # noqa: E402
+from ._engine.function import function as function  # noqa: E402
+from ._engine.gradient import gradient as gradient  # noqa: E402
+from ._engine.gradient import hessian as hessian  # noqa: E402
+from ._engine.gradient import value_and_gradient as value_and_gradient  # noqa: E402
+from ._engine.mode import get_autograd_mode as get_autograd_mode  # noqa: E402
+from ._engine.mode import get_graph_mode as get_graph_mode  # noqa: E402
+from ._engine.mode import get_jit_mode as get_jit_mode  # noqa: E402
+from ._engine.mode import set_autograd_mode as set_autograd_mode  # noqa: E402
+from ._engine.mode import set_graph_mode as set_graph_mode  # noqa: E402
+from ._engine.mode import set_jit_mode as set_jit_mode  # noqa: E402
+from ._engine.parameter import Parameter as Parameter  # noqa: E402
+from ._engine.parameter import set_values as set_values  # noqa: E402
+from ._engine.precompute import precompute as precompute  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 
 __version__ = "0.1.0"

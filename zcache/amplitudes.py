@@ -65,11 +65,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import Cachable, cached
-from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
-from ._data import Data
-from ._graph_checks import require
-from ._parameter import Parameter, set_values
+from ._engine.cachable import Cachable, cached
+from ._engine.data import Data
+from ._engine.parameter import Parameter, set_values
+from ._engine.traced_checks import require
+from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .exceptions import ModelError
 from .models import Model, as_parameter, unique_parameters
 from .phasespace import DalitzKinematics

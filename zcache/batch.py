@@ -5,7 +5,7 @@ gradient for ``B`` parameter points on ``B`` datasets in one XLA-compiled call, 
 :meth:`BatchedLoss.minimize` fits all ``B`` in one compiled program:
 
 - **one toy = one substitution.** Each toy's parameter values and events stand in for the
-  loss's Parameters and Data (:func:`zcache._context.substituted`, the mechanism a cache's
+  loss's Parameters and Data (:func:`zcache._engine.context.substituted`, the mechanism a cache's
   backward pass uses), so the loss is the user's own code, traced once for one toy;
   ``tf.vectorized_map`` turns that graph into a batched one. A model built from zcache's
   building blocks needs no change; one whose ops TensorFlow cannot vectorize is refused with
@@ -20,7 +20,7 @@ gradient for ``B`` parameter points on ``B`` datasets in one XLA-compiled call, 
 - **checks.** Every zcache check of the loss (event ranges, finite values) becomes a per-toy
   flag: a toy that fails one is reported, not raised, and its fit is not valid.
 - **minimizer.** :meth:`BatchedLoss.minimize` compiles its batched value and gradient with
-  the lockstep BFGS of :mod:`zcache._batched_bfgs` (BFGS for every toy in one
+  the lockstep BFGS of :mod:`zcache._fitting.batched_bfgs` (BFGS for every toy in one
   ``tf.while_loop``, then HESSE by differences of exact gradients, one Newton step, MIGRAD's
   EDM criterion) into one program; the covariance is :math:`2\,\mathrm{errordef}\,H^{-1}`.
 
@@ -50,12 +50,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
-from ._context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
-from ._depgraph import GRAPH
-from ._graph_checks import calling_jit, collecting
-from ._parameter import Parameter
-from ._trace import forbid_in_trace
+from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
+from ._engine.dependencies import GRAPH
+from ._engine.parameter import Parameter
+from ._engine.trace import forbid_in_trace
+from ._engine.traced_checks import calling_jit, collecting
+from ._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
 from .exceptions import BatchingError, ModelError, WeightSumError
 from .loss import UnbinnedNLL
 

@@ -92,10 +92,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import CachedTensor
-from ._data import Data
-from ._graph_checks import require
-from ._parameter import Parameter
+from ._engine.cached_tensor import CachedTensor
+from ._engine.data import Data
+from ._engine.parameter import Parameter
+from ._engine.traced_checks import require
 from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters

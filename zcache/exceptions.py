@@ -52,7 +52,7 @@ class ZCacheError(Exception):
     """Root of all zcache errors.
 
     Raised inside a plain ``tf.function`` (autograph on), a zcache error keeps its type
-    (see ``zcache._tf_internals``).
+    (see ``zcache._engine.tf_internals``).
     """
 
 

@@ -47,16 +47,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import CachedTensor
-from ._context import evaluation
-from ._data import Data
-from ._depgraph import GRAPH
-from ._finite_differences import central_differences, default_step
-from ._function import Function, function
-from ._gradient import value_and_gradient
-from ._graph_checks import require
-from ._parameter import Parameter, set_values, set_vector_in_graph
-from ._precompute import precomputed
+from ._engine.cached_tensor import CachedTensor
+from ._engine.context import evaluation
+from ._engine.data import Data
+from ._engine.dependencies import GRAPH
+from ._engine.finite_differences import central_differences, default_step
+from ._engine.function import Function, function
+from ._engine.gradient import value_and_gradient
+from ._engine.parameter import Parameter, set_values, set_vector_in_graph
+from ._engine.precompute import precomputed
+from ._engine.traced_checks import require
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters
 from .objective import Objective

@@ -50,11 +50,11 @@ import iminuit
 import numpy as np
 import tensorflow as tf
 
-from . import _minuit2
-from ._finite_differences import central_differences
-from ._inputs import backing_variable
-from ._mode import get_autograd_mode
-from ._parameter import Parameter, set_values
+from ._engine.finite_differences import central_differences
+from ._engine.inputs import backing_variable
+from ._engine.mode import get_autograd_mode
+from ._engine.parameter import Parameter, set_values
+from ._fitting import minuit2
 from .loss import BaseLoss
 from .objective import LossState, Objective
 from .results import FitMinuit as FitMinuit
@@ -206,7 +206,7 @@ class _MinuitFunction:
     """What a :class:`FitMinuit` calls: the objective's value, gradient and Hessian, in Minuit2's terms.
 
     The Hessian is the loss's exact one plus what Minuit2's bound transforms leave out, laid
-    out as the installed Minuit2 reads it (:mod:`zcache._minuit2`); for that it asks the Minuit
+    out as the installed Minuit2 reads it (:mod:`zcache._fitting.minuit2`); for that it asks the Minuit
     now calling which parameters it fixed, through a weak reference: a Minuit holding its
     callbacks in C++ (which the garbage collector cannot traverse) would otherwise keep itself,
     the loss and its graphs alive for good.
@@ -229,12 +229,12 @@ class _MinuitFunction:
         x = self.obj.clip(x)
         now = self._caller() if self._caller is not None else None
         fixed = np.array(now.fixed) if now is not None else np.zeros(len(x), bool)
-        hessian = _minuit2.minuit_hessian(self.obj.hessian(x), self.obj.gradient(x), x, self.obj.lower, self.obj.upper,
+        hessian = minuit2.minuit_hessian(self.obj.hessian(x), self.obj.gradient(x), x, self.obj.lower, self.obj.upper,
                                           fixed, fitting=self.fitting)
         return hessian, fixed
 
     def hessian(self, x: np.ndarray) -> np.ndarray:
-        return _minuit2.layout(*self._for_minuit(x))
+        return minuit2.layout(*self._for_minuit(x))
 
     def g2(self, x: np.ndarray) -> np.ndarray:
         return np.diag(self._for_minuit(x)[0]).copy()
@@ -499,7 +499,7 @@ class Minuit:
             m = fcn.make(obj.start, with_hessian=self.use_gradient)
             try:
                 self._migrad_hesse(m)
-            except _minuit2.AtLimit as stop:
+            except minuit2.AtLimit as stop:
                 # A fitted parameter reached a limit, where Minuit2 cannot use the exact Hessian (its
                 # bound transform has zero slope there): MIGRAD goes on from that point without it,
                 # computing second derivatives itself in its internal coordinates, as iminuit does
@@ -529,11 +529,11 @@ class Minuit:
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = obj.snapshot(float(m.fval))
         result._state, result._minuit = state, m
-        if m.hessian is None or _minuit2.hessian_handling()[1]:
+        if m.hessian is None or minuit2.hessian_handling()[1]:
             m._zcache_state = state
         else:
             # MINOS and profiles fix parameters inside Minuit2, where this Minuit's Hessian would be
-            # read at the wrong indices (_minuit2.hessian_handling): the Minuit they use is one
+            # read at the wrong indices (minuit2.hessian_handling): the Minuit they use is one
             # without it, created when first asked for by a MIGRAD from this minimum.
             errors = np.array([result.errors[name] for name in obj.names])
             result._make_minuit = functools.partial(self._minuit_after, fcn, best, errors, state)

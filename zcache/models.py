@@ -51,12 +51,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import Cachable, cached, caches_of
-from ._cached_tensor import CachedTensor
-from ._data import Data
-from ._function import Function, function
-from ._graph_checks import require
-from ._parameter import Parameter
+from ._engine.cachable import Cachable, cached, caches_of
+from ._engine.cached_tensor import CachedTensor
+from ._engine.data import Data
+from ._engine.function import Function, function
+from ._engine.parameter import Parameter
+from ._engine.traced_checks import require
 from .exceptions import DensityError, ModelError, ParameterValueError
 from .sampling import accept_reject, rng, set_seed, truncated_normal
 

@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._parameter import Parameter, set_values
-from ._precompute import PrecomputeReport, ensure_precomputed
-from ._trace import forbid_in_trace
+from ._engine.parameter import Parameter, set_values
+from ._engine.precompute import PrecomputeReport, ensure_precomputed
+from ._engine.trace import forbid_in_trace
 from .exceptions import FitError
 from .models import unique_parameters
 

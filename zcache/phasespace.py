@@ -45,8 +45,8 @@ import numpy as np
 import tensorflow as tf
 from scipy import integrate
 
-from ._data import Data
-from ._function import Function, function
+from ._engine.data import Data
+from ._engine.function import Function, function
 from .exceptions import ModelError
 from .models import Space
 from .sampling import accept_reject

@@ -57,7 +57,7 @@ except ImportError as err:  # matplotlib is an optional extra
     raise ImportError("zcache.plot needs matplotlib, which is not installed: pip install zcache[plot]") from err
 from scipy import stats
 
-from ._data import Data
+from ._engine.data import Data
 from .amplitudes import AmplitudePdf
 from .minimize import FitResult
 from .models import Model, ProductPdf, SumPdf

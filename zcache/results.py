@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 import iminuit
 import numpy as np
 
-from ._parameter import Parameter
-from ._precompute import PrecomputeReport
+from ._engine.parameter import Parameter
+from ._engine.precompute import PrecomputeReport
 from .exceptions import FitError
 from .objective import LossState
 

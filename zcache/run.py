@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from . import _function, _mode, _restorer
-from ._tensorlike import TensorLike
+from ._engine import function as _function
+from ._engine import mode as _mode
+from ._engine import restorer as _restorer
+from ._engine.tensorlike import TensorLike
 from .exceptions import IllegalInGraphModeError
 
 __all__ = ["numpy"]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._graph_checks import require
+from ._engine.traced_checks import require
 from .exceptions import ModelError
 
 __all__ = ["accept_reject", "accept_reject_pool", "adaptive_batch", "rng", "set_seed", "truncated_normal"]

@@ -116,9 +116,9 @@ import numpy as np
 import scipy.special
 import tensorflow as tf
 
-from ._cachable import cached
-from ._data import Data
-from ._parameter import Parameter
+from ._engine.cachable import cached
+from ._engine.data import Data
+from ._engine.parameter import Parameter
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space, one_dimensional
 from .sampling import rng, truncated_normal

@@ -71,11 +71,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import cached, caches_of
-from ._cached_tensor import CachedTensor
-from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
-from ._data import Data
-from ._parameter import Parameter
+from ._engine.cachable import cached, caches_of
+from ._engine.cached_tensor import CachedTensor
+from ._engine.data import Data
+from ._engine.parameter import Parameter
+from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .amplitudes import ComplexParameter
 from .exceptions import SymbolicError
 from .models import Model, Space
@@ -925,7 +925,7 @@ class SymbolicModel(Model, CoherentIntensity):
     def node_caches(self) -> list[CachedTensor]:
         """Every cache the bridge has built so far (sub-expressions, group matrices, integrals, normalization).
 
-        They are the model's own caches (:func:`zcache._cachable.caches_of` lists them with the
+        They are the model's own caches (:func:`zcache._engine.cachable.caches_of` lists them with the
         ``pdf`` caches every model has).
         """
         bridge = (self._data_stack, self._cached_root, self._cached_group, self._cached_block,

@@ -48,9 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from ._data import Data, size_class
-from ._parameter import Parameter, set_values
-from ._trace import forbid_in_trace
+from ._engine.data import Data, size_class
+from ._engine.parameter import Parameter, set_values
+from ._engine.trace import forbid_in_trace
 from .batch import BatchedLoss
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL

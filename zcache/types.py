@@ -13,9 +13,9 @@ True
 
 from __future__ import annotations
 
-from ._function import Function
-from ._mode import IDENTIFIERS
-from ._precompute import NodeReport, Precomputable, PrecomputeReport
-from ._restorer import Restorer
+from ._engine.function import Function
+from ._engine.mode import IDENTIFIERS
+from ._engine.precompute import NodeReport, Precomputable, PrecomputeReport
+from ._engine.restorer import Restorer
 
 __all__ = ["IDENTIFIERS", "Function", "NodeReport", "PrecomputeReport", "Precomputable", "Restorer"]

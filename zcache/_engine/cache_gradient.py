@@ -13,7 +13,7 @@ gradient is asked for.
 If an input changed between the forward and the backward pass (a persistent tape that
 spans a ``set_value``; ``GRAPH.input_changes`` moved), the backward pass recomputes the
 function at the forward pass's inputs instead, substituting every input ancestor by its
-forward value (:func:`zcache._context.substituted`).
+forward value (:func:`zcache._engine.context.substituted`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._context import differentiating, evaluation, recording, substituted, wanted_parameters
-from ._depgraph import GRAPH
-from ._inputs import backing_variable
-from ._tf_internals import tie_gradient_to_graph
-from .exceptions import ZCacheError
+from ..exceptions import ZCacheError
+from .context import differentiating, evaluation, recording, substituted, wanted_parameters
+from .dependencies import GRAPH
+from .inputs import backing_variable
+from .tf_internals import tie_gradient_to_graph
 
 __all__ = ["with_gradient"]
 

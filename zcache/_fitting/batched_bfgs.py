@@ -5,7 +5,7 @@ batched function ``vg(x) -> (value (B,), gradient (B, n), ok (B,))``: BFGS with 
 (Armijo) line search, all rows in one ``tf.while_loop``, each row with its own step, inverse
 Hessian and convergence flag, steps clipped into the limits. At the end, each row's Hessian by
 forward differences of its exact gradients (:func:`forward_hessian`, steps from the
-finite-difference rules of :mod:`zcache._finite_differences`), one Newton step from it, and
+finite-difference rules of :mod:`zcache._engine.finite_differences`), one Newton step from it, and
 MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g`.
 :func:`covariances` turns the Hessians into HESSE's :math:`2\,\mathrm{errordef}\,H^{-1}`.
 
@@ -17,7 +17,7 @@ exact Hessian converges in a handful of gradients (``design/architecture.md``, "
 Examples
 --------
 >>> import numpy as np, tensorflow as tf
->>> from zcache._batched_bfgs import lockstep_bfgs
+>>> from zcache._fitting.batched_bfgs import lockstep_bfgs
 >>> centre = tf.constant([[1.0, -2.0], [0.5, 3.0]], tf.float64)        # two quadratic bowls
 >>> def vg(x):
 ...     d = x - centre
@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from ._finite_differences import forward_point
+from .._engine.finite_differences import forward_point
 
 __all__ = ["EDM_MAX_FACTOR", "HESSE_STEP", "lockstep_bfgs", "forward_hessian", "covariances"]
 

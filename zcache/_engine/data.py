@@ -16,16 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._context import record_read, substitute
-from ._depgraph import DATA, GRAPH
-from ._graph_checks import checks_hold, require
-from ._inputs import WRITES, input_changed, invalidate_in_graph, variable_name
-from ._restorer import Restorer
-from ._tables import Selection, obs_names, select_numpy, select_pandas, select_root
-from ._tensorlike import StandIn, TensorLike
-from ._tf_internals import eager_variable
-from ._trace import journal, note_mutation, require_managed_trace
-from .exceptions import (
+from ..exceptions import (
     DataDtypeError,
     DataError,
     DataShapeError,
@@ -33,6 +24,15 @@ from .exceptions import (
     InvalidDataError,
     WeightSumError,
 )
+from .context import record_read, substitute
+from .dependencies import DATA, GRAPH
+from .inputs import WRITES, input_changed, invalidate_in_graph, variable_name
+from .restorer import Restorer
+from .tables import Selection, obs_names, select_numpy, select_pandas, select_root
+from .tensorlike import StandIn, TensorLike
+from .tf_internals import eager_variable
+from .trace import journal, note_mutation, require_managed_trace
+from .traced_checks import checks_hold, require
 
 __all__ = [
     "Data",

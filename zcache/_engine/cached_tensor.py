@@ -2,11 +2,11 @@
 
 A cache is three parts, each in its own module:
 
-- its storage (value Variable, validity flag, counters): :mod:`zcache._cache_state`;
+- its storage (value Variable, validity flag, counters): :mod:`zcache._engine.cache_state`;
 - its read inside a traced graph (``tf.cond`` + a compiled miss branch):
-  :mod:`zcache._cache_graph`; eagerly the same choice is a Python ``if``
+  :mod:`zcache._engine.traced_cache`; eagerly the same choice is a Python ``if``
   (:meth:`CachedTensor.value`, under the engine lock);
-- its gradient (a custom-gradient identity): :mod:`zcache._cache_gradient`.
+- its gradient (a custom-gradient identity): :mod:`zcache._engine.cache_gradient`.
 
 This module holds what ties them together: dependency discovery, the choice between an
 eager read, a traced read, a bypassed (always-dirty) computation and a recomputation
@@ -20,21 +20,21 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._cache_gradient import with_gradient
-from ._cache_graph import MissBranch, read_in_graph
-from ._cache_state import CacheState, invalidate_eagerly
-from ._context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
-from ._depgraph import CACHE, GRAPH
-from ._tensorlike import TensorLike
-from ._tf_internals import graph_key
-from ._trace import invalidate_if_mutated_in_trace
-from .exceptions import (
+from ..exceptions import (
     DependencyCycleError,
     IllegalInGraphModeError,
     InvalidDependencyError,
     UndeclaredDependencyWarning,
     warn_at_user_code,
 )
+from .cache_gradient import with_gradient
+from .cache_state import CacheState, invalidate_eagerly
+from .context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
+from .dependencies import CACHE, GRAPH
+from .tensorlike import TensorLike
+from .tf_internals import graph_key
+from .trace import invalidate_if_mutated_in_trace
+from .traced_cache import MissBranch, read_in_graph
 
 __all__ = ["CachedTensor", "drop_compiled", "invalidate_eagerly"]
 

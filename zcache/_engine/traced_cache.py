@@ -18,12 +18,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._cache_state import CacheState
-from ._context import differentiating
-from ._graph_checks import refuse_unmanaged_xla
-from ._tf_internals import is_second_order_cond_error, separately_compiled, stop_recording
-from ._trace import isolated_trace
-from .exceptions import SecondOrderGradientError
+from ..exceptions import SecondOrderGradientError
+from .cache_state import CacheState
+from .context import differentiating
+from .tf_internals import is_second_order_cond_error, separately_compiled, stop_recording
+from .trace import isolated_trace
+from .traced_checks import refuse_unmanaged_xla
 
 __all__ = ["MissBranch", "read_in_graph"]
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._data import Data, storage_rows
-from ._depgraph import GRAPH
-from ._tf_internals import is_xla_shape_error
+from .data import Data, storage_rows
+from .dependencies import GRAPH
+from .tf_internals import is_xla_shape_error
 
 __all__ = ["STORED_ROWS", "JitCall", "JitPolicy", "JitRefused", "Retry", "Rows", "StoredRows"]
 

@@ -98,7 +98,7 @@ def central_differences(f: Callable[[int, Any], Any], x: Any, h: Any, lower: Any
     Examples
     --------
     >>> import numpy as np
-    >>> from zcache._finite_differences import central_differences
+    >>> from zcache._engine.finite_differences import central_differences
     >>> x = np.array([1.0, 2.0])
     >>> def f(k, v):
     ...     y = x.copy(); y[k] = v

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .exceptions import DataDtypeError, DataError, DataShapeError, EmptyDataError
+from ..exceptions import DataDtypeError, DataError, DataShapeError, EmptyDataError
 
 __all__ = ["Selection", "obs_names", "select_numpy", "select_pandas", "select_root"]
 

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._context import record_read, substitute
-from ._depgraph import GRAPH, PARAMETER
-from ._graph_checks import checks_hold, require
-from ._inputs import WRITES, input_changed, invalidate_in_graph, variable_name
-from ._restorer import Restorer
-from ._tensorlike import StandIn, TensorLike
-from ._tf_internals import eager_variable
-from ._trace import journal, note_mutation, require_managed_trace
-from .exceptions import IllegalInGraphModeError, ParameterValueError
+from ..exceptions import IllegalInGraphModeError, ParameterValueError
+from .context import record_read, substitute
+from .dependencies import GRAPH, PARAMETER
+from .inputs import WRITES, input_changed, invalidate_in_graph, variable_name
+from .restorer import Restorer
+from .tensorlike import StandIn, TensorLike
+from .tf_internals import eager_variable
+from .trace import journal, note_mutation, require_managed_trace
+from .traced_checks import checks_hold, require
 
 __all__ = [
     "Parameter",

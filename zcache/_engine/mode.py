@@ -33,9 +33,9 @@ from collections.abc import Mapping
 
 import tensorflow as tf
 
-from ._restorer import Restorer
-from ._trace import forbid_in_trace
-from .exceptions import GraphModeError, UnknownIdentifierError
+from ..exceptions import GraphModeError, UnknownIdentifierError
+from .restorer import Restorer
+from .trace import forbid_in_trace
 
 __all__ = [
     "IDENTIFIERS",

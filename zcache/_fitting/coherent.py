@@ -6,7 +6,7 @@ intensity, :math:`H` helicity terms) share. The couplings :math:`c_k` are comple
 coupling-free amplitudes :math:`A_{kh}` come in **groups** (the couplings whose amplitudes read
 the same parameters: one resonance's line shape), each group a complex tensor of shape
 :math:`(H, N, K_g)` per dataset. What the core owns, and caches (as ``@zcache.cached`` methods of
-the model itself, so that :func:`zcache._cachable.caches_of` lists them and
+the model itself, so that :func:`zcache._engine.cachable.caches_of` lists them and
 ``invalidate_caches`` reaches them):
 
 - each group's amplitude columns per :class:`zcache.Data` (unless the subclass's amplitudes
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cachable import Cachable, cached
-from ._data import Data
+from .._engine.cachable import Cachable, cached
+from .._engine.data import Data
 
 __all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 

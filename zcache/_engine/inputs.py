@@ -11,9 +11,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._cache_state import invalidate_eagerly
-from ._context import ENGINE_LOCK
-from ._depgraph import GRAPH
+from .cache_state import invalidate_eagerly
+from .context import ENGINE_LOCK
+from .dependencies import GRAPH
 
 __all__ = ["WRITES", "backing_variable", "input_changed", "invalidate_in_graph", "variable_name"]
 

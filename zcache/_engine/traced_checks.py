@@ -32,9 +32,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import exceptions
-from ._context import CONTEXT
-from ._tf_internals import failed_assertion_text, graph_key, xla_calling_graph
+from .. import exceptions
+from .context import CONTEXT
+from .tf_internals import failed_assertion_text, graph_key, xla_calling_graph
 
 __all__ = ["assertion_ops", "calling_jit", "checks_hold", "collecting", "error_from", "failed_check", "marked",
            "refuse_unmanaged_xla", "require"]

@@ -3,22 +3,22 @@
 A call goes one of three ways:
 
 1. inside another trace: the body is inlined into it (never a ``tf.function`` nested in another);
-2. eagerly, when the policy (or :func:`zcache._context.run_eagerly`) says so: the body runs
-   with an undo journal (:func:`zcache._trace.call_eagerly`);
+2. eagerly, when the policy (or :func:`zcache._engine.context.run_eagerly`) says so: the body runs
+   with an undo journal (:func:`zcache._engine.trace.call_eagerly`);
 3. traced: the graph for this autograd mode and jit mode is called under the engine lock
    (:meth:`Function._call_graph`); a graph whose body writes inputs returns its trace id
    and the written parameters' final values, and Python finishes what the graph could not
    (:meth:`Function._after_writes`), or undoes its writes when an attempt fails
    (:meth:`Function._undo_writes`). Whether an attempt compiles with XLA, and whether a
    failed one is retried (uncompiled, or eagerly) or raised, is the function's jit policy
-   (:class:`zcache._jit_policy.JitPolicy`).
+   (:class:`zcache._engine.jit_policy.JitPolicy`).
 
 Compiled with XLA (``zcache.set_jit_mode``), a graph's checks are outputs, not Assert ops
 (XLA drops those): the call inspects them after the graph ran and, if one failed, takes
 the path of a failed call (undo, then the check's zcache error). A graph that still holds an
 Assert (a check in a nested graph), that XLA cannot compile, or (only where TensorFlow's internals
 moved) that holds a complex gradient XLA computes without its conjugate
-(:func:`zcache._tf_internals.wrong_xla_gradient_ops`) runs uncompiled instead
+(:func:`zcache._engine.tf_internals.wrong_xla_gradient_ops`) runs uncompiled instead
 (:attr:`Function.jit_fallback`, kept by the policy).
 """
 
@@ -35,19 +35,19 @@ from typing import Any, TypeVar
 import networkx as nx
 import tensorflow as tf
 
-from ._cache_state import invalidate_eagerly
-from ._cached_tensor import drop_compiled
-from ._context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
-from ._data import data_snapshot, undo_data_writes
-from ._depgraph import GRAPH
-from ._graph_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
-from ._inputs import backing_variable
-from ._jit_policy import JitPolicy, JitRefused, Retry
-from ._mode import IDENTIFIERS, compiles, get_autograd_mode, traces
-from ._parameter import refresh_mirrors, undo_parameter_writes
-from ._tf_internals import EAGER_TENSOR, complex_gradients_fixed, wrong_xla_gradient_ops
-from ._trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
-from .exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
+from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
+from .cache_state import invalidate_eagerly
+from .cached_tensor import drop_compiled
+from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
+from .data import data_snapshot, undo_data_writes
+from .dependencies import GRAPH
+from .inputs import backing_variable
+from .jit_policy import JitPolicy, JitRefused, Retry
+from .mode import IDENTIFIERS, compiles, get_autograd_mode, traces
+from .parameter import refresh_mirrors, undo_parameter_writes
+from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, wrong_xla_gradient_ops
+from .trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
+from .traced_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 
 __all__ = ["Function", "clear_graph_cache", "drop_traces", "function"]
 
@@ -158,7 +158,7 @@ class Function:
         The lock makes eager writes, eager cache reads and other traced calls wait, so no
         graph can store a value computed from an input another thread changed meanwhile
         (TensorFlow still runs the graph's ops in parallel). Whether an attempt compiles with
-        XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._jit_policy`).
+        XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._engine.jit_policy`).
         """
         may_compile = compiles(self.wraps)
         with ENGINE_LOCK, calling_jit(may_compile):

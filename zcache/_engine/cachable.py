@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._cached_tensor import CachedTensor
-from ._data import Data
-from ._parameter import Parameter
-from ._tensorlike import TensorLike
-from .exceptions import InvalidDependencyError, UncacheableArgumentError
+from ..exceptions import InvalidDependencyError, UncacheableArgumentError
+from .cached_tensor import CachedTensor
+from .data import Data
+from .parameter import Parameter
+from .tensorlike import TensorLike
 
 __all__ = ["cached", "Cachable", "caches_of"]
 
@@ -88,7 +88,7 @@ def caches_of(obj: Any, methods: Iterable[Callable[..., Any]] | None = None) -> 
     Examples
     --------
     >>> import tensorflow as tf, zcache
-    >>> from zcache._cachable import caches_of
+    >>> from zcache._engine.cachable import caches_of
     >>> class Box:
     ...     def __init__(self):
     ...         self.a = zcache.Parameter("a_box", 2.0)

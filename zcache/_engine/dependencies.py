@@ -11,7 +11,7 @@ references to its dependencies, so a node never outlives what it depends on.
 
 Dependencies are declared (``deps=[...]``) or discovered: while a cache's
 function runs, every zcache object that is read reports itself to the innermost
-active ``recording`` block (:mod:`zcache._context`).
+active ``recording`` block (:mod:`zcache._engine.context`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import networkx as nx
 
-from ._context import CONTEXT
-from .exceptions import DependencyCycleError
+from ..exceptions import DependencyCycleError
+from .context import CONTEXT
 
 __all__ = ["CACHE", "DATA", "GRAPH", "PARAMETER", "DependencyGraph", "dependency_graph", "to_dot"]
 

@@ -23,9 +23,9 @@ from typing import Any
 import networkx as nx
 import tensorflow as tf
 
-from ._context import CONTEXT
-from ._depgraph import CACHE, GRAPH
-from .exceptions import IllegalInGraphModeError, UnmanagedTraceError
+from ..exceptions import IllegalInGraphModeError, UnmanagedTraceError
+from .context import CONTEXT
+from .dependencies import CACHE, GRAPH
 
 __all__ = [
     "TraceRecord",

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._tf_internals import eager_variable, keep_conditional
-from .exceptions import CachedValueError
+from ..exceptions import CachedValueError
+from .tf_internals import eager_variable, keep_conditional
 
 __all__ = ["CacheState", "invalidate_eagerly"]
 

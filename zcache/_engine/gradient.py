@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._context import differentiating
-from ._finite_differences import central_differences, default_step
-from ._inputs import backing_variable
-from ._mode import get_autograd_mode
-from ._parameter import Parameter, set_values
+from .context import differentiating
+from .finite_differences import central_differences, default_step
+from .inputs import backing_variable
+from .mode import get_autograd_mode
+from .parameter import Parameter, set_values
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
 

@@ -38,13 +38,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import networkx as nx
 
-from ._cached_tensor import CachedTensor
-from ._context import recording, run_eagerly
-from ._depgraph import CACHE, GRAPH
-from ._function import drop_traces
-from ._mode import get_autograd_mode
-from ._parameter import Parameter
-from ._trace import forbid_in_trace
+from .cached_tensor import CachedTensor
+from .context import recording, run_eagerly
+from .dependencies import CACHE, GRAPH
+from .function import drop_traces
+from .mode import get_autograd_mode
+from .parameter import Parameter
+from .trace import forbid_in_trace
 
 __all__ = [
     "precompute",
@@ -206,7 +206,7 @@ def precomputed(target: Any) -> PrecomputeReport | None:
     Examples
     --------
     >>> import zcache
-    >>> from zcache._precompute import precomputed
+    >>> from zcache._engine.precompute import precomputed
     >>> p = zcache.Parameter("p_memo", 2.0, floating=False)
     >>> square = zcache.CachedTensor(lambda: p.value() ** 2, name="square")
     >>> precomputed(square) is None

@@ -22,7 +22,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .exceptions import TensorFlowInternalsWarning, ZCacheError
+from ..exceptions import TensorFlowInternalsWarning, ZCacheError
 
 __all__ = [
     "EAGER_TENSOR",
