@@ -133,14 +133,26 @@ def _limits(params: list[Parameter]) -> tuple[list[float], list[float]]:
             [np.inf if p.upper is None else p.upper for p in params])
 
 
-def _moving(params: list[Parameter], start: list[tf.Tensor], func: Callable[[], Any]) -> Callable[[int, Any], Any]:
-    """``f(k, v)`` for :func:`central_differences`: ``func()`` with parameter ``k`` at ``v`` (then back at its start)."""
+def _differences(params: list[Parameter], start: list[tf.Tensor], func: Callable[[], Any]) -> list[tf.Tensor]:
+    """Central differences of ``func()``, moving one parameter at a time with ``set_value``.
+
+    Each parameter is put back at its start before the next one moves (and the last at the
+    end, also inside a trace, where :func:`_restoring` cannot), so each step recomputes only
+    the caches that depend on the moved parameter.
+    """
+    moved: list[int] = []
+
     def f(k: int, v: Any) -> Any:
+        if moved and moved[0] != k:
+            params[moved[0]].set_value(start[moved[0]])
+        moved[:] = [k]
         params[k].set_value(v)
-        out = func()
-        params[k].set_value(start[k])
-        return out
-    return f
+        return func()
+
+    columns = central_differences(f, start, [default_step(x) for x in start], *_limits(params))
+    if moved:
+        params[moved[0]].set_value(start[moved[0]])
+    return columns
 
 
 @contextlib.contextmanager
@@ -161,8 +173,7 @@ def _restoring(params: list[Parameter]) -> Iterator[list[tf.Tensor]]:
 def _numerical(func: Callable[[], Any], params: list[Parameter]) -> tuple[tf.Tensor, tf.Tensor]:
     f0 = tf.cast(_scalar(func()), tf.float64)
     with _restoring(params) as start:
-        grads = central_differences(_moving(params, start, lambda: tf.cast(_scalar(func()), tf.float64)),
-                                    start, [default_step(x) for x in start], *_limits(params))
+        grads = _differences(params, start, lambda: tf.cast(_scalar(func()), tf.float64))
     return f0, tf.stack(grads) if grads else tf.zeros([0], tf.float64)
 
 
@@ -203,8 +214,7 @@ def hessian(func: Callable[[], Any], params: Sequence[Parameter]) -> tf.Tensor:
     params = _check_params(params)
     with _restoring(params) as start:
         # Steps clipped into the limits, by the rule every finite difference in zcache follows.
-        rows = central_differences(_moving(params, start, lambda: gradient(func, params, numerical=False)),
-                                   start, [default_step(x) for x in start], *_limits(params))
+        rows = _differences(params, start, lambda: gradient(func, params, numerical=False))
     if not rows:
         return tf.zeros([0, 0], tf.float64)
     hess = tf.stack(rows)
