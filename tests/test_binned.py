@@ -298,6 +298,7 @@ def test_binned_data_bad_input_changes_nothing():
 
 
 # == BinnedNLL / ExtendedBinnedNLL ==============================================================
+@slow_modes("mode", "graph")  # graph: 3.8 s
 def test_binned_nll_values_vs_iminuit(mode):
     """2 x differences equal iminuit's, empty bins included; gradient equals iminuit's (halved)."""
     f = Fixture()
@@ -317,6 +318,7 @@ def test_binned_nll_values_vs_iminuit(mode):
     assert traces(loss)[0] == (1 if mode else 0)
 
 
+@slow_modes("mode", "graph")  # graph: 1.6 s
 def test_extended_binned_nll_values_vs_iminuit(mode):
     f = Fixture(extended=True)
     n, xe = np.histogram(sample(150, 450, seed=6), bins=40, range=(LO, HI))
@@ -333,6 +335,7 @@ def test_extended_binned_nll_values_vs_iminuit(mode):
     assert traces(loss)[0] == (1 if mode else 0)
 
 
+@pytest.mark.slow  # 4.6 s; test_loss checks constraints and sums of losses fast
 def test_constraints_and_simultaneous_losses():
     """A GaussianConstraint adds its penalty; binned and unbinned losses add up in a SimultaneousLoss."""
     f = Fixture()
@@ -347,6 +350,7 @@ def test_constraints_and_simultaneous_losses():
     assert float(total.value()) == pytest.approx(float(plain.value()) + float(unbinned.value()), rel=1e-12)
 
 
+@pytest.mark.slow  # 7 s: a fit (the values against iminuit stay in the fast loop)
 def test_binned_nll_fit_vs_iminuit():
     f = Fixture()
     n, xe = np.histogram(sample(3000, 9000, seed=1), bins=40, range=(LO, HI))
@@ -357,6 +361,7 @@ def test_binned_nll_fit_vs_iminuit():
     assert 2.0 * result.fmin == pytest.approx(m.fval, rel=1e-8)  # half of iminuit's chi2-like minimum
 
 
+@pytest.mark.slow  # 7 s: a fit
 def test_extended_binned_nll_fit_vs_iminuit():
     f = Fixture(extended=True)
     n, xe = np.histogram(sample(3000, 9000, seed=2), bins=40, range=(LO, HI))
