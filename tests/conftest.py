@@ -5,7 +5,7 @@ Hypothesis profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE`` (
 tests out (``-m "not slow"``, ``make test-fast``), so that the inner loop runs short property
 tests and state machines and ``make test`` the full ones:
 
-- ``dev``: 4 examples, state machines of at most 8 steps (seconds);
+- ``dev``: 2 examples, state machines of at most 6 steps (seconds: a smoke run of each property);
 - ``ci``: 15 examples, 15 steps (the suite's settings; ``make test``);
 - ``stress``: 400 examples, 50 steps (many minutes; ``make stress`` runs far more, in workers).
 
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, settings
 import zcache
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile("dev", max_examples=4, stateful_step_count=8, deadline=None, suppress_health_check=_HEALTH)
+settings.register_profile("dev", max_examples=2, stateful_step_count=6, deadline=None, suppress_health_check=_HEALTH)
 settings.register_profile("ci", max_examples=15, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH)
 settings.register_profile(
     "stress", max_examples=400, stateful_step_count=50, deadline=None, suppress_health_check=_HEALTH
