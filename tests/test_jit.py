@@ -135,6 +135,7 @@ def test_switching_takes_effect_without_clear_graph_cache():
 
 
 # -- numbers ---------------------------------------------------------------------------------
+@pytest.mark.slow  # 25 s: XLA compiles value, gradient and Hessian (test_new_number_of_events_... compares a compiled value fast)
 def test_values_gradients_hessian_equal_uncompiled(fit):
     loss, _, params = fit
     moved = {"mu": 5.1, "sigma": 0.55, "lam": -0.28, "nsig": 620.0, "nbkg": 1390.0}
@@ -253,6 +254,7 @@ def test_new_number_of_events_recompiles_without_retrace(fit):
 
 # -- refused inputs raise, and change nothing ------------------------------------------------
 @pytest.mark.parametrize("bad", [np.nan, 8.0, np.inf], ids=["nan", "above", "inf"])
+@pytest.mark.slow  # 16 s a case: XLA compiles the three functions (test_refused_write_... is the fast refusal under jit)
 def test_value_at_refuses_bad_values_under_jit(fit, bad):
     loss, data, params = fit
     caches = zcache.precompute(loss).cached
