@@ -185,9 +185,20 @@ GRADIENT_CASES = ["cb_left", "cb_right", "cb_n_1", "dcb", "argus_scipy", "argus_
 SAMPLE_CASES = [c.id for c in CASES if c.sample]
 
 
-def cases(ids=None):
+#: the first case of each shape: the only ones whose graph-mode copies run in the fast loop
+#: (each graph case traces, ~0.7 s; the eager copies run every case)
+FAST_GRAPH_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
+
+
+def cases(ids=None, modes=False):
+    """Parametrize ``case`` (with ``modes``: ``case`` and conftest's ``mode``, ids "graph-<case>"
+    and "eager-<case>", the graph copies of cases outside FAST_GRAPH_CASES marked slow)."""
     chosen = CASES if ids is None else [BY_ID[i] for i in ids]
-    return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+    if not modes:
+        return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+    params = [pytest.param(c, m, id=f"{name}-{c.id}", marks=[pytest.mark.slow] if m and c.id not in FAST_GRAPH_CASES else [])
+              for name, m in (("graph", True), ("eager", False)) for c in chosen]
+    return pytest.mark.parametrize(("case", "mode"), params, indirect=["mode"])
 
 
 def grid(case):
@@ -200,7 +211,7 @@ def grid(case):
 
 
 # == densities ====================================================================================
-@cases()
+@cases(modes=True)
 def test_pdf_matches_reference(case, mode):
     """pdf (traced or eager) equals the reference renormalized over the space by quad, ~1e-10 relative."""
     model, _ = case.model()
@@ -224,7 +235,7 @@ def test_normalization_and_sub_intervals(case):
         np.testing.assert_allclose(float(model.integrate(a, b)), case.integral(a, b) / z, rtol=1e-9, atol=1e-15)
 
 
-@cases()
+@cases(modes=True)
 def test_integral_broadcasts_over_bin_edges(case, mode):
     """_integral(lower_edges, upper_edges) with 1-D tensors equals the per-bin integrals and quad."""
     model, _ = case.model()
@@ -256,7 +267,7 @@ def _gradient_points(case):
     return np.concatenate([x, ends])
 
 
-@cases(GRADIENT_CASES)
+@cases(GRADIENT_CASES, modes=True)
 def test_gradient_of_sum_log_pdf(case, mode):
     """d sum_log_pdf / d parameter (traced or eager) against 4-point central differences of the reference."""
     model, pars = case.model()
