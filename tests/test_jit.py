@@ -341,6 +341,7 @@ def test_bad_set_data_inside_a_compiled_function(fit):
                                                    "nbkg": 1400.0}
 
 
+@pytest.mark.slow  # 4 s: a fit under XLA
 def test_nan_loss_raises_fit_error_under_jit():
     space = Space("x", 0.0, 10.0)
     mu = zcache.Parameter("mu_nan", 1.0, lower=0.0, upper=10.0)
@@ -408,6 +409,7 @@ def test_what_xla_cannot_compile_runs_uncompiled():
 
 
 # -- a fit -------------------------------------------------------------------------------------
+@pytest.mark.slow  # 15 s: two fits, XLA compiles
 def test_minuit_fit_same_with_jit_on_and_off(fit):
     from zcache.minimize import Minuit
 
@@ -425,6 +427,7 @@ def test_minuit_fit_same_with_jit_on_and_off(fit):
     assert r1.fmin == pytest.approx(r0.fmin, rel=1e-10)
 
 
+@pytest.mark.slow  # 3 s (test_new_number_of_events_recompiles_without_retrace is the fast check)
 def test_set_data_to_another_number_of_events_inside_a_compiled_function(fit):
     loss, data, _ = fit
     good = data.numpy().copy()
