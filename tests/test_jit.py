@@ -470,6 +470,7 @@ def _variable_shapes(loss):
                   for g in _compiled_graphs(fn) for v in g.variables)
 
 
+@pytest.mark.slow  # 17 s: XLA compiles per capacity
 def test_padded_data_new_sizes_neither_retrace_nor_recompile():
     import time
 
@@ -508,6 +509,7 @@ def test_padded_data_new_sizes_neither_retrace_nor_recompile():
         assert [f.trace_count for f in loss.functions()] == traces
 
 
+@pytest.mark.slow  # 16 s: two toy studies
 def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
     """A toy study on padded data, compiled: no retrace after the first toy, same fits as without XLA."""
     from zcache.minimize import Minuit
@@ -533,6 +535,7 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
 
 # -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
 @pytest.mark.parametrize("exact", [False, True], ids=["differences", "exact"])
+@pytest.mark.slow  # XLA compiles Hessians of line shapes
 def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
     """hessian_at with a mass and a width floating, through complex 1/z and sqrt: compiled (True and
     'auto', repeated) equals graph mode and eager, which equal central differences of the gradient;
@@ -560,6 +563,7 @@ def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
 
 
 # -- an amplitude fit ----------------------------------------------------------------------------
+@pytest.mark.slow  # XLA compiles a Dalitz amplitude loss
 def test_amplitude_loss_compiles_and_keeps_its_mass_check():
     """A Dalitz amplitude loss compiles (a mass whose limits lie inside the channel's range needs no
     in-graph check); a mass without such limits keeps the check, runs uncompiled, and still raises."""

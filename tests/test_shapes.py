@@ -186,17 +186,22 @@ SAMPLE_CASES = [c.id for c in CASES if c.sample]
 
 
 #: the first case of each shape: the only ones whose graph-mode copies run in the fast loop
-#: (each graph case traces, ~0.7 s; the eager copies run every case)
-FAST_GRAPH_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
+#: (each graph case traces, ~0.7 s)
+FIRST_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
 
 
-def cases(ids=None, modes=False):
-    """Parametrize ``case`` (with ``modes``: ``case`` and conftest's ``mode``, ids "graph-<case>"
-    and "eager-<case>", the graph copies of cases outside FAST_GRAPH_CASES marked slow)."""
+def cases(ids=None, modes=False, every_eager=True):
+    """Parametrize ``case``; with ``modes``, ``case`` and conftest's ``mode`` (ids "graph-<case>",
+    "eager-<case>"), where the fast loop (``-m "not slow"``) runs the graph copies of FIRST_CASES
+    only, and with ``every_eager=False`` (costly references) their eager copies only too."""
     chosen = CASES if ids is None else [BY_ID[i] for i in ids]
     if not modes:
         return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
-    params = [pytest.param(c, m, id=f"{name}-{c.id}", marks=[pytest.mark.slow] if m and c.id not in FAST_GRAPH_CASES else [])
+
+    def slow(c, graph):
+        return c.id not in FIRST_CASES and (graph or not every_eager)
+
+    params = [pytest.param(c, m, id=f"{name}-{c.id}", marks=[pytest.mark.slow] if slow(c, m) else [])
               for name, m in (("graph", True), ("eager", False)) for c in chosen]
     return pytest.mark.parametrize(("case", "mode"), params, indirect=["mode"])
 
@@ -235,7 +240,7 @@ def test_normalization_and_sub_intervals(case):
         np.testing.assert_allclose(float(model.integrate(a, b)), case.integral(a, b) / z, rtol=1e-9, atol=1e-15)
 
 
-@cases(modes=True)
+@cases(modes=True, every_eager=False)  # eager: 0.5 s a case (24 bins' integrals, quad)
 def test_integral_broadcasts_over_bin_edges(case, mode):
     """_integral(lower_edges, upper_edges) with 1-D tensors equals the per-bin integrals and quad."""
     model, _ = case.model()
@@ -267,7 +272,7 @@ def _gradient_points(case):
     return np.concatenate([x, ends])
 
 
-@cases(GRADIENT_CASES, modes=True)
+@cases(GRADIENT_CASES, modes=True, every_eager=False)  # eager: 1 s a case (differences of quad)
 def test_gradient_of_sum_log_pdf(case, mode):
     """d sum_log_pdf / d parameter (traced or eager) against 4-point central differences of the reference."""
     model, pars = case.model()
