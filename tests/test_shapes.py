@@ -190,13 +190,16 @@ SAMPLE_CASES = [c.id for c in CASES if c.sample]
 FIRST_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
 
 
-def cases(ids=None, modes=False, every_eager=True):
-    """Parametrize ``case``; with ``modes``, ``case`` and conftest's ``mode`` (ids "graph-<case>",
-    "eager-<case>"), where the fast loop (``-m "not slow"``) runs the graph copies of FIRST_CASES
-    only, and with ``every_eager=False`` (costly references) their eager copies only too."""
+def cases(ids=None, modes=False, every_eager=True, fast=None):
+    """Parametrize ``case`` (those outside ``fast``, where given, marked slow); with ``modes``,
+    ``case`` and conftest's ``mode`` (ids "graph-<case>", "eager-<case>"), where the fast loop
+    (``-m "not slow"``) runs the graph copies of FIRST_CASES only, and with ``every_eager=False``
+    (costly references) their eager copies only too."""
     chosen = CASES if ids is None else [BY_ID[i] for i in ids]
     if not modes:
-        return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+        return pytest.mark.parametrize("case", [
+            pytest.param(c, id=c.id, marks=[pytest.mark.slow] if fast is not None and c.id not in fast else [])
+            for c in chosen])
 
     def slow(c, graph):
         return c.id not in FIRST_CASES and (graph or not every_eager)
@@ -353,7 +356,8 @@ def test_faddeeva_against_scipy_and_its_derivative():
 
 
 # == sampling =====================================================================================
-@cases(SAMPLE_CASES)
+# 1-4 s a case: the fast loop samples the first cases but the Voigtian's (4 s; the same sampler)
+@cases(SAMPLE_CASES, fast=FIRST_CASES - {"voigt"})
 def test_sample_follows_truncated_reference(case):
     """A seeded sample lies in the space and passes a KS test against the reference CDF (quad)."""
     model, _ = case.model()
