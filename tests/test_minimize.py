@@ -459,6 +459,7 @@ def test_second_fit_does_not_change_minos_of_the_first(ext_sample):
     assert current_values(p) == after_second
 
 
+@pytest.mark.slow  # 3.7 s: a scipy fit
 def test_minos_and_profile_need_a_minuit_result(sample):
     from zcache.minimize import Scipy
 
@@ -507,8 +508,9 @@ def _np_logp(x, p):
     return scipy.stats.norm.logpdf(x, p[0], p[1]) - np.log(norm)
 
 
-@pytest.mark.parametrize("minimizer", ["Minuit", "Scipy"])
-@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+@pytest.mark.parametrize(("weightcorr", "minimizer"), [  # 3-5 s a fit: the fast loop fits one
+    pytest.param(w, m, id=f"{w}-{m}", marks=[] if (w, m) == ("asymptotic", "Minuit") else [pytest.mark.slow])
+    for w in ("asymptotic", "sumw2", None) for m in ("Minuit", "Scipy")])
 def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     """Values equal iminuit on a numpy weighted NLL; corrected errors equal the sandwich formulas
     computed with numdifftools (asymptotic: H^-1 (sum w^2 g g^T) H^-1; sumw2: H^-1 H_w2 H^-1)."""
