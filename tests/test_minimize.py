@@ -550,6 +550,7 @@ def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     assert result.to_dict()["weightcorr"] == weightcorr
 
 
+@pytest.mark.slow  # 6 s: two fits
 def test_constant_weights_sumw2_gives_the_unweighted_errors():
     """w = c for every event: H_w = cH and H_w2 = c^2 H, so sumw2 gives exactly H^-1 of the unweighted fit."""
     x, _ = _weighted_setup(seed=12, n=2000)
@@ -566,6 +567,7 @@ def test_constant_weights_sumw2_gives_the_unweighted_errors():
         assert weighted.errors[name] == pytest.approx(plain.errors[name], rel=1e-3)
 
 
+@pytest.mark.slow  # 4.6 s: a fit
 def test_weighted_extended_fit_with_constraint_asymptotic():
     """Extended weighted fit with a Gaussian constraint: D gains the constraint's Hessian."""
     import numdifftools as nd
@@ -603,6 +605,7 @@ def test_unknown_weightcorr_is_refused():
         Scipy(weightcorr="sumw3")
 
 
+@pytest.mark.slow  # 5.6 s: fits
 def test_weights_all_one_need_no_correction():
     """A weighted dataset whose weights are all 1 (a toy drawn into it) gets plain HESSE errors."""
     x, _ = _weighted_setup(seed=14, n=1000)
@@ -616,6 +619,7 @@ def test_weights_all_one_need_no_correction():
     assert ones.errors == pytest.approx(plain.errors, rel=1e-6)
 
 
+@pytest.mark.slow  # 5 s: fits
 def test_minuit_computes_each_gradient_and_hessian_once(ext_sample):
     """During MIGRAD + HESSE a gradient or Hessian at a point already evaluated is not recomputed.
 
@@ -672,8 +676,9 @@ def _background_only(tag: str, nsig_upper: float):
     return loss, [sigma, lam, nsig, nbkg], nll
 
 
-@pytest.mark.parametrize("nsig_upper", [1e3, 1e6], ids=["near-limit", "at-limit"])
-@pytest.mark.parametrize("mode", ["graph", "eager", "jit"])
+@pytest.mark.parametrize(("mode", "nsig_upper"), [  # a fit each: the fast loop fits one
+    pytest.param(m, u, id=f"{m}-{i}", marks=[] if (m, i) == ("graph", "at-limit") else [pytest.mark.slow])
+    for m in ("graph", "eager", "jit") for u, i in ((1e3, "near-limit"), (1e6, "at-limit"))])
 def test_yield_fitted_at_its_lower_limit_is_a_valid_fit(nsig_upper, mode):
     """Issue 23.1: a yield that ends at its limit 0 gives a valid fit with finite errors, as iminuit does.
 
@@ -734,6 +739,7 @@ def test_minuit_hessian_with_a_fixed_parameter_is_exact():
     np.testing.assert_allclose(ends["sigma"], [low, high], rtol=0, atol=1e-3 * (high - low) / 2)
 
 
+@pytest.mark.slow  # a fit and MINOS (test_plot draws MINOS errors fast)
 def test_minos_takes_a_list_of_names(sample):
     """Issue 23.9: ``result.minos(["mu"])`` as many users write it; a non-string name is a FitError."""
     mu, sigma, loss = _gauss_fit(sample, "ml")
