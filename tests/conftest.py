@@ -43,6 +43,18 @@ def pytest_configure(config):
         settings.load_profile("dev")
 
 
+#: doctests too costly for the fast loop (zcache.batch's examples compile batched fits: 12 s)
+SLOW_DOCTESTS = ("zcache/batch.py::",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items):
+    """Mark the doctests named in ``SLOW_DOCTESTS`` slow (a doctest has no decorator to carry the mark)."""
+    for item in items:
+        if item.nodeid.startswith(SLOW_DOCTESTS):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _restore_modes():
     """Restore graph/autograd modes and drop traced graphs around every test."""

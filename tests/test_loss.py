@@ -622,9 +622,10 @@ def test_weighted_nll_value_and_gradient(mode, extended):
 
 
 # == padded data (shape buckets) ===============================================================
-@pytest.mark.parametrize("extended", [False, True], ids=["nll", "extended"])
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@slow_modes("graph_mode", "graph")  # graph: 6 s a case (test_parameter checks padded data in a traced function fast)
+# 4-6 s a case: the fast loop runs eager-unweighted-nll (test_parameter checks padded data in a traced function)
+@pytest.mark.parametrize("extended", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["nll", "extended"])
+@pytest.mark.parametrize("weighted", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unweighted", "weighted"])
+@slow_modes("graph_mode", "graph")
 def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
     """A padded dataset (capacity=) gives the loss, gradient and Hessian of the same events unpadded,
     to 1e-12, against numpy too; set_data to other sizes within the capacity keeps that."""
@@ -655,7 +656,8 @@ def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
         assert float(m.sum_log_pdf(padded)) == pytest.approx(float(m.sum_log_pdf(plain)), rel=1e-12)
 
 
-@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+@pytest.mark.parametrize("weightcorr", [pytest.param("asymptotic", marks=pytest.mark.slow),
+                                        pytest.param("sumw2", marks=pytest.mark.slow), None])  # 2.6-4.8 s a case
 def test_weighted_loss_refuses_weights_summing_to_zero_or_less(weightcorr):
     """Regression (issue 23, symptom 4): with all weights 0 the fit was 'valid' with errors 0.0
     (asymptotic, sumw2) or 2.99 / 2.32 (None). No weighted loss can hold such weights: set_data

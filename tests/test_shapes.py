@@ -190,11 +190,11 @@ SAMPLE_CASES = [c.id for c in CASES if c.sample]
 FIRST_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
 
 
-def cases(ids=None, modes=False, every_eager=True, fast=None):
+def cases(ids=None, modes=False, every_eager=True, fast=None, fast_graph=FIRST_CASES):
     """Parametrize ``case`` (those outside ``fast``, where given, marked slow); with ``modes``,
     ``case`` and conftest's ``mode`` (ids "graph-<case>", "eager-<case>"), where the fast loop
-    (``-m "not slow"``) runs the graph copies of FIRST_CASES only, and with ``every_eager=False``
-    (costly references) their eager copies only too."""
+    (``-m "not slow"``) runs the graph copies of ``fast_graph`` cases only, and with
+    ``every_eager=False`` (costly references) the eager copies of FIRST_CASES only."""
     chosen = CASES if ids is None else [BY_ID[i] for i in ids]
     if not modes:
         return pytest.mark.parametrize("case", [
@@ -202,7 +202,7 @@ def cases(ids=None, modes=False, every_eager=True, fast=None):
             for c in chosen])
 
     def slow(c, graph):
-        return c.id not in FIRST_CASES and (graph or not every_eager)
+        return c.id not in fast_graph if graph else (not every_eager and c.id not in FIRST_CASES)
 
     params = [pytest.param(c, m, id=f"{name}-{c.id}", marks=[pytest.mark.slow] if slow(c, m) else [])
               for name, m in (("graph", True), ("eager", False)) for c in chosen]
@@ -275,7 +275,7 @@ def _gradient_points(case):
     return np.concatenate([x, ends])
 
 
-@cases(GRADIENT_CASES, modes=True, every_eager=False)  # eager: 1 s a case (differences of quad)
+@cases(GRADIENT_CASES, modes=True, every_eager=False, fast_graph={"cb_left"})  # 1-6 s a case (differences of quad)
 def test_gradient_of_sum_log_pdf(case, mode):
     """d sum_log_pdf / d parameter (traced or eager) against 4-point central differences of the reference."""
     model, pars = case.model()
@@ -456,6 +456,7 @@ def test_other_bad_input():
 
 
 # == fit ==========================================================================================
+@pytest.mark.slow  # 8.5 s: two fits
 def test_crystal_ball_fit_recovers_truth_and_matches_iminuit():
     """An unbinned fit recovers the truth within 3 sigma and agrees with iminuit + scipy's reference."""
     lo, hi = -8.0, 4.0

@@ -81,6 +81,7 @@ def test_run_toys_rejects_bad_input():
         run_toys(model, loss, n_toys=1)
 
 
+@pytest.mark.slow  # 3.7 s: a second study (test_toy_result_table_and_summary runs one fast)
 def test_run_toys_puts_the_users_data_back():
     """The loss's dataset is refilled per toy; afterwards it holds the user's events and weights
     again (a refit or a plot after a toy study must not see the last toy)."""
@@ -125,6 +126,7 @@ def test_the_same_seed_gives_the_same_datasets_whatever_the_batch():
     assert {p.name: float(p) for p in loss.params} == serial.truth  # parameters back at the truth
 
 
+@pytest.mark.slow  # 27 s: toys refitted with MIGRAD
 def test_a_toy_at_a_limit_is_refitted_with_migrad_and_flagged():
     """The signal mean's upper limit sits 0.3 sigma above the truth: the toys whose minimum lies
     beyond it cannot converge in the batch; they are refitted with MIGRAD, one by one, flagged."""
