@@ -43,15 +43,22 @@ def pytest_configure(config):
         settings.load_profile("dev")
 
 
-#: doctests too costly for the fast loop (zcache.batch's examples compile batched fits: 12 s)
-SLOW_DOCTESTS = ("zcache/batch.py::",)
+#: doctests too costly for the fast loop (2-14 s each: batched or toy fits, MINOS and profiles,
+#: ampform models); the fast loop keeps each module's other examples
+SLOW_DOCTESTS = {f"zcache/{name}" for name in (
+    "batch.py::zcache.batch", "batch.py::zcache.batch.BatchedLoss", "toys.py::zcache.toys",
+    "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
+    "symbolic.py::zcache.symbolic.from_helicity_model", "symbolic.py::zcache.symbolic.phasespace_generator",
+    *(f"minimize.py::zcache.minimize.{n}" for n in ("FitResult.minos", "FitResult.profile", "FitResult.to_dict",
+                                                     "FitResult.to_pandas", "Scipy")),
+)}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items):
     """Mark the doctests named in ``SLOW_DOCTESTS`` slow (a doctest has no decorator to carry the mark)."""
     for item in items:
-        if item.nodeid.startswith(SLOW_DOCTESTS):
+        if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
 
 
