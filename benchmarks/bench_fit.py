@@ -112,7 +112,7 @@ def _scaled(setup: peers.GaussExpSetup, n_events: int, seed: int) -> peers.Gauss
 FULL = Config(fit_setup=peers.FIT50K, fit_repeats=10, eager_repeats=2, toy_setup=peers.TOY10K, n_toys=100,
               ks=(2, 4, 8), k_events=200_000, k_repeats=3)
 QUICK = Config(fit_setup=_scaled(peers.FIT50K, 5_000, seed=5), fit_repeats=2, eager_repeats=0,
-               toy_setup=_scaled(peers.TOY10K, 2_000, seed=2), n_toys=3, ks=(2,), k_events=2_000, k_repeats=1)
+               toy_setup=_scaled(peers.TOY10K, 2_000, seed=2), n_toys=2, ks=(2,), k_events=2_000, k_repeats=1)
 
 
 # -- zcache side -----------------------------------------------------------------------------

@@ -204,9 +204,9 @@ def run(quick: bool) -> list[tuple[str, str]]:
     Parameters
     ----------
     quick : bool
-        10k events only, 2 repeats, 50 calls (a smoke test).
+        10k events only, 2 repeats, 10 calls (a smoke test: its time is the traces and XLA compiles).
     """
-    rows = measure(sizes=(10_000,), repeats=2, calls=50) if quick else measure()
+    rows = measure(sizes=(10_000,), repeats=2, calls=10) if quick else measure()
     by = {(r["n"], r["jit"]): r for r in rows}
     ratios = []
     for n in sorted({r["n"] for r in rows}):
@@ -217,7 +217,7 @@ def run(quick: bool) -> list[tuple[str, str]]:
     say = ("Extended Gauss + Exponential, 5 free parameters, precomputed; jit off and 'auto' interleaved "
            "repeat by repeat. " + " ".join(ratios) + " The first fit with XLA pays the compile of value, "
            "value+gradient and Hessian; a new number of events compiles once more (last-but-one column).")
-    amp = measure_amplitude(n=5_000, repeats=2, calls=4) if quick else measure_amplitude()
+    amp = measure_amplitude(n=2_000, repeats=2, calls=2) if quick else measure_amplitude()
     off, on = amp
     amp_say = (f"Median of interleaved repeats. With XLA a coupling step costs {on['couplings_ms'] / off['couplings_ms']:.2f}x "
                f"and a mass step {on['mass_ms'] / off['mass_ms']:.2f}x the uncompiled call; the caches (amplitude "

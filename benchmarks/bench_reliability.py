@@ -78,7 +78,7 @@ class Config:
 
 
 FULL = Config(toys=1000, new_model_toys=200, unfixed_toys=100, warmup=5, steps=5, samples=4)
-QUICK = Config(toys=20, new_model_toys=2, unfixed_toys=1, warmup=1, steps=3, samples=1)
+QUICK = Config(toys=10, new_model_toys=2, unfixed_toys=1, warmup=1, steps=3, samples=1)
 
 
 class CoreFit:

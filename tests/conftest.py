@@ -5,7 +5,7 @@ Hypothesis profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE`` (
 tests out (``-m "not slow"``, ``make test-fast``), so that the inner loop runs short property
 tests and state machines and ``make test`` the full ones:
 
-- ``dev``: 4 examples, state machines of at most 8 steps (seconds);
+- ``dev``: 2 examples, state machines of at most 6 steps (seconds: a smoke run of each property);
 - ``ci``: 15 examples, 15 steps (the suite's settings; ``make test``);
 - ``stress``: 400 examples, 50 steps (many minutes; ``make stress`` runs far more, in workers).
 
@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, settings
 import zcache
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile("dev", max_examples=4, stateful_step_count=8, deadline=None, suppress_health_check=_HEALTH)
+settings.register_profile("dev", max_examples=2, stateful_step_count=6, deadline=None, suppress_health_check=_HEALTH)
 settings.register_profile("ci", max_examples=15, stateful_step_count=15, deadline=None, suppress_health_check=_HEALTH)
 settings.register_profile(
     "stress", max_examples=400, stateful_step_count=50, deadline=None, suppress_health_check=_HEALTH
@@ -41,6 +41,25 @@ def pytest_configure(config):
         return
     if re.search(r"\bnot\s+slow\b", config.getoption("markexpr", "") or ""):
         settings.load_profile("dev")
+
+
+#: doctests too costly for the fast loop (2-14 s each: batched or toy fits, MINOS and profiles,
+#: ampform models); the fast loop keeps each module's other examples
+SLOW_DOCTESTS = {f"zcache/{name}" for name in (
+    "batch.py::zcache.batch", "batch.py::zcache.batch.BatchedLoss", "toys.py::zcache.toys",
+    "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
+    "symbolic.py::zcache.symbolic.from_helicity_model", "symbolic.py::zcache.symbolic.phasespace_generator",
+    "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results",
+    *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
+)}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items):
+    """Mark the doctests named in ``SLOW_DOCTESTS`` slow (a doctest has no decorator to carry the mark)."""
+    for item in items:
+        if item.nodeid in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

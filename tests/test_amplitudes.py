@@ -489,7 +489,7 @@ def test_wigner_d_gradient():
 
 
 # -- amplitude columns -----------------------------------------------------------------------------
-_COLUMN_CASES = [  # masses, channels, spin, m0, g0, graph mode too? (each graph case costs a trace)
+_COLUMN_CASES = [  # masses, channels, spin, m0, g0, graph mode too? (each graph case costs a trace; "slow": marked slow)
     (MASSES, ("12", "13"), 1, 0.8955, 0.0473, True),  # K*(892) in D+ -> K- pi+ pi+, Bose-symmetrized
     (MASSES, ("12", "13"), 0, 1.425, 0.27, False),
     (MASSES, ("12", "13"), 2, 1.4324, 0.109, False),
@@ -497,14 +497,14 @@ _COLUMN_CASES = [  # masses, channels, spin, m0, g0, graph mode too? (each graph
     (MASSES_LC, ("12",), 2, 1.82, 0.08, False),  # Lambda(1820) -> p K-
     (MASSES_LC, ("13",), 1, 1.232, 0.117, False),  # Delta++ -> p pi+
     (MASSES_LC, ("23",), 1, 0.8955, 0.0473, False),  # K*0 -> K- pi+
-    (MASSES_LC, ("13", "23"), 2, 1.25, 0.1, True),
+    (MASSES_LC, ("13", "23"), 2, 1.25, 0.1, "slow"),
 ]
 
 
 @pytest.mark.parametrize(
     ("masses", "channels", "spin", "m0", "g0", "mode"),
     [pytest.param(*case[:5], m, id=f"{'D' if case[0] is MASSES else 'Lc'}-{'+'.join(case[1])}-L{case[2]}-"
-                  f"{'graph' if m else 'eager'}")
+                  f"{'graph' if m else 'eager'}", marks=[pytest.mark.slow] if m and case[5] == "slow" else [])
      for case in _COLUMN_CASES for m in ((True, False) if case[5] else (False,))],
     indirect=["mode"],
 )
@@ -648,7 +648,7 @@ def test_extended_amplitude_pdf(kin, mc, x_mc, x_data):
         assert {p.name for p in loss.params} == {"c_e_mag", "c_e_phase", "n_sig"}
 
 
-@slow_modes("mode", "graph")  # graph: 5 s
+@slow_modes("mode", "graph", "eager")  # graph 5 s, eager 6 s (numdifftools); test_partial_recompute is the fast check
 def test_cached_equals_uncached_values_and_gradients(kin, mc, data, x_mc, x_data, mode):
     """Cached and uncached pdfs, NLLs and gradients agree to 1e-12 (gradients 1e-10) in graph and
     eager mode, before and after changing couplings and a resonance mass, and match numpy and
@@ -1021,6 +1021,7 @@ def test_mass_parameter_moved_outside_the_range_is_a_model_error(graph):
             f()
 
 
+@pytest.mark.slow  # 3 s; test_envelope_error_quotes_the_safety_factor_the_code_uses is its fast twin
 def test_sampling_refuses_an_envelope_that_is_too_low():
     """A resonance narrower than the phase-space sample resolves: refused, not silently biased."""
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
@@ -1047,6 +1048,7 @@ def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
     assert quoted is not None and float(quoted.group(1)) == zcache.amplitudes._FMAX_SAFETY, str(err.value)
 
 
+@pytest.mark.slow  # 7 s: a fit
 def test_padded_data_in_an_amplitude_fit(kin, mc, x_data, x_mc):
     """Padded fit data (capacity=): the NLL of the events, against numpy; a padded phase-space
     sample is refused (its integrals are means over every row)."""
@@ -1065,6 +1067,7 @@ def test_padded_data_in_an_amplitude_fit(kin, mc, x_data, x_mc):
         w.amp.integral_matrix(padded_mc)
 
 
+@pytest.mark.slow  # 4.6 s
 def test_mass_check_inside_a_cache_raises_its_error_in_a_traced_loss(kin, mc, data):
     """A check that fails inside a cache's miss branch cancels the ops beside it, and TensorFlow
     may report that cancellation (CancelledError) instead: the call is undone and rerun eagerly,

@@ -44,6 +44,7 @@ def _padded(datasets, rows):
 
 
 @pytest.mark.parametrize("graph", [True, False], ids=["graph", "eager"])
+@pytest.mark.slow  # 6-7 s a case (test_weighted_data_keep_their_weights_per_toy checks per-toy values fast)
 def test_value_and_gradient_equal_the_serial_loss_on_padded_toys(graph):
     """Each toy's value and gradient (toys of different sizes, padded with weight 0) equal the
     serial loss on that toy's events alone, in either mode of the serial loss."""
@@ -85,6 +86,7 @@ def test_a_failed_check_flags_its_toy_and_raises_nothing():
     assert np.isfinite(f[[0, 2]]).all()
 
 
+@pytest.mark.slow  # 26 s: 16 batched fits, 6 MIGRAD fits
 def test_batched_fits_equal_migrad_and_numdifftools():
     """16 toys of ~1k events: values within 1e-3 of the error of a tightly converged MIGRAD fit,
     fmin within 1e-6 relative (to 1e-9 here), errors equal to numdifftools' Hessian."""
@@ -119,6 +121,7 @@ def test_batched_fits_equal_migrad_and_numdifftools():
     assert fit.fmin[15] == pytest.approx(nll(fit.values[15]), rel=1e-12)
 
 
+@pytest.mark.slow  # 18 s: compiles the batched minimizer
 def test_a_toy_that_cannot_converge_is_flagged():
     """One BFGS step is not enough: no toy is called converged."""
     model, loss, params = _gauss_exp("nc")
@@ -182,6 +185,7 @@ def test_bad_input_gets_named_errors():
         batched.value_and_gradient(np.zeros((2, 1)), np.zeros((2, 4)), weights)
 
 
+@pytest.mark.slow  # 22 s: a Dalitz model; test_caches_that_no_toy_input_reaches_... is the fast check of served caches
 def test_an_amplitude_model_batches_and_its_integrals_are_served():
     """zcache.amplitudes unchanged: a Dalitz model with K*(892) and K0*(1430) (couplings floating)
     evaluates per toy as the serial loss does; the phase-space integrals, which no toy input

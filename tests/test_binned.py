@@ -298,6 +298,7 @@ def test_binned_data_bad_input_changes_nothing():
 
 
 # == BinnedNLL / ExtendedBinnedNLL ==============================================================
+@slow_modes("mode", "graph")  # graph: 3.8 s
 def test_binned_nll_values_vs_iminuit(mode):
     """2 x differences equal iminuit's, empty bins included; gradient equals iminuit's (halved)."""
     f = Fixture()
@@ -317,6 +318,7 @@ def test_binned_nll_values_vs_iminuit(mode):
     assert traces(loss)[0] == (1 if mode else 0)
 
 
+@slow_modes("mode", "graph")  # graph: 1.6 s
 def test_extended_binned_nll_values_vs_iminuit(mode):
     f = Fixture(extended=True)
     n, xe = np.histogram(sample(150, 450, seed=6), bins=40, range=(LO, HI))
@@ -333,6 +335,7 @@ def test_extended_binned_nll_values_vs_iminuit(mode):
     assert traces(loss)[0] == (1 if mode else 0)
 
 
+@pytest.mark.slow  # 4.6 s; test_loss checks constraints and sums of losses fast
 def test_constraints_and_simultaneous_losses():
     """A GaussianConstraint adds its penalty; binned and unbinned losses add up in a SimultaneousLoss."""
     f = Fixture()
@@ -347,6 +350,7 @@ def test_constraints_and_simultaneous_losses():
     assert float(total.value()) == pytest.approx(float(plain.value()) + float(unbinned.value()), rel=1e-12)
 
 
+@pytest.mark.slow  # 7 s: a fit (the values against iminuit stay in the fast loop)
 def test_binned_nll_fit_vs_iminuit():
     f = Fixture()
     n, xe = np.histogram(sample(3000, 9000, seed=1), bins=40, range=(LO, HI))
@@ -357,6 +361,7 @@ def test_binned_nll_fit_vs_iminuit():
     assert 2.0 * result.fmin == pytest.approx(m.fval, rel=1e-8)  # half of iminuit's chi2-like minimum
 
 
+@pytest.mark.slow  # 7 s: a fit
 def test_extended_binned_nll_fit_vs_iminuit():
     f = Fixture(extended=True)
     n, xe = np.histogram(sample(3000, 9000, seed=2), bins=40, range=(LO, HI))
@@ -365,6 +370,7 @@ def test_extended_binned_nll_fit_vs_iminuit():
     assert_same_fit(result, m, nd_errors)
 
 
+@pytest.mark.slow  # 3.8 s
 def test_binned_nll_renormalizes_over_a_partial_histogram():
     """A histogram over part of the space: BinnedNLL renormalizes over the bins, the extended NLL does not."""
     f = Fixture(extended=True)
@@ -388,7 +394,7 @@ def test_binned_nll_renormalizes_over_a_partial_histogram():
     assert 2.0 * (values[0][1] - values[1][1]) == pytest.approx(cost(*ya) - cost(*yb), rel=1e-9)
 
 
-@slow_modes("mode", "eager")
+@slow_modes("mode", "graph", "eager")  # graph: 8 s, two fits over toys
 def test_binned_nll_toy_loop_no_retrace(mode):
     """set_counts on a traced loss: the value follows the new counts, nothing retraces, fits too."""
     f = Fixture()
@@ -454,6 +460,7 @@ def numpy_chi2(n, var, mu):
     return np.sum((n[keep] - mu[keep]) ** 2 / var[keep])
 
 
+@slow_modes("mode", "graph")  # graph: 3 s
 def test_binned_chi2_values(mode):
     """Against the numpy formula: extended (the yields fitted) and not (scaled to the total); weighted hist."""
     x = sample(2000, 6000, seed=12)
@@ -480,6 +487,7 @@ def test_binned_chi2_values(mode):
     assert traces(ext)[0] == (1 if mode else 0)
 
 
+@pytest.mark.slow  # 7 s: a fit
 def test_binned_chi2_fit_vs_iminuit():
     """The least-squares fit users expect: zcache vs iminuit minimizing the numpy chi2 (errordef 1)."""
     y = Fixture(extended=True)
@@ -507,7 +515,7 @@ def templates_and_data(seed):
     return xe, sig, bkg, data
 
 
-@pytest.mark.parametrize("method", ["jsc", "da"])
+@pytest.mark.parametrize("method", [pytest.param("jsc", marks=pytest.mark.slow), "da"])  # jsc graph: 2 s
 def test_template_values_vs_iminuit(method, mode):
     xe, sig, bkg, n = templates_and_data(15)
     loss = Template(BinnedData(n, xe), [sig, bkg], method=method)
@@ -534,6 +542,7 @@ def test_template_values_vs_iminuit(method, mode):
     assert traces(loss) == before
 
 
+@pytest.mark.slow  # 3 s: a fit
 def test_template_weighted_hist_templates_fit_vs_iminuit():
     """hist templates with Weight storage: their variances enter; fitted yields and errors as iminuit's."""
     rng = np.random.default_rng(16)

@@ -180,7 +180,7 @@ def test_second_order_traced_is_exact(model):
     assert traced.trace_count == 1
 
 
-@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("traced", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "traced"])  # 1.6 s
 def test_hessian_helper(model, traced):
     x, p, q, cache, _ = model
     f = lambda: cache.value() ** 2  # noqa: E731
@@ -380,6 +380,7 @@ def test_threads_never_see_stale_values():
     assert errors == []
 
 
+@pytest.mark.slow  # 1.9 s
 def test_many_traced_dependents_are_invalidated_in_one_batch():
     p = zcache.Parameter("p", 1.0)
     caches = [zcache.CachedTensor(lambda k=k: p.value() * k, name=f"c{k}") for k in range(12)]

@@ -28,9 +28,11 @@ def setup():
     return x, a, b, shape, loss, numpy_loss
 
 
-@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
-@pytest.mark.parametrize("autograd", [True, False], ids=["autograd", "numerical"])
-def test_gradient_matches_numdifftools(setup, traced, autograd):
+@pytest.mark.parametrize(("autograd", "traced"), [
+    pytest.param(a, t, id=f"{'autograd' if a else 'numerical'}-{'traced' if t else 'eager'}",
+                 marks=[pytest.mark.slow] if t and not a else [])  # numerical-traced: 2.5 s (traced steps)
+    for a in (True, False) for t in (False, True)])
+def test_gradient_matches_numdifftools(setup, autograd, traced):
     _, a, b, shape, loss, numpy_loss = setup
     want = nd.Gradient(numpy_loss)([0.8, -0.4])
     with zcache.set_autograd_mode(autograd):

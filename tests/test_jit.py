@@ -135,6 +135,7 @@ def test_switching_takes_effect_without_clear_graph_cache():
 
 
 # -- numbers ---------------------------------------------------------------------------------
+@pytest.mark.slow  # 25 s: XLA compiles value, gradient and Hessian (test_new_number_of_events_... compares a compiled value fast)
 def test_values_gradients_hessian_equal_uncompiled(fit):
     loss, _, params = fit
     moved = {"mu": 5.1, "sigma": 0.55, "lam": -0.28, "nsig": 620.0, "nbkg": 1390.0}
@@ -253,6 +254,7 @@ def test_new_number_of_events_recompiles_without_retrace(fit):
 
 # -- refused inputs raise, and change nothing ------------------------------------------------
 @pytest.mark.parametrize("bad", [np.nan, 8.0, np.inf], ids=["nan", "above", "inf"])
+@pytest.mark.slow  # 16 s a case: XLA compiles the three functions (test_refused_write_... is the fast refusal under jit)
 def test_value_at_refuses_bad_values_under_jit(fit, bad):
     loss, data, params = fit
     caches = zcache.precompute(loss).cached
@@ -364,6 +366,7 @@ def test_a_failed_first_compiled_call_puts_back_the_data_it_wrote():
         np.testing.assert_array_equal(data.numpy(), [5.0, 6.0, 7.0, 8.0])
 
 
+@pytest.mark.slow  # 4 s: a fit under XLA
 def test_nan_loss_raises_fit_error_under_jit():
     space = Space("x", 0.0, 10.0)
     mu = zcache.Parameter("mu_nan", 1.0, lower=0.0, upper=10.0)
@@ -431,6 +434,7 @@ def test_what_xla_cannot_compile_runs_uncompiled():
 
 
 # -- a fit -------------------------------------------------------------------------------------
+@pytest.mark.slow  # 15 s: two fits, XLA compiles
 def test_minuit_fit_same_with_jit_on_and_off(fit):
     from zcache.minimize import Minuit
 
@@ -448,6 +452,7 @@ def test_minuit_fit_same_with_jit_on_and_off(fit):
     assert r1.fmin == pytest.approx(r0.fmin, rel=1e-10)
 
 
+@pytest.mark.slow  # 3 s (test_new_number_of_events_recompiles_without_retrace is the fast check)
 def test_set_data_to_another_number_of_events_inside_a_compiled_function(fit):
     loss, data, _ = fit
     good = data.numpy().copy()
@@ -490,6 +495,7 @@ def _variable_shapes(loss):
                   for g in _compiled_graphs(fn) for v in g.variables)
 
 
+@pytest.mark.slow  # 17 s: XLA compiles per capacity
 def test_padded_data_new_sizes_neither_retrace_nor_recompile():
     import time
 
@@ -528,6 +534,7 @@ def test_padded_data_new_sizes_neither_retrace_nor_recompile():
         assert [f.trace_count for f in loss.functions()] == traces
 
 
+@pytest.mark.slow  # 16 s: two toy studies
 def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
     """A toy study on padded data, compiled: no retrace after the first toy, same fits as without XLA."""
     from zcache.minimize import Minuit
@@ -553,6 +560,7 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
 
 # -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
 @pytest.mark.parametrize("exact", [False, True], ids=["differences", "exact"])
+@pytest.mark.slow  # XLA compiles Hessians of line shapes
 def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
     """hessian_at with a mass and a width floating, through complex 1/z and sqrt: compiled (True and
     'auto', repeated) equals graph mode and eager, which equal central differences of the gradient;
@@ -580,6 +588,7 @@ def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
 
 
 # -- an amplitude fit ----------------------------------------------------------------------------
+@pytest.mark.slow  # XLA compiles a Dalitz amplitude loss
 def test_amplitude_loss_compiles_and_keeps_its_mass_check():
     """A Dalitz amplitude loss compiles (a mass whose limits lie inside the channel's range needs no
     in-graph check); a mass without such limits keeps the check, runs uncompiled, and still raises."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import tensorflow as tf
+from helpers import slow_modes
 
 import zcache
 from zcache.exceptions import DataRangeError, FitError, ModelError, ParameterValueError
@@ -148,6 +149,7 @@ def _ref_fn(m, names):
     return lambda v: ref_extended_nll(x, **{**shape, "nsig": 400.0, "nbkg": 600.0, **dict(zip(names, v))})
 
 
+@slow_modes("mode", "graph")  # graph: 2.3 s
 def test_gradient_matches_numdifftools(mode):
     """gradient() and value_gradient() of the extended NLL equal numdifftools, on a cache miss and a hit."""
     m = make(extended=True)
@@ -165,6 +167,7 @@ def test_gradient_matches_numdifftools(mode):
     assert [f.trace_count for f in m.loss.functions()] == [0, expected_traces(mode)]
 
 
+@slow_modes("mode", "graph")  # graph: 2.2 s
 def test_numerical_gradient_mode(mode):
     """With set_autograd_mode(False) the gradient (central differences) agrees with autodiff and numdifftools."""
     m = simple()
@@ -195,6 +198,7 @@ def test_gradient_of_a_parameter_subset():
         m.loss.gradient(["mu"])
 
 
+@slow_modes("mode", "graph")  # graph: 2.1 s
 def test_value_at_family(mode):
     """value_at / value_gradient_at / hessian_at set parameters in place, subtract the offset, reject bad x."""
     m = simple()
@@ -255,6 +259,7 @@ def test_value_at_subset_of_parameters():
     np.testing.assert_array_equal(current(m.loss.params), [0.4, 1.0, 0.8, -0.9])
 
 
+@pytest.mark.slow  # 1.5 s
 def test_hessian_at_exact_with_precompute():
     """After precompute (floating caches bypassed) hessian_at takes the exact path and still agrees."""
     zcache.set_graph_mode(False)  # restored by the autouse fixture
@@ -270,6 +275,7 @@ def test_hessian_at_exact_with_precompute():
 
 
 # -- combinations ------------------------------------------------------------------------------
+@slow_modes("mode", "graph")  # graph: 4.8 s
 def test_simultaneous_loss(mode):
     """`a + b` sums the values, lists shared parameters once and differentiates like the numpy sum."""
     a = simple(n=200)
@@ -372,6 +378,7 @@ def test_gaussian_constraint_covariance_validation(kwargs, match):
         GaussianConstraint(ps, [0.0, 0.0], **kwargs)
 
 
+@pytest.mark.slow  # 2.6 s: a fit (the constraint values stay in the fast loop)
 def test_fit_with_a_correlated_constraint():
     """A Gaussian mean measured by data plus a correlated constraint on (mean, b): the linear-algebra optimum."""
     from zcache.minimize import Minuit
@@ -424,6 +431,7 @@ def test_construction_errors():
         loss + 1  # noqa: B018
 
 
+@slow_modes("mode", "graph")  # graph: 1.5 s
 def test_data_outside_range_after_set_data(mode):
     """set_data with events outside the space makes the next value()/value_gradient() raise DataRangeError."""
     m = simple()
@@ -449,6 +457,7 @@ def test_range_error_message_complete_in_graph():
     assert str(info.value).endswith("or widen the space.")
 
 
+@slow_modes("mode", "graph")  # graph: 1.4 s
 def test_nan_loss_raises_fit_error(mode):
     """A NaN/inf loss raises FitError, changes nothing, and the loss is right again once fixed."""
     sigma = zcache.Parameter("sigma_free", 0.6)  # no limits
@@ -500,6 +509,7 @@ def test_loss_functions_trace_once(mode):
 
 
 # -- regression: the floating set and the offset ------------------------------------------------
+@pytest.mark.slow  # 2.3 s
 def test_params_follow_floating_flags_set_after_construction():
     """Regression: loss.params was frozen when the loss was built, so `floating = False` later was ignored."""
     m = make(extended=True, n=200)
@@ -549,6 +559,7 @@ def test_simultaneous_loss_params_follow_flags():
     assert [q.name for q in total.get_params(floating=None)] == ["mu", "sigma", "s2"]
 
 
+@slow_modes("mode", "graph")  # graph: 1.5 s
 def test_value_at_offset_is_an_argument(mode):
     """Regression: the offset was loss state that every fit overwrote; now each call passes its own."""
     m = simple()
@@ -579,6 +590,7 @@ def _np_weighted_nll(x, w, p, lo, hi, extended):
 
 
 @pytest.mark.parametrize("extended", [False, True], ids=["plain", "extended"])
+@slow_modes("mode", "graph")  # graph: 1.5 s
 def test_weighted_nll_value_and_gradient(mode, extended):
     rng = np.random.default_rng(7)
     x = np.clip(rng.normal(0.2, 1.1, 800), -3.9, 3.9)
@@ -610,8 +622,10 @@ def test_weighted_nll_value_and_gradient(mode, extended):
 
 
 # == padded data (shape buckets) ===============================================================
-@pytest.mark.parametrize("extended", [False, True], ids=["nll", "extended"])
-@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+# 4-6 s a case: the fast loop runs eager-unweighted-nll (test_parameter checks padded data in a traced function)
+@pytest.mark.parametrize("extended", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["nll", "extended"])
+@pytest.mark.parametrize("weighted", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unweighted", "weighted"])
+@slow_modes("graph_mode", "graph")
 def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
     """A padded dataset (capacity=) gives the loss, gradient and Hessian of the same events unpadded,
     to 1e-12, against numpy too; set_data to other sizes within the capacity keeps that."""
@@ -642,7 +656,8 @@ def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
         assert float(m.sum_log_pdf(padded)) == pytest.approx(float(m.sum_log_pdf(plain)), rel=1e-12)
 
 
-@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+@pytest.mark.parametrize("weightcorr", [pytest.param("asymptotic", marks=pytest.mark.slow),
+                                        pytest.param("sumw2", marks=pytest.mark.slow), None])  # 2.6-4.8 s a case
 def test_weighted_loss_refuses_weights_summing_to_zero_or_less(weightcorr):
     """Regression (issue 23, symptom 4): with all weights 0 the fit was 'valid' with errors 0.0
     (asymptotic, sumw2) or 2.99 / 2.32 (None). No weighted loss can hold such weights: set_data

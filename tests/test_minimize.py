@@ -27,8 +27,9 @@ def _gauss_fit(sample: np.ndarray, tag: str):
     return mu, sigma, UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample, obs="x"))
 
 
-@pytest.mark.parametrize("use_gradient, autograd", [(True, True), (True, False), (False, True)],
-                         ids=["autodiff", "zcache-numerical", "minuit-numerical"])
+@pytest.mark.parametrize("use_gradient, autograd", [  # the numerical gradients: 3-6 s each in graph mode
+    pytest.param(True, True, id="autodiff"), pytest.param(True, False, id="zcache-numerical", marks=pytest.mark.slow),
+    pytest.param(False, True, id="minuit-numerical", marks=pytest.mark.slow)])
 @slow_modes("graph_mode", "eager")  # eager: 3 s for the three
 def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, autograd):
     """mu = mean, sigma = std (ddof 0), errors sigma/sqrt(n) and sigma/sqrt(2n), with every gradient kind."""
@@ -48,7 +49,7 @@ def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, a
     assert (result.ngrad > 0) is use_gradient
 
 
-@slow_modes("graph_mode", "eager")  # eager: 3 s
+@slow_modes("graph_mode", "eager", "graph")  # eager: 3 s, graph: 5 s
 def test_extended_fit_recovers_yields(graph_mode):
     """Extended Gauss + Exp: the yields sum to the number of events at the minimum (a property of the extended MLE)."""
     space = Space("x", 0.0, 10.0)
@@ -69,6 +70,7 @@ def test_extended_fit_recovers_yields(graph_mode):
     assert "nsig_e" in str(result) and "valid=True" in str(result)
 
 
+@pytest.mark.slow  # 2.8 s: a fit
 def test_fit_respects_limits(sample):
     """A minimum beyond a limit ends at the limit, with no out-of-limit value ever set."""
     mu = zcache.Parameter("mu_l", 0.9, lower=0.8, upper=3.0)
@@ -79,6 +81,7 @@ def test_fit_respects_limits(sample):
     assert 0.8 <= float(mu.value()) <= 3.0
 
 
+@pytest.mark.slow  # 2.9 s: a fit
 def test_start_at_a_limit_is_fine(sample):
     mu = zcache.Parameter("mu_s", 3.0, lower=-3.0, upper=3.0)
     sigma = zcache.Parameter("sigma_s", 1.0, lower=0.1, upper=5.0)
@@ -108,6 +111,7 @@ def test_fit_errors_are_named_and_leave_parameters_unchanged(sample):
     assert float(far.value()) == -7.0 and float(narrow.value()) == 0.01
 
 
+@slow_modes("graph_mode", "graph")  # graph: 2.3 s
 def test_minuit_numerical_gradient_recomputes_only_the_moved_component(graph_mode):
     """Sum of K components, one floating mean each: a step moving one mean recomputes one component."""
     k, space = 4, Space("x", -10.0, 10.0)
@@ -136,6 +140,7 @@ def test_minuit_numerical_gradient_recomputes_only_the_moved_component(graph_mod
     assert misses < 0.45 * k * result.nfcn, (misses, result.nfcn)
 
 
+@pytest.mark.slow  # 5.5 s: a fit (test_results checks the fields of a fit fast)
 def test_fit_result_fields(sample):
     mu, sigma, loss = _gauss_fit(sample, "f")
     result = Minuit(hesse=False).minimize(loss)
@@ -146,7 +151,7 @@ def test_fit_result_fields(sample):
     assert result.minuit.valid and "Minuit(" in repr(Minuit())
 
 
-@slow_modes("graph_mode", "eager")  # eager: 8 s
+@slow_modes("graph_mode", "eager", "graph")  # eager: 8 s, graph: 4.4 s
 def test_scipy_agrees_with_minuit_and_the_analytic_mle(sample, graph_mode):
     """trust-constr with zcache's gradient and Hessian finds the same minimum and errors as Minuit."""
     from zcache.minimize import Scipy
@@ -349,6 +354,7 @@ def test_minos_matches_numpy_and_restores_parameters(ext_sample):
         result.minos("nonexistent")
 
 
+@pytest.mark.slow  # 7 s
 def test_direct_calls_on_result_minuit_restore_parameters(ext_sample):
     """Regression: result.minuit.minos() / mnprofile() / migrad() left the parameters at Minuit's last point."""
     p, loss = zc_model("dm", ext_sample, start={"mu": 5.1})
@@ -453,6 +459,7 @@ def test_second_fit_does_not_change_minos_of_the_first(ext_sample):
     assert current_values(p) == after_second
 
 
+@pytest.mark.slow  # 3.7 s: a scipy fit
 def test_minos_and_profile_need_a_minuit_result(sample):
     from zcache.minimize import Scipy
 
@@ -503,6 +510,7 @@ def _np_logp(x, p):
 
 @pytest.mark.parametrize("minimizer", ["Minuit", "Scipy"])
 @pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
+@pytest.mark.slow  # 3-5 s a fit
 def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     """Values equal iminuit on a numpy weighted NLL; corrected errors equal the sandwich formulas
     computed with numdifftools (asymptotic: H^-1 (sum w^2 g g^T) H^-1; sumw2: H^-1 H_w2 H^-1)."""
@@ -542,6 +550,7 @@ def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     assert result.to_dict()["weightcorr"] == weightcorr
 
 
+@pytest.mark.slow  # 6 s: two fits
 def test_constant_weights_sumw2_gives_the_unweighted_errors():
     """w = c for every event: H_w = cH and H_w2 = c^2 H, so sumw2 gives exactly H^-1 of the unweighted fit."""
     x, _ = _weighted_setup(seed=12, n=2000)
@@ -558,6 +567,7 @@ def test_constant_weights_sumw2_gives_the_unweighted_errors():
         assert weighted.errors[name] == pytest.approx(plain.errors[name], rel=1e-3)
 
 
+@pytest.mark.slow  # 4.6 s: a fit
 def test_weighted_extended_fit_with_constraint_asymptotic():
     """Extended weighted fit with a Gaussian constraint: D gains the constraint's Hessian."""
     import numdifftools as nd
@@ -595,6 +605,7 @@ def test_unknown_weightcorr_is_refused():
         Scipy(weightcorr="sumw3")
 
 
+@pytest.mark.slow  # 5.6 s: fits
 def test_weights_all_one_need_no_correction():
     """A weighted dataset whose weights are all 1 (a toy drawn into it) gets plain HESSE errors."""
     x, _ = _weighted_setup(seed=14, n=1000)
@@ -608,6 +619,7 @@ def test_weights_all_one_need_no_correction():
     assert ones.errors == pytest.approx(plain.errors, rel=1e-6)
 
 
+@pytest.mark.slow  # 5 s: fits
 def test_minuit_computes_each_gradient_and_hessian_once(ext_sample):
     """During MIGRAD + HESSE a gradient or Hessian at a point already evaluated is not recomputed.
 
@@ -664,8 +676,9 @@ def _background_only(tag: str, nsig_upper: float):
     return loss, [sigma, lam, nsig, nbkg], nll
 
 
-@pytest.mark.parametrize("nsig_upper", [1e3, 1e6], ids=["near-limit", "at-limit"])
-@pytest.mark.parametrize("mode", ["graph", "eager", "jit"])
+@pytest.mark.parametrize(("mode", "nsig_upper"), [
+    pytest.param(m, u, id=f"{m}-{i}") for m in ("graph", "eager", "jit") for u, i in ((1e3, "near-limit"), (1e6, "at-limit"))])
+@pytest.mark.slow  # 4-8 s a fit
 def test_yield_fitted_at_its_lower_limit_is_a_valid_fit(nsig_upper, mode):
     """Issue 23.1: a yield that ends at its limit 0 gives a valid fit with finite errors, as iminuit does.
 
@@ -726,6 +739,7 @@ def test_minuit_hessian_with_a_fixed_parameter_is_exact():
     np.testing.assert_allclose(ends["sigma"], [low, high], rtol=0, atol=1e-3 * (high - low) / 2)
 
 
+@pytest.mark.slow  # a fit and MINOS (test_plot draws MINOS errors fast)
 def test_minos_takes_a_list_of_names(sample):
     """Issue 23.9: ``result.minos(["mu"])`` as many users write it; a non-string name is a FitError."""
     mu, sigma, loss = _gauss_fit(sample, "ml")

@@ -9,7 +9,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 import tensorflow as tf
-from helpers import traced
+from helpers import slow_modes, traced
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -364,6 +364,7 @@ def test_pdf_cached_per_dataset():
     assert delta(pdf_cache(g, da), before) == {"hits": 1, "misses": 0}
 
 
+@slow_modes("mode", "graph")  # graph: 1.2 s
 def test_sum_recomputes_only_the_moved_component(mode):
     """In a SumPdf a component's parameter change misses only that component's and the sum's pdf cache."""
     lo, hi = -3.0, 3.0
@@ -448,6 +449,7 @@ class Linear(Model):
         return 1.0 + self.params["slope"].value() * x
 
 
+@slow_modes("mode", "graph")  # graph: 1.4 s
 def test_user_subclass_normalization_and_sampling(mode):
     """A subclass with only _unnormalized_pdf is normalized numerically, integrates and samples correctly."""
     slope = zcache.Parameter("slope", 1.5)
@@ -493,6 +495,7 @@ def test_numerical_normalization_and_sampling_need_one_observable():
 
 
 # -- SumPdf ----------------------------------------------------------------------------------
+@slow_modes("mode", "graph")  # graph: 1.7 s
 def test_sum_with_fractions(mode):
     """SumPdf with K-1 fractions: pdf, fractions, integrate, not extended."""
     lo, hi = 0.0, 10.0
@@ -522,6 +525,7 @@ def test_sum_with_fractions(mode):
         s.sample()
 
 
+@slow_modes("mode", "graph")  # graph: 1.2 s
 def test_sum_with_yields(mode):
     """SumPdf with yields is extended: yield = sum, fractions = yields / sum; a yield change leaves components cached."""
     lo, hi = -5.0, 5.0
@@ -606,6 +610,7 @@ def _mass_time():
     return ProductPdf([m, t]), m, t, mu, tau
 
 
+@slow_modes("mode", "graph")  # graph: 3 s
 def test_product_disjoint_obs(mode):
     """ProductPdf over disjoint obs: pdf is the product, columns matched by name in any order."""
     prod, m, t, mu, tau = _mass_time()
@@ -634,6 +639,7 @@ def test_product_data_without_obs():
     np.testing.assert_allclose(prod.pdf(zcache.Data(mt)).numpy(), prod.pdf(mt).numpy(), rtol=1e-14)
 
 
+@slow_modes("mode", "graph")  # graph: 1.8 s
 def test_product_same_obs_numerically_normalized(mode):
     """A product of two Gaussians on one space is the truncated Gaussian of the combined mean and width."""
     lo, hi = -3.0, 3.0
@@ -674,7 +680,8 @@ def _ks_models():
     return {"gauss": gauss, "expo": expo, "sum": mix, "accept-reject": quad, "product-same-obs": prod}
 
 
-@pytest.mark.parametrize("name", ["gauss", "expo", "sum", "accept-reject", "product-same-obs"])
+@pytest.mark.parametrize("name", ["gauss", "expo", "sum", "accept-reject",
+                                  pytest.param("product-same-obs", marks=pytest.mark.slow)])  # 3 s
 def test_sample_distribution(name):
     """sample(n) gives a Data of n events inside the space, following the model's CDF (KS test)."""
     model, cdf, wrong_cdf = _ks_models()[name]
@@ -731,6 +738,7 @@ def test_product_sampling_disjoint():
     assert abs(np.corrcoef(mt.T)[0, 1]) < 0.1
 
 
+@slow_modes("graph_mode", "graph")  # graph: 1 s
 def test_set_seed_reproducible(graph_mode):
     """The same seed gives the same sample (analytic and accept-reject); a distant seed another one."""
     g = Gaussian(Space("x", -3.0, 3.0), 0.0, 1.0)
@@ -771,6 +779,7 @@ def _narrow_gaussian(mu, sigma=0.0008, name="narrow"):
 
 
 @pytest.mark.parametrize("offset", [0.5, 0.4], ids=["between-grid-points", "off-grid"])
+@pytest.mark.slow  # 3.7 s each; the eager spike test below is the fast check
 def test_narrow_peak_function_pdf_samples_true_width(offset):
     """A FunctionPdf peak of width 0.0008 on a range of 10 (the envelope grid's spacing is 0.0024),
     centred midway between grid points or off them, samples with its true width and shape, with no
@@ -800,6 +809,7 @@ def _spike(mu, height=100.0, width=1e-4):
     )
 
 
+@slow_modes("mode", "graph")  # graph: 1.1 s
 def test_spike_narrower_than_grid_raises_envelope_and_resamples(mode):
     """A proposal above the envelope raises it and restarts the sample: the spike the grid cannot
     see gets its share of the events (with the old fixed envelope it got 4 in 20k, not 50)."""
@@ -817,6 +827,7 @@ def test_spike_narrower_than_grid_raises_envelope_and_resamples(mode):
     assert model._sampler.trace_count == (1 if mode else 0)
 
 
+@slow_modes("mode", "graph")  # graph: 2.7 s
 def test_envelope_raised_too_often_or_not_finite_is_refused(monkeypatch, mode):
     """Past _FMAX_RAISES raises of the envelope, or a density that is NaN or zero everywhere:
     sampling raises ModelError saying what to do, instead of a biased sample (or an endless loop)."""
@@ -948,7 +959,9 @@ def _padded_pdf_reader(how, model, data):
     return zcache.function(read, wraps="loss")  # "zcache.function" and "jit" (compiled by set_jit_mode)
 
 
-@pytest.mark.parametrize("how", ["eager", "zcache.function", "tf.function", "jit"])
+# traced: 2-5 s each (test_parameter's padded set_data in a function is the fast traced check)
+@pytest.mark.parametrize(
+    "how", ["eager", *(pytest.param(h, marks=pytest.mark.slow) for h in ("zcache.function", "tf.function", "jit"))])
 def test_pdf_of_padded_data_has_one_row_per_event(how):
     """Regression (issue 23, symptom 3): pdf of Data(x, capacity='auto') had one row per slot
     (2048 for 2000 events), so a user's -sum(log pdf) was 2886.44 instead of 2839.06. Per-event

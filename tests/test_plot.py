@@ -434,6 +434,7 @@ def test_plot_profile_draws_the_profile_parabola_and_minos():
     assert valid.all() and drawn.valid.all() and drawn.errordef == 0.5
 
 
+@pytest.mark.slow  # 2.7 s: a second fit and profile (the parabola-and-MINOS test is the fast one)
 def test_plot_profile_chi2_errordef():
     """errordef 1: Delta chi2 on the axis, the one-sigma line at 1, the parabola from the errors."""
 

@@ -6,6 +6,7 @@ import numdifftools as nd
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import slow_modes
 from scipy.special import erf
 
 import zcache
@@ -69,6 +70,7 @@ def test_report_classifies_constant_and_floating_nodes(world):
     assert "always dirty" in text and "Exponential._cached_pdf" in text and "mu_pc" in text
 
 
+@slow_modes("graph_mode", "graph")  # graph: 2.5 s
 def test_precompute_never_changes_the_loss(world, graph_mode):
     """Loss values equal an independent numpy NLL before/after precompute, over parameter moves."""
     loss = world["loss"]
@@ -99,6 +101,7 @@ def test_fixed_parameter_changed_later_invalidates_the_cached_part(world, graph_
     assert [f.trace_count for f in loss.functions()] == traces  # no retrace for either change
 
 
+@pytest.mark.slow  # 2.3 s
 def test_always_dirty_nodes_get_no_flag_writes_and_no_counts(world):
     """A floating parameter's change invalidates no bypassed cache; bypassed caches are never read as caches."""
     loss = world["loss"]
@@ -115,6 +118,7 @@ def test_always_dirty_nodes_get_no_flag_writes_and_no_counts(world):
     assert caches["Exponential._cached_pdf"].stats["misses"] == 1  # computed once by precompute
 
 
+@slow_modes("graph_mode", "graph")  # graph: 3.4 s
 def test_gradient_and_hessian_after_precompute_match_numdifftools(world, graph_mode):
     """Bypassed nodes use TensorFlow's own gradient (and exact Hessians); both match finite differences."""
     loss = world["loss"]
@@ -131,6 +135,7 @@ def test_gradient_and_hessian_after_precompute_match_numdifftools(world, graph_m
     np.testing.assert_allclose(hess, nd.Hessian(f)(x0), rtol=1e-6)
 
 
+@pytest.mark.slow  # 1.5 s
 def test_hessian_without_precompute_uses_gradient_differences(world):
     """With floating caches switched on, the Hessian comes from differences of exact gradients."""
     loss = world["loss"]
@@ -249,6 +254,7 @@ def test_the_last_report_is_remembered_weakly(world, collect):
     assert kept.caches == [] and kept.nodes  # the names stay
 
 
+@pytest.mark.slow  # 2.1 s
 def test_precompute_drops_only_the_graphs_that_read_changed_caches(world):
     """An unrelated traced function keeps its graph across a precompute."""
     other = zcache.Parameter("other_pc", 1.0)

@@ -143,6 +143,7 @@ def test_html_escapes_names():
     assert result.names == ["a<b>"] and result.minimizer == "Scipy" and result.to_dict()["covariance"] is None
 
 
+@pytest.mark.slow  # 2.6 s: a scipy fit
 def test_scipy_result_pickles():
     """A Scipy result (scipy's OptimizeResult as minuit) pickles to its numbers too."""
     mu = zcache.Parameter("mu_rs", 0.3, lower=-2.0, upper=2.0)
@@ -164,6 +165,7 @@ def test_toy_result_to_pandas_synthetic():
     assert df["nevents"].dtype == np.int64 and df.attrs["truth"] == {"mu": 0.0}
 
 
+@pytest.mark.slow  # 2.5 s: toy fits (the synthetic table above is the fast check)
 def test_toy_result_to_pandas_from_run_toys():
     """A real toy study: the frame equals the structured table row by row."""
     mu = zcache.Parameter("mu_rt", 0.0, lower=-1.0, upper=1.0)

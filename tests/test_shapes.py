@@ -185,9 +185,28 @@ GRADIENT_CASES = ["cb_left", "cb_right", "cb_n_1", "dcb", "argus_scipy", "argus_
 SAMPLE_CASES = [c.id for c in CASES if c.sample]
 
 
-def cases(ids=None):
+#: the first case of each shape: the only ones whose graph-mode copies run in the fast loop
+#: (each graph case traces, ~0.7 s)
+FIRST_CASES = {next(c.id for c in CASES if c.cls is cls) for cls in {c.cls for c in CASES}}
+
+
+def cases(ids=None, modes=False, every_eager=True, fast=None, fast_graph=FIRST_CASES):
+    """Parametrize ``case`` (those outside ``fast``, where given, marked slow); with ``modes``,
+    ``case`` and conftest's ``mode`` (ids "graph-<case>", "eager-<case>"), where the fast loop
+    (``-m "not slow"``) runs the graph copies of ``fast_graph`` cases only, and with
+    ``every_eager=False`` (costly references) the eager copies of FIRST_CASES only."""
     chosen = CASES if ids is None else [BY_ID[i] for i in ids]
-    return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+    if not modes:
+        return pytest.mark.parametrize("case", [
+            pytest.param(c, id=c.id, marks=[pytest.mark.slow] if fast is not None and c.id not in fast else [])
+            for c in chosen])
+
+    def slow(c, graph):
+        return c.id not in fast_graph if graph else (not every_eager and c.id not in FIRST_CASES)
+
+    params = [pytest.param(c, m, id=f"{name}-{c.id}", marks=[pytest.mark.slow] if slow(c, m) else [])
+              for name, m in (("graph", True), ("eager", False)) for c in chosen]
+    return pytest.mark.parametrize(("case", "mode"), params, indirect=["mode"])
 
 
 def grid(case):
@@ -200,7 +219,7 @@ def grid(case):
 
 
 # == densities ====================================================================================
-@cases()
+@cases(modes=True)
 def test_pdf_matches_reference(case, mode):
     """pdf (traced or eager) equals the reference renormalized over the space by quad, ~1e-10 relative."""
     model, _ = case.model()
@@ -224,7 +243,7 @@ def test_normalization_and_sub_intervals(case):
         np.testing.assert_allclose(float(model.integrate(a, b)), case.integral(a, b) / z, rtol=1e-9, atol=1e-15)
 
 
-@cases()
+@cases(modes=True, every_eager=False)  # eager: 0.5 s a case (24 bins' integrals, quad)
 def test_integral_broadcasts_over_bin_edges(case, mode):
     """_integral(lower_edges, upper_edges) with 1-D tensors equals the per-bin integrals and quad."""
     model, _ = case.model()
@@ -256,7 +275,7 @@ def _gradient_points(case):
     return np.concatenate([x, ends])
 
 
-@cases(GRADIENT_CASES)
+@cases(GRADIENT_CASES, modes=True, every_eager=False, fast_graph={"cb_left"})  # 1-6 s a case (differences of quad)
 def test_gradient_of_sum_log_pdf(case, mode):
     """d sum_log_pdf / d parameter (traced or eager) against 4-point central differences of the reference."""
     model, pars = case.model()
@@ -337,7 +356,8 @@ def test_faddeeva_against_scipy_and_its_derivative():
 
 
 # == sampling =====================================================================================
-@cases(SAMPLE_CASES)
+# 1-4 s a case: the fast loop samples the first cases but the Voigtian's (4 s; the same sampler)
+@cases(SAMPLE_CASES, fast=FIRST_CASES - {"voigt"})
 def test_sample_follows_truncated_reference(case):
     """A seeded sample lies in the space and passes a KS test against the reference CDF (quad)."""
     model, _ = case.model()
@@ -369,7 +389,7 @@ def _norm_cache(model):
 SHAPE_PARAMETER = {"cb_left": "n", "dcb": "alphar", "argus_scipy": "c", "voigt": "gamma", "johnson": "delta"}
 
 
-@cases(list(SHAPE_PARAMETER))
+@cases(list(SHAPE_PARAMETER), modes=True, fast_graph={"cb_left"})  # graph: 1.2-2.4 s a case
 def test_set_value_never_stale_and_normalization_shared(case, mode):
     """After set_value the pdf equals the reference at the new value; the normalization is one cache for two datasets."""
     model, pars = case.model()
@@ -436,6 +456,7 @@ def test_other_bad_input():
 
 
 # == fit ==========================================================================================
+@pytest.mark.slow  # 8.5 s: two fits
 def test_crystal_ball_fit_recovers_truth_and_matches_iminuit():
     """An unbinned fit recovers the truth within 3 sigma and agrees with iminuit + scipy's reference."""
     lo, hi = -8.0, 4.0

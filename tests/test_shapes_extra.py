@@ -95,9 +95,11 @@ POLYS = [
 BY_ID = {p.id: p for p in POLYS}
 
 
-def polys(ids=None):
+def polys(ids=None, slow=()):
+    """Parametrize ``case`` with the polynomials named in ``ids`` (all by default), those in ``slow`` marked slow."""
     chosen = POLYS if ids is None else [BY_ID[i] for i in ids]
-    return pytest.mark.parametrize("case", chosen, ids=[c.id for c in chosen])
+    return pytest.mark.parametrize(
+        "case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.id in slow else []) for c in chosen])
 
 
 def kde_reference(points, lo, hi, bandwidth="scott", weights=None):
@@ -196,7 +198,7 @@ def _all_models():
     return out
 
 
-@pytest.mark.parametrize("which", ["cheb5", "bern7", "kde", "hist"])
+@pytest.mark.parametrize("which", ["cheb5", pytest.param("bern7", marks=pytest.mark.slow), "kde", "hist"])  # bern7: 2.3 s
 def test_integral_broadcasts_over_bin_edges(which, mode):
     """_integral(lower_edges, upper_edges) with 1-D float64 tensors equals the per-bin integrals and the reference."""
     model, lo, hi, ref = _all_models()[which]
@@ -221,7 +223,7 @@ def _ref_loglik(case, x, coeffs):
     return float(np.sum(np.log(case.ref(x, coeffs, case.lo, case.hi))) - x.size * math.log(prim(case.hi) - prim(case.lo)))
 
 
-@polys(["cheb3", "cheb5", "bern4", "bern7"])
+@polys(["cheb3", "cheb5", "bern4", "bern7"], slow=("cheb5", "bern4", "bern7"))  # graph: 1.4-3 s a case
 def test_gradient_wrt_coefficients(case, mode):
     """d sum_log_pdf / d coefficients (traced or eager) against numdifftools on the numpy reference."""
     model, pars = case.model()
@@ -286,7 +288,7 @@ def _ks_pvalue(sample, cdf_values):
     return scipy.stats.kstest(sample, cdf).pvalue
 
 
-@polys(["cheb5", "bern4", "bern7"])
+@polys(["cheb5", "bern4", "bern7"], slow=("cheb5", "bern7"))  # 1.4-2 s a case
 def test_polynomial_sample_follows_reference(case):
     """A seeded accept-reject sample lies in the space and passes a KS test against numpy's CDF."""
     model, _ = case.model()
@@ -504,7 +506,8 @@ NEGATIVE_POLYNOMIALS = [
 ]
 
 
-@pytest.mark.parametrize("how", ["eager", "zcache.function", "tf.function", "jit"])
+@pytest.mark.parametrize("how", ["eager", pytest.param("zcache.function", marks=pytest.mark.slow), "tf.function",
+                                 pytest.param("jit", marks=pytest.mark.slow)])  # 1.1-1.4 s a case
 @pytest.mark.parametrize(("make", "at"), NEGATIVE_POLYNOMIALS)
 def test_negative_polynomial_density_raises(make, at, how):
     """Regression (issue 23, symptom 5): Chebyshev [0, 2] on (-1, 1) gave pdf(0) = -1.5 and
@@ -529,6 +532,7 @@ def test_negative_polynomial_density_raises(make, at, how):
             UnbinnedNLL(model, data).value()
 
 
+@pytest.mark.slow  # 2 s: a fit
 def test_fit_does_not_end_valid_at_a_negative_density():
     """A Chebyshev fit whose best likelihood lies beyond the point where the series dips below
     zero between the events (1 + c2 T_2 < 0 at x = 0 for c2 > 1, no event there) stops at the

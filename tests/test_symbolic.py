@@ -122,6 +122,7 @@ def _symbol(model, start):
 
 
 # -- the translation -------------------------------------------------------------------------
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_jpsi_matches_lambdify_at_random_points(jpsi):
     """Bridge vs sympy.lambdify(modules='numpy'), every parameter moved, to 1e-12 relative."""
     model, expr, cols = jpsi
@@ -193,6 +194,7 @@ def test_core_import_does_not_import_sympy():
 
 
 # -- caches: values, gradients, invalidation ----------------------------------------------------
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_cached_equals_uncached_values_and_gradients(dzero, mode):
     """Cached vs uncached bridged model: the NLL and its gradient (every parameter), eager and traced."""
     model, expr, cols = dzero
@@ -213,6 +215,7 @@ def test_cached_equals_uncached_values_and_gradients(dzero, mode):
         np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_changing_one_width_recomputes_its_branch_only(jpsi):
     """Miss counters: a changed f0(980) width recomputes its line shape, its group and its integral blocks only."""
     model, expr, cols = jpsi
@@ -243,6 +246,7 @@ def test_changing_one_width_recomputes_its_branch_only(jpsi):
     assert [c.name for c in caches if c.stats["misses"]] == [f"{bridged.name}.normalization"]
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_set_data_invalidates_data_caches_only(dzero):
     model, expr, cols = dzero
     bridged = from_helicity_model(model, cols, expression=expr, name="dz_setdata")
@@ -289,6 +293,7 @@ def test_bridge_caches_are_the_models_own():
 
 
 # -- fits ---------------------------------------------------------------------------------------
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_second_ampform_model_bridges_and_fits(dzero):
     """D0 -> K- pi+ pi0 (K*(892)0, rho(770)+: spin 1 in two subsystems): sample 2k events, fit the coupling."""
     model, expr, cols = dzero
@@ -489,6 +494,7 @@ def test_generator_must_return_every_column():
         SymbolicModel(expr, params, ["x"], {"x": np.linspace(0.5, 1.5, 100)}, generator=5)
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_bridged_ampform_sample_has_no_repeated_events(dzero):
     """The bridged ampform model: without a generator no event twice (or a named error), with one fresh events."""
     model, expr, cols = dzero
@@ -504,6 +510,7 @@ def test_bridged_ampform_sample_has_no_repeated_events(dzero):
     assert n_repeated(events) == 0
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_phasespace_generator_gives_fresh_physical_events(dzero, mode):
     """Three-body phase space from the reaction's masses, columns by ampform's expressions; fresh, seeded samples."""
     from zcache.phasespace import DalitzKinematics
@@ -540,6 +547,7 @@ def test_phasespace_generator_gives_fresh_physical_events(dzero, mode):
 
 
 # -- names and physical limits (issue 23, symptom 8) ------------------------------------------------
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_unknown_parameter_name_raises(dzero):
     """parameters= and floating= names that the model does not hold: SymbolicError naming them and close matches."""
     model, expr, cols = dzero
@@ -555,6 +563,7 @@ def test_unknown_parameter_name_raises(dzero):
         SymbolicModel(sp.exp(-m * x), {m: 1.0, "mm": 2.0}, ["x"], {"x": np.linspace(0.1, 1.0, 10)})
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_width_default_lower_limit(dzero, mode):
     """Masses and widths of the bridge have lower limit 0: a negative one is ParameterValueError, state unchanged."""
     model, expr, cols = dzero

@@ -81,6 +81,7 @@ def test_run_toys_rejects_bad_input():
         run_toys(model, loss, n_toys=1)
 
 
+@pytest.mark.slow  # 3.7 s: a second study (test_toy_result_table_and_summary runs one fast)
 def test_run_toys_puts_the_users_data_back():
     """The loss's dataset is refilled per toy; afterwards it holds the user's events and weights
     again (a refit or a plot after a toy study must not see the last toy)."""
@@ -105,6 +106,7 @@ def _gauss_exp_study(tag: str, n: int = 1000):
     return model, loss
 
 
+@pytest.mark.slow  # 35 s: serial and batched studies
 def test_the_same_seed_gives_the_same_datasets_whatever_the_batch():
     """16 toys of ~1k events (Poisson sizes), serial (tightly converged MIGRAD) and in batches of
     16 and 5 (a short last batch): the same datasets, values within 1e-3 of the error, fmin
@@ -124,6 +126,7 @@ def test_the_same_seed_gives_the_same_datasets_whatever_the_batch():
     assert {p.name: float(p) for p in loss.params} == serial.truth  # parameters back at the truth
 
 
+@pytest.mark.slow  # 27 s: toys refitted with MIGRAD
 def test_a_toy_at_a_limit_is_refitted_with_migrad_and_flagged():
     """The signal mean's upper limit sits 0.3 sigma above the truth: the toys whose minimum lies
     beyond it cannot converge in the batch; they are refitted with MIGRAD, one by one, flagged."""
@@ -188,6 +191,7 @@ def test_a_dask_study_equals_the_one_in_process_and_survives_a_dead_worker(dask_
         np.testing.assert_allclose(remote.table[name], local.table[name], rtol=1e-10)
 
 
+@pytest.mark.slow  # starts the 2-worker Dask cluster
 def test_a_factory_that_cannot_be_pickled_is_refused_by_name(dask_client):
     import threading
 
@@ -197,6 +201,7 @@ def test_a_factory_that_cannot_be_pickled_is_refused_by_name(dask_client):
         run_toys(model, loss, n_toys=2, batch=2, client=dask_client, factory=lambda: (lock, model, loss))
 
 
+@pytest.mark.slow  # serial and batched studies (compiles the batched fit)
 def test_batched_and_serial_toys_agree_near_a_yield_limit():
     """Issue 23.2: a small signal (nsig = 3, limit 0): many toys end at or near the limit. Serial
     (MIGRAD) and batched studies report the same values, the same errors (the curvature of the
@@ -235,6 +240,7 @@ def test_invalid_toys_left_out_of_pulls_are_counted_in_a_warning():
     assert "3 valid" in str(toys)  # the summary says it in its first line, without a warning
 
 
+@pytest.mark.slow  # starts the 2-worker Dask cluster
 def test_the_local_cluster_listens_on_localhost_only(dask_client):
     """Issue 23.10: make toys / bench_toys' LocalCluster opens no port to the network."""
     from urllib.parse import urlparse
