@@ -12,16 +12,40 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # benchmark smoke tests: 32 s
 
 
-def test_benchmarks_quick(tmp_path):
+#: run_all.py --quick in four groups, so that two test workers share the work (each group's own strings).
+GROUPS = {
+    "jit": (["bench_jit"], ["XLA-compiled loss", "| 10,000 | auto |"]),
+    "symbolic": (["bench_symbolic"], []),
+    "fit": (["bench_fit", "bench_toys"], ["What the numbers say"]),
+    "amplitude": (["bench_amplitude", "bench_core", "bench_reliability", "bench_tensorwaves"],
+                  ["Cache hit", "What the numbers say"]),
+}
+
+
+def test_the_groups_cover_every_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_all", ROOT / "benchmarks" / "run_all.py")
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    assert sorted(m for modules, _ in GROUPS.values() for m in modules) == run_all.discover()
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_benchmarks_quick(tmp_path, group):
+    modules, expected = GROUPS[group]
     out = tmp_path / "results.md"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(out), "--only", *modules],
         capture_output=True, text=True, cwd=ROOT,  # no time limit: a busy machine is not a failure
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
-    assert "run_all.py" in text and "Cache hit" in text and "What the numbers say" in text
-    assert "XLA-compiled loss" in text and "| 10,000 | auto |" in text
+    assert "run_all.py" in text
+    for module in modules:
+        assert f"## `{module}`" in text, module
+    for phrase in expected:
+        assert phrase in text, phrase
 
 
 def test_bench_fit_single_fit_quick_without_peers(monkeypatch):
