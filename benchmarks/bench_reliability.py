@@ -37,7 +37,7 @@ import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework.func_graph import FuncGraph  # noqa: E402
 
 import zcache  # noqa: E402
-from zcache import _cache_gradient  # noqa: E402
+from zcache._engine import cache_gradient as _cache_gradient  # noqa: E402
 
 try:  # benchmarks/ on sys.path: run as a script or from run_all.py
     from _harness import markdown_table

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import zcache
-from zcache import _tf_internals
+from zcache._engine import tf_internals as _tf_internals
 from zcache.exceptions import ParameterValueError, UnmanagedTraceError
 
 ZCACHE = pathlib.Path(zcache.__file__).parent
