@@ -508,6 +508,7 @@ _COLUMN_CASES = [  # masses, channels, spin, m0, g0, graph mode too? (each graph
      for case in _COLUMN_CASES for m in ((True, False) if case[5] else (False,))],
     indirect=["mode"],
 )
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_resonance_column_against_numpy(masses, channels, spin, m0, g0, mode):
     """Resonance.column (cached on Data, computed on arrays) equals the docstring formula in numpy,
     also after changing mass and width."""
@@ -603,6 +604,7 @@ def test_fit_fractions(kin, mc, data, x_mc):
 
 
 # -- AmplitudePdf ---------------------------------------------------------------------------------
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_amplitude_pdf_values_and_integrals(kin, mc, data, x_mc, x_data):
     """pdf = |A|^2 / (V <|A|^2>_MC) (numpy), integrate() = 1, a sub-box's integral by MC, and
     V * mean(pdf) over a fresh uniform sample is 1 within its statistical error."""
@@ -752,6 +754,7 @@ def test_precompute_with_floating_couplings(kin, mc, data, x_mc, x_data):
         report.undo()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_precompute_with_a_floating_mass(kin, mc, data, x_mc, x_data):
     """A floating K* mass makes its columns and integrals (and the matrices) always dirty, the rest cached;
     the mass gradient equals numdifftools. With numerical gradients those caches are kept instead."""
@@ -781,6 +784,7 @@ def test_precompute_with_a_floating_mass(kin, mc, data, x_mc, x_data):
         report.undo()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_simulation_pipeline_reuses_integrals(kin, mc, x_mc):
     """Refilling the loss's data (sample into it, or set_data) recomputes the data's columns only:
     the integrals and the normalization are not recomputed."""
@@ -835,6 +839,7 @@ def _chi2_projection(values, couplings, names, channel_col, x_ref, bins=20):
     return float(np.sum((counts - expected) ** 2 / var)), bins
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sampling_follows_the_model(kin, generated):
     """Sampled events lie in the Dalitz plot and their s12, s13 histograms match the model's projections
     (numpy intensity on numpy phase space); a model with a different K* coupling does not match."""
@@ -1008,6 +1013,7 @@ def test_number_mass_gets_the_channel_range_as_limits():
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_mass_parameter_moved_outside_the_range_is_a_model_error(graph):
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
     mass = zcache.Parameter("m_free_range", 0.9)  # no limits: the amplitude checks
@@ -1032,6 +1038,7 @@ def test_sampling_refuses_an_envelope_that_is_too_low():
         pdf.sample(2000)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
     """The envelope error quotes the factor the envelope is built with (one constant, not a copy:
     the message said 1.5 x whatever the code used)."""

@@ -59,6 +59,7 @@ def test_value_and_gradient_equal_the_serial_loss_on_padded_toys(graph):
         _assert_equal_to_the_serial_loss(loss, params, datasets, x, f, g)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_weighted_data_keep_their_weights_per_toy():
     """A loss on weighted data: each toy's weights replace them (w_i log p_i summed)."""
     mu = zcache.Parameter("mu_w", 0.2, lower=-2.0, upper=2.0)
@@ -75,6 +76,7 @@ def test_weighted_data_keep_their_weights_per_toy():
     assert ok.all()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_a_failed_check_flags_its_toy_and_raises_nothing():
     mu = zcache.Parameter("mu_chk", 0.0)
     model = Gaussian(Space("x", -4.0, 4.0), mu, 1.0)
@@ -131,6 +133,7 @@ def test_a_toy_that_cannot_converge_is_flagged():
     assert not fit.converged.any()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_caches_that_no_toy_input_reaches_are_read_once_not_recomputed():
     """Only the yields float: the shapes' normalizations depend on fixed parameters only; the
     batched evaluation reads them through their caches (no miss), and the values are right."""

@@ -190,6 +190,7 @@ def test_integrate_bins_numerical_and_cached():
     assert len(calls) > n
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_integrate_bins_number_only_integral(mode):
     """An analytic integral written for numbers (a Python branch on the limits) is called per bin, also in a loss."""
     lam = zcache.Parameter("lam_num", -0.4)
@@ -421,6 +422,7 @@ def test_binned_nll_toy_loop_no_retrace(mode):
     assert second.fmin != first.fmin
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_binned_nll_bad_input():
     f = Fixture()
     xe = np.linspace(LO, HI, 5)
@@ -516,6 +518,7 @@ def templates_and_data(seed):
 
 
 @pytest.mark.parametrize("method", [pytest.param("jsc", marks=pytest.mark.slow), "da"])  # jsc graph: 2 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_template_values_vs_iminuit(method, mode):
     xe, sig, bkg, n = templates_and_data(15)
     loss = Template(BinnedData(n, xe), [sig, bkg], method=method)

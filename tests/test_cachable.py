@@ -160,6 +160,7 @@ def test_cache_value_with_explicit_key_and_untrackable_closure():
     assert float(m.cache_value(lambda: t * m.a.value(), key="t")) == 3.0
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_instances_are_collected(collect):
     import weakref
 

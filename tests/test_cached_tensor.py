@@ -110,6 +110,7 @@ def test_gradient_on_hit_and_miss(model, traced, graph_mode):
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["direct", "via-function"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_gradient_through_cache_of_cache(traced, graph_mode):
     a, b = zcache.Parameter("a", 0.3), zcache.Parameter("b", -1.2)
     x = zcache.Data(np.linspace(0.1, 1.0, 7))
@@ -660,6 +661,7 @@ def test_cache_function_that_raises_leaves_the_cache_invalid(mode):
     assert c.is_valid
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_failed_call_puts_back_the_parameters_its_graph_set():
     """A zcache.function call that fails leaves every Parameter and Data as before the call (so a
     cache computed in it at the refused value is invalid again), and its caches stay correct."""

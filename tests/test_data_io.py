@@ -117,6 +117,7 @@ def test_from_pandas_keeps_ints_and_ignores_the_index(table):
     np.testing.assert_array_equal(masked.numpy(), df["x"].to_numpy()[df["y"].to_numpy() > 0])
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_loaded_data_fits_a_model(table):
     """A loaded dataset plugs into a loss by its obs."""
     from zcache.loss import UnbinnedNLL

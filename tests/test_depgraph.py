@@ -75,6 +75,7 @@ def test_to_dot():
     assert "->" not in zcache.to_dot(sub)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_nodes_are_weak(collect):
     g = zcache.dependency_graph()
     p = zcache.Parameter("tmp", 1.0)
@@ -85,6 +86,7 @@ def test_nodes_are_weak(collect):
     assert uid not in g
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_cache_keeps_its_dependencies_alive(collect):
     def make():
         p = zcache.Parameter("inner", 2.0)

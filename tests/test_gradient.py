@@ -96,6 +96,7 @@ def test_hessian_matches_numdifftools(setup):
     assert zcache.hessian(loss, []).shape == (0, 0)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_hessian_next_to_a_limit_clips_and_leaves_parameters():
     """Regression (issue 10, symptom 5): within one step of a limit zcache.hessian raised
     (instead of clipping, as loss.hessian_at does) and left the parameter moved."""
@@ -114,6 +115,7 @@ def test_hessian_next_to_a_limit_clips_and_leaves_parameters():
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_numerical_gradient_whose_function_raises_leaves_parameters(mode):
     """Regression (issue 10, symptom 5): a numerical gradient whose function raised left the
     parameter at x + h. Eagerly the steps are undone in a finally; a traced call that fails puts

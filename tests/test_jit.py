@@ -165,6 +165,7 @@ def test_values_gradients_hessian_equal_uncompiled(fit):
         assert all(assertion_ops(g) == [] for g in _compiled_graphs(fn))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_caches_keep_their_contract_under_jit():
     x = zcache.Data(np.linspace(0.0, 1.0, 500), name="xc")
     mu = zcache.Parameter("mu_c", 0.2)
@@ -206,6 +207,7 @@ def test_caches_keep_their_contract_under_jit():
         assert loss.jit_fallback is None
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_a_cache_hit_under_jit_does_not_compute_the_miss_branch():
     """XLA keeps the cache's tf.cond a conditional (a select would compute the miss on every hit).
 
@@ -240,6 +242,7 @@ def test_a_cache_hit_under_jit_does_not_compute_the_miss_branch():
         assert column.stats["hits"] == hits + 1
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_new_number_of_events_recompiles_without_retrace(fit):
     loss, data, _ = fit
     with zcache.set_jit_mode("auto"):
@@ -278,6 +281,7 @@ def test_value_at_refuses_bad_values_under_jit(fit, bad):
     assert str(jit_err.value) == str(eager_err.value)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_refused_write_leaves_no_cache_valid_with_a_refused_value():
     p = zcache.Parameter("p_ref", 1.0, lower=0.0, upper=5.0)
     q = zcache.Parameter("q_ref", 1.0)
@@ -311,6 +315,7 @@ def test_refused_write_leaves_no_cache_valid_with_a_refused_value():
     assert (float(p), float(q)) == (2.0, 3.0)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_bad_set_data_inside_a_compiled_function(fit):
     loss, data, params = fit
     good = data.numpy().copy()
@@ -707,6 +712,7 @@ def test_every_shape_and_binned_loss_compiles_to_the_same_numbers(which):
 
 
 # -- a user's own tf.function(jit_compile=True) -------------------------------------------------
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_a_users_jit_compile_function_is_refused_not_unchecked(fit):
     """XLA drops zcache's checks: a user's tf.function(jit_compile=True) around a zcache loss
     returned a number for an event outside the range (a wrong number, no DataRangeError).

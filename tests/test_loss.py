@@ -237,6 +237,7 @@ def test_value_at_family(mode):
     [pytest.param(True, id="graph"),
      pytest.param(False, id="eager")],
 )
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_value_at_as_first_evaluation_is_not_stale(graph):
     """value_at / value_gradient_at called before any other evaluation of the loss give fresh values."""
     with zcache.set_graph_mode(graph):
@@ -447,6 +448,7 @@ def test_data_outside_range_after_set_data(mode):
     assert m.loss._value_fn.trace_count == expected_traces(mode)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_range_error_message_complete_in_graph():
     """The traced DataRangeError carries the whole message, including the advice at its end."""
     m = simple(n=50)
@@ -491,6 +493,7 @@ def test_unbinned_nll_of_extended_model_excludes_yields():
 
 
 # -- traces ----------------------------------------------------------------------------------
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_loss_functions_trace_once(mode):
     """value(), value_gradient() and value_at() trace once across set_value and set_data of any size."""
     m = simple(extended=True)
@@ -626,6 +629,7 @@ def test_weighted_nll_value_and_gradient(mode, extended):
 @pytest.mark.parametrize("extended", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["nll", "extended"])
 @pytest.mark.parametrize("weighted", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unweighted", "weighted"])
 @slow_modes("graph_mode", "graph")
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
     """A padded dataset (capacity=) gives the loss, gradient and Hessian of the same events unpadded,
     to 1e-12, against numpy too; set_data to other sizes within the capacity keeps that."""
@@ -658,6 +662,7 @@ def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
 
 @pytest.mark.parametrize("weightcorr", [pytest.param("asymptotic", marks=pytest.mark.slow),
                                         pytest.param("sumw2", marks=pytest.mark.slow), None])  # 2.6-4.8 s a case
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_weighted_loss_refuses_weights_summing_to_zero_or_less(weightcorr):
     """Regression (issue 23, symptom 4): with all weights 0 the fit was 'valid' with errors 0.0
     (asymptotic, sumw2) or 2.99 / 2.32 (None). No weighted loss can hold such weights: set_data

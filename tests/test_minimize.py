@@ -112,6 +112,7 @@ def test_fit_errors_are_named_and_leave_parameters_unchanged(sample):
 
 
 @slow_modes("graph_mode", "graph")  # graph: 2.3 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_minuit_numerical_gradient_recomputes_only_the_moved_component(graph_mode):
     """Sum of K components, one floating mean each: a step moving one mean recomputes one component."""
     k, space = 4, Space("x", -10.0, 10.0)
@@ -709,6 +710,7 @@ def test_yield_fitted_at_its_lower_limit_is_a_valid_fit(nsig_upper, mode):
     np.testing.assert_allclose([result.errors[n] for n in result.names], np.sqrt(np.diag(result.covariance)), rtol=1e-12)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_minuit_hessian_with_a_fixed_parameter_is_exact():
     """Minuit2 (iminuit 2.33) reads a user's Hessian at internal indices: with a parameter fixed
     (as MINOS and profiles do) the free ones got another's second derivatives. Through zcache the

@@ -309,6 +309,7 @@ def test_traced_set_of_same_value_keeps_caches_created_after_the_trace():
     assert not late.is_valid
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_autograd_mode_applies_to_already_traced_functions():
     p = zcache.Parameter("p", 1.0)
     c = zcache.CachedTensor(lambda: p.value() ** 3)

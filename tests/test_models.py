@@ -682,6 +682,7 @@ def _ks_models():
 
 @pytest.mark.parametrize("name", ["gauss", "expo", "sum", "accept-reject",
                                   pytest.param("product-same-obs", marks=pytest.mark.slow)])  # 3 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sample_distribution(name):
     """sample(n) gives a Data of n events inside the space, following the model's CDF (KS test)."""
     model, cdf, wrong_cdf = _ks_models()[name]
@@ -694,6 +695,7 @@ def test_sample_distribution(name):
     assert scipy.stats.kstest(x, wrong_cdf).pvalue < KS_MIN_P  # the test can tell a slightly wrong model
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sample_into_existing_data_does_not_retrace(graph_mode):
     """sample(n, data=d) refills d in place; the sampler traces once across sizes and parameter values."""
     mu = zcache.Parameter("mu", 0.0)
@@ -710,6 +712,7 @@ def test_sample_into_existing_data_does_not_retrace(graph_mode):
         assert model._sampler.trace_count == expected
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sampling_follows_parameter_changes():
     """After set_value, samples (analytic and accept-reject, no retrace) follow the new parameters."""
     mu, a = zcache.Parameter("mu", -0.5), zcache.Parameter("a", 8.0, lower=0.0)
@@ -858,6 +861,7 @@ def test_sample_argument_errors():
     np.testing.assert_array_equal(target.numpy(), np.zeros((4, 2)))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_extended_sample_poisson():
     """An extended model's sample() draws a Poisson number of events around the yield."""
     n = zcache.Parameter("n", 200.0, lower=0.0)
@@ -907,6 +911,7 @@ def test_property_pdfs_integrate_to_one(mu, sigma, lam, frac, slope):
 @settings(max_examples=10)
 @given(st.lists(st.tuples(st.sampled_from(["mu", "sigma", "lam", "frac"]), st.floats(0.0, 1.0)),
                 min_size=1, max_size=6))
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_property_cached_pdf_equals_uncached(changes):
     """After any sequence of set_value, the cached pdf(Data) equals the reference and pdf(array)."""
     lo, hi = -1.0, 2.0
@@ -962,6 +967,7 @@ def _padded_pdf_reader(how, model, data):
 # traced: 2-5 s each (test_parameter's padded set_data in a function is the fast traced check)
 @pytest.mark.parametrize(
     "how", ["eager", *(pytest.param(h, marks=pytest.mark.slow) for h in ("zcache.function", "tf.function", "jit"))])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_pdf_of_padded_data_has_one_row_per_event(how):
     """Regression (issue 23, symptom 3): pdf of Data(x, capacity='auto') had one row per slot
     (2048 for 2000 events), so a user's -sum(log pdf) was 2886.44 instead of 2839.06. Per-event

@@ -31,6 +31,7 @@ def _objective(**kwargs):
 
 
 @pytest.mark.parametrize("mode", [True, False], ids=["graph", "eager"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_values_are_relative_to_the_first_and_match_scipy(mode):
     with zcache.set_graph_mode(mode):
         obj, (mu, sigma), _ = _objective()
@@ -64,6 +65,7 @@ def test_a_start_exactly_on_a_two_sided_limit_moves_a_hair_inside():
     assert -2.0 < again.start[0] < -2.0 + 1e-5
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_a_non_finite_first_value_is_refused_and_the_parameters_put_back():
     mu = zcache.Parameter("mu_nf", 0.0)
     sigma = zcache.Parameter("sigma_nf", 1.0)
@@ -101,6 +103,7 @@ def test_the_memo_serves_gradients_only_inside_remembering():
     np.testing.assert_allclose(g, obj.gradient(x), rtol=1e-12)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_hessian_against_central_differences_of_scipy():
     obj, _, _ = _objective()
     x = np.array([0.25, 1.15])

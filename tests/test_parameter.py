@@ -228,6 +228,7 @@ def test_bad_data_construction(bad, error):
         zcache.Data(bad)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_set_data_inside_trace():
     d = zcache.Data(np.arange(3.0))
     c = zcache.CachedTensor(lambda: tf.reduce_sum(d.value()))
@@ -371,6 +372,7 @@ def test_padded_weighted_data():
     np.testing.assert_array_equal(d.weights.numpy(), [1.0, 1.0, 0.0, 0.0])
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_padded_set_data_inside_a_function(graph_mode):
     d = zcache.Data(np.arange(1.0, 5.0), name="padf", capacity=8)
     total = zcache.CachedTensor(lambda: tf.reduce_sum(d.weights * d.value()), name="padf sum")
@@ -418,6 +420,7 @@ BAD_WEIGHTS = {"all-zero": np.zeros(4), "negative-sum": np.array([1.0, -2.0, 0.5
 
 @pytest.mark.parametrize("capacity", [None, pytest.param("auto", marks=pytest.mark.slow)])  # 1.2-1.7 s a case
 @pytest.mark.parametrize("bad", ["all-zero", pytest.param("negative-sum", marks=pytest.mark.slow)], ids=list(BAD_WEIGHTS))
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_all_zero_weights_raise(bad, capacity):
     """Regression (issue 23, symptom 4): all weights 0 (a flat likelihood) made a 'valid' fit
     with errors 0.0 (or 2.99 / 2.32). Weights summing to <= 0 are a WeightSumError on creation

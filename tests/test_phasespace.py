@@ -195,6 +195,7 @@ def test_invariants_sum_rule_and_four_vectors(kins, points, decay, mode):
 
 @pytest.mark.parametrize("decay", list(DECAYS))
 @pytest.mark.parametrize("channel", ["12", "13", "23"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_cos_theta_and_momenta_vs_boosted_four_vectors(kins, points, decay, channel, mode):
     """cos_theta is the angle between a and the spectator c in the (ab) rest frame; momenta() are
     |p_a| and |p_c| there, all from four-vectors boosted in numpy."""
@@ -250,6 +251,7 @@ def test_inside_points_outside_the_boundary(kins):
     assert not kin.inside(far).numpy().any()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_inside_true_for_generated_samples(kins, samples):
     """Every event DalitzKinematics.sample draws is inside (both inside() and the numpy boundary)."""
     for name, x in samples.items():

@@ -187,6 +187,7 @@ def test_plot_fit_unequal_bins_draw_densities():
     assert drawn.ax.get_ylabel() == "events / unit"
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_plot_fit_on_given_axes():
     model = _sum_model("axes")
     data = model.sample(500)
@@ -360,6 +361,7 @@ def test_plot_projections_from_a_weighted_mc_sample_and_variables():
     assert d.ax.get_xlabel() == "x + y" and d.ax_pulls is None
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_plot_projections_sum_pdf_components_from_mc():
     """A 2-D SumPdf: components f_k p_k from the sample, adding up to the total."""
     bkg = ProductPdf([Exponential(Space("x", GX[0], GX[1]), -0.2), Exponential(Space("y", GY[0], GY[1]), -0.4)],
@@ -377,6 +379,7 @@ def test_plot_projections_sum_pdf_components_from_mc():
     np.testing.assert_allclose(sum(dx.components.values()), dx.expected, rtol=1e-10)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_plot_projections_amplitude_pdf_uses_its_phase_space_sample():
     """A constant amplitude: the projection is the phase-space sample's own histogram."""
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
@@ -412,6 +415,7 @@ def _gauss_fit(tag, n, loss_class=UnbinnedNLL):
     return x, Minuit().minimize(loss_class(Gaussian(Space("x", -8.0, 8.0), mu, 1.0), zcache.Data(x)))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_plot_profile_draws_the_profile_parabola_and_minos():
     """A Gaussian mean of known width: -log L is n (mu - mean)^2 / 2 exactly."""
     x, result = _gauss_fit("profile", 400)

@@ -85,6 +85,7 @@ def test_precompute_never_changes_the_loss(world, graph_mode):
         assert float(loss.value_at(x, [world["mu"], world["sigma"]])) == pytest.approx(_ref(world), rel=1e-12)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_fixed_parameter_changed_later_invalidates_the_cached_part(world, graph_mode):
     """Unlike a rebuilt function, a cached constant part follows a later change of its fixed parameter."""
     loss, expo_pdf = world["loss"], None
@@ -119,6 +120,7 @@ def test_always_dirty_nodes_get_no_flag_writes_and_no_counts(world):
 
 
 @slow_modes("graph_mode", "graph")  # graph: 3.4 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_gradient_and_hessian_after_precompute_match_numdifftools(world, graph_mode):
     """Bypassed nodes use TensorFlow's own gradient (and exact Hessians); both match finite differences."""
     loss = world["loss"]
@@ -148,6 +150,7 @@ def test_hessian_without_precompute_uses_gradient_differences(world):
     np.testing.assert_allclose(hess, expected, rtol=1e-5)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_undo_restores_every_cache(world):
     """undo() switches the bypassed caches back on; values stay exact."""
     loss = world["loss"]
@@ -177,6 +180,7 @@ def test_keep_floating_follows_the_autograd_mode(world, autograd, kept):
     assert status["SumPdf._cached_pdf"] == "always dirty"
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_keep_inner_false_frees_inner_constant_nodes(world):
     report = zcache.precompute(world["loss"], keep_inner=False)
     status = {n.name: n.status for n in report.nodes}
@@ -194,6 +198,7 @@ def test_explicit_floating_list(world):
     assert status["Gaussian._cached_pdf"] == "cached"  # the highest node without lam
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_precompute_of_a_model_and_of_a_callable(world):
     model = world["model"]
     float(world["loss"].value())
@@ -227,6 +232,7 @@ def test_any_precomputable_object_is_a_target(world):
     assert target.later.stats["misses"] == 0  # returned caches are classified, not computed
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_the_last_report_is_remembered_weakly(world, collect):
     """ensure_precomputed reuses the last report of the same setting; the memo and the report keep
     neither a dropped loss nor its caches alive."""
@@ -268,6 +274,7 @@ def test_precompute_drops_only_the_graphs_that_read_changed_caches(world):
     assert world["loss"].functions()[0].trace_count == 2  # re-traced with the bypassed nodes
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_precompute_errors(world):
     with pytest.raises(TypeError, match="precompute takes"):
         zcache.precompute(42)

@@ -464,6 +464,7 @@ def world():
 
 
 @pytest.mark.parametrize("case, where", PAIRS, ids=[f"{c.id}-{w}" for c, w in PAIRS])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_bad_input_raises_named_error_and_changes_nothing(case, where, world):
     w = world
     w.reset()
@@ -635,6 +636,7 @@ def test_gradient_through_a_cache_reads_its_data_only_caches():
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["tape", "persistent tape"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_tape_open_while_a_function_is_first_traced(persistent):
     """Regression: a persistent tape open during the first call (the trace) made TensorFlow build
     the gradient of the cache's tf.cond, which failed (SecondOrderGradientError)."""
@@ -751,6 +753,7 @@ def test_a_traced_setter_does_not_keep_caches_created_after_its_trace():
     assert uid not in zcache.dependency_graph()
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_no_node_of_a_collected_object_survives_in_the_graph():
     """Every node's weak reference is alive (the invariant the stateful machine also checks)."""
     for seed in range(3):
@@ -761,6 +764,7 @@ def test_no_node_of_a_collected_object_survives_in_the_graph():
         assert all(attrs["ref"]() is not None for _, attrs in g.nodes(data=True))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_garbage_collection_during_a_graph_traversal_is_safe():
     """Regression: a finalizer removing a node while set_value traversed the graph raised
     'RuntimeError: dictionary changed size during iteration'."""
@@ -986,6 +990,7 @@ def test_threads_shared_cache_reads_are_never_stale_or_torn():
     np.testing.assert_array_equal(c.value().numpy(), expected(writes))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_threads_setting_one_parameter_keep_variable_and_mirror_equal():
     """Regression: two threads setting one parameter could leave its Python mirror differing from
     the Variable; a later set_value of the mirrored value was then skipped (a stale parameter)."""

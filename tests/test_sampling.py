@@ -126,6 +126,7 @@ def _samplers():
 @pytest.mark.parametrize("which", [
     "Gaussian", "SumPdf", "Chebyshev (accept-reject)", "CrystalBall", "KDE1D", "HistogramPdf",
     "DalitzKinematics", pytest.param("AmplitudePdf", marks=pytest.mark.slow)])  # AmplitudePdf: 3.4 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_samplers_never_repeat_an_event(which):
     """Every event generator of zcache gives distinct events (0 repeated in 20,000)."""
     set_seed(2)

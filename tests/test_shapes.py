@@ -232,6 +232,7 @@ def test_pdf_matches_reference(case, mode):
 
 
 @cases()
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_normalization_and_sub_intervals(case):
     """integrate() over the space is 1; integrate(a, b) equals quad of the reference over [a, b] / norm."""
     model, _ = case.model()
@@ -244,6 +245,7 @@ def test_normalization_and_sub_intervals(case):
 
 
 @cases(modes=True, every_eager=False)  # eager: 0.5 s a case (24 bins' integrals, quad)
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_integral_broadcasts_over_bin_edges(case, mode):
     """_integral(lower_edges, upper_edges) with 1-D tensors equals the per-bin integrals and quad."""
     model, _ = case.model()
@@ -305,6 +307,7 @@ def test_gradient_of_sum_log_pdf(case, mode):
     ],
     ids=["cb_far", "cb_right_n1", "cb_alpha0", "dcb_edges", "argus_end", "voigt_far", "johnson_far"],
 )
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_value_and_gradient_finite_at_junctions_and_far_tails(cls, params, space, xs):
     """pdf and its gradient (of sum pdf: ARGUS is 0 above m0) are finite at junctions, ends and far tails."""
     pars = {k: zcache.Parameter(f"fin_{k}", v) for k, v in params.items()}
@@ -358,6 +361,7 @@ def test_faddeeva_against_scipy_and_its_derivative():
 # == sampling =====================================================================================
 # 1-4 s a case: the fast loop samples the first cases but the Voigtian's (4 s; the same sampler)
 @cases(SAMPLE_CASES, fast=FIRST_CASES - {"voigt"})
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sample_follows_truncated_reference(case):
     """A seeded sample lies in the space and passes a KS test against the reference CDF (quad)."""
     model, _ = case.model()
@@ -390,6 +394,7 @@ SHAPE_PARAMETER = {"cb_left": "n", "dcb": "alphar", "argus_scipy": "c", "voigt":
 
 
 @cases(list(SHAPE_PARAMETER), modes=True, fast_graph={"cb_left"})  # graph: 1.2-2.4 s a case
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_set_value_never_stale_and_normalization_shared(case, mode):
     """After set_value the pdf equals the reference at the new value; the normalization is one cache for two datasets."""
     model, pars = case.model()

@@ -149,6 +149,7 @@ H_COUNTS = np.array([12.0, 40.0, 33.0, 0.0, 71.0, 18.0, 25.0, 5.0])
 
 # == polynomial densities =========================================================================
 @polys()
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_polynomial_pdf_matches_reference(case, mode):
     """pdf (traced or eager) equals the numpy reference over quad's normalization, ~1e-11 relative."""
     model, _ = case.model()
@@ -160,6 +161,7 @@ def test_polynomial_pdf_matches_reference(case, mode):
 
 
 @polys()
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_polynomial_normalization_and_sub_ranges(case):
     """integrate() is 1 to 1e-8; integrate(a, b) over sub-ranges equals quad / norm and numpy's antiderivative."""
     model, _ = case.model()
@@ -199,6 +201,7 @@ def _all_models():
 
 
 @pytest.mark.parametrize("which", ["cheb5", pytest.param("bern7", marks=pytest.mark.slow), "kde", "hist"])  # bern7: 2.3 s
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_integral_broadcasts_over_bin_edges(which, mode):
     """_integral(lower_edges, upper_edges) with 1-D float64 tensors equals the per-bin integrals and the reference."""
     model, lo, hi, ref = _all_models()[which]
@@ -224,6 +227,7 @@ def _ref_loglik(case, x, coeffs):
 
 
 @polys(["cheb3", "cheb5", "bern4", "bern7"], slow=("cheb5", "bern4", "bern7"))  # graph: 1.4-3 s a case
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_gradient_wrt_coefficients(case, mode):
     """d sum_log_pdf / d coefficients (traced or eager) against numdifftools on the numpy reference."""
     model, pars = case.model()
@@ -252,6 +256,7 @@ def _norm_cache(model):
 
 
 @polys(["cheb3", "bern4"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_set_value_never_stale(case, mode):
     """After set_value of a coefficient the pdf equals the reference at the new value; nothing recomputes without one."""
     model, pars = case.model()
@@ -289,6 +294,7 @@ def _ks_pvalue(sample, cdf_values):
 
 
 @polys(["cheb5", "bern4", "bern7"], slow=("cheb5", "bern7"))  # 1.4-2 s a case
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_polynomial_sample_follows_reference(case):
     """A seeded accept-reject sample lies in the space and passes a KS test against numpy's CDF."""
     model, _ = case.model()
@@ -312,6 +318,7 @@ KDE_CASES = {
 
 
 @pytest.mark.parametrize("kind", list(KDE_CASES))
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_kde_matches_scipy(kind, mode):
     """pdf equals scipy's gaussian_kde (same rule and weights) truncated to the space and renormalized."""
     options = KDE_CASES[kind]
@@ -342,6 +349,7 @@ def test_kde_from_weighted_data_and_two_column_shape():
     assert column.n_kernels == KDE_POINTS.size
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_kde_blocks_of_events_match_scipy(mode):
     """More (event, kernel) pairs than one block (2^22): the blocked evaluation (last one padded) equals scipy."""
     rng = np.random.default_rng(8)
@@ -356,6 +364,7 @@ def test_kde_blocks_of_events_match_scipy(mode):
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_kde_sample_follows_reference(weighted):
     """Exact sampling: in the space, KS test against scipy's truncated CDF; kernels beyond the space are used."""
     weights = KDE_WEIGHTS if weighted else None
@@ -378,6 +387,7 @@ def test_kde_sample_far_tail_kernel():
 
 
 # == HistogramPdf =================================================================================
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_histogram_pdf_matches_numpy(mode):
     """pdf equals counts / (sum * widths) in numpy.histogram's bins (edges included), 0 outside; integrals too."""
     model = HistogramPdf(Space("x", H_EDGES[0], H_EDGES[-1]), H_COUNTS, H_EDGES)
@@ -509,6 +519,7 @@ NEGATIVE_POLYNOMIALS = [
 @pytest.mark.parametrize("how", ["eager", pytest.param("zcache.function", marks=pytest.mark.slow), "tf.function",
                                  pytest.param("jit", marks=pytest.mark.slow)])  # 1.1-1.4 s a case
 @pytest.mark.parametrize(("make", "at"), NEGATIVE_POLYNOMIALS)
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_negative_polynomial_density_raises(make, at, how):
     """Regression (issue 23, symptom 5): Chebyshev [0, 2] on (-1, 1) gave pdf(0) = -1.5 and
     Bernstein [1, -2, 1] (integral 0) +-inf, without a word. pdf and log_pdf raise DensityError

@@ -178,6 +178,7 @@ def test_unknown_symbol_is_named():
         to_tensorflow(w * x, {"x": 1.0})
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_core_import_does_not_import_sympy():
     """Only zcache/symbolic.py imports sympy or ampform, and zcache/__init__ does not import it."""
     package = pathlib.Path(zcache.__file__).parent
@@ -430,6 +431,7 @@ def _chi2_against(events, weights_of, lo=0.5, hi=1.5, bins=20):
     return float(np.sum((counts - expected) ** 2 / expected))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_sample_has_no_repeated_events(mode):
     """Drawn from the phase-space sample without replacement: no event twice, the intensity's distribution, seeded."""
     x, expr, params = _peaked()
@@ -450,6 +452,7 @@ def test_sample_has_no_repeated_events(mode):
     np.testing.assert_array_equal(model.sample(20_000).numpy().reshape(-1), events)
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_pool_too_small_is_a_named_error(mode):
     """A phase-space sample that cannot fill the sample without repeating events: SymbolicError, data unchanged."""
     x, expr, params = _peaked()
@@ -464,6 +467,7 @@ def test_pool_too_small_is_a_named_error(mode):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["plain", "jit"])
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_generator_draws_fresh_events(mode, compiled):
     """With generator=: fresh phase-space events (more than the phase-space sample holds), the intensity's distribution."""
     x, expr, params = _peaked()

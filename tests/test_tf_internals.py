@@ -251,6 +251,7 @@ def test_xla_shape_error_is_recognized():
     assert not _tf_internals.is_xla_shape_error(ValueError("cannot be changed after initialization"))
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_keep_conditional_keeps_an_element_wise_cond_a_conditional_under_xla():
     """Pinned: XLA turns a cond with an element-wise miss function into a select; keep_conditional stops it.
 
@@ -359,6 +360,7 @@ def _complex_gradients(op, z, jit, order):
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("dtype", [tf.complex128, tf.complex64])
 @pytest.mark.parametrize("name", sorted(_COMPLEX_OPS))
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_complex_sqrt_rsqrt_reciprocal_gradients_are_right_under_xla(name, dtype, order):
     """XLA's kernels of SqrtGrad, RsqrtGrad and ReciprocalGrad drop the conjugate of a complex input
     (issue 23: every compiled gradient through a Breit-Wigner's 1/z was wrong); zcache builds these

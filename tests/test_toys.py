@@ -52,6 +52,7 @@ def test_pulls_are_standard_normal_over_200_toys():
     np.testing.assert_allclose(toys.table["mu_pull_pull"], (toys.table["mu_pull"] - 0.5) / toys.table["mu_pull_err"])
 
 
+@pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_toy_result_table_and_summary():
     mu = zcache.Parameter("mu_tab", 0.0, lower=-2.0, upper=2.0)
     model = Gaussian(Space("x", -4.0, 4.0), mu, 1.0)
