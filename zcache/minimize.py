@@ -219,12 +219,6 @@ class _MinuitFunction:
         self.fitting = True  # a parameter on a limit stops MIGRAD (AtLimit) only during the fit
         self._caller: weakref.ref | None = None
 
-    def value(self, x: np.ndarray) -> float:
-        return self.obj.value(x)
-
-    def gradient(self, x: np.ndarray) -> np.ndarray:
-        return self.obj.gradient(x)
-
     def _for_minuit(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = self.obj.clip(x)
         now = self._caller() if self._caller is not None else None
@@ -247,7 +241,8 @@ class _MinuitFunction:
         # g2 is the Hessian's diagonal; iminuit warns that the Hessian overrides it, as wanted.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="hessian overrides g2", category=iminuit.util.IMinuitWarning)
-            m = FitMinuit(self.value, start, grad=self.gradient if self.with_gradient else False,
+            # The objective's own methods: no extra Python frame on Minuit's hot path.
+            m = FitMinuit(self.obj.value, start, grad=self.obj.gradient if self.with_gradient else False,
                           hessian=self.hessian if with_hessian else False, g2=self.g2 if with_hessian else False,
                           name=self.obj.names)
         m.errordef = self.obj.errordef
