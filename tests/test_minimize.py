@@ -639,7 +639,7 @@ def test_minuit_computes_each_gradient_and_hessian_once(ext_sample):
 
         setattr(loss, f"{name}_at", counted)
     with zcache.set_graph_mode(True):
-        result = Minuit(tol=1e-4).minimize(loss)
+        result = Minuit(tol=1e-4, compiled=False).minimize(loss)  # MIGRAD's own call pattern
     assert result.valid and result.nhessian >= 2 and result.ngrad >= 2
     assert_matches(result, np_minuit(ext_sample, TRUTH), p)
     # every value call also gives the gradient; the first one (the start) sets the offset

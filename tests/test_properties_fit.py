@@ -211,10 +211,34 @@ class FitMachine(RuleBasedStateMachine):
         self.fitted.append(_Fitted(result, after, floating, self.x.copy()))
 
     # -- rules ----------------------------------------------------------------------------
-    @rule(precompute=st.booleans(), use_gradient=st.booleans())
-    def fit(self, precompute: bool, use_gradient: bool) -> None:
-        self.minimizer = Minuit(tol=TOL, precompute=precompute, use_gradient=use_gradient)
+    @rule(precompute=st.booleans(), use_gradient=st.booleans(), compiled=st.booleans())
+    def fit(self, precompute: bool, use_gradient: bool, compiled: bool) -> None:
+        self.minimizer = Minuit(tol=TOL, precompute=precompute, use_gradient=use_gradient, compiled=compiled)
         self._fit(self.minimizer)
+
+    @precondition(lambda self: self.floating())
+    @rule(jit=st.sampled_from([False, "auto"]))
+    def compiled_and_migrad(self, jit: bool | str) -> None:
+        """The compiled path (the default) and MIGRAD alone on the same loss from the same start:
+        the same verdict, minimum and errors; the later fit of MIGRAD does not change the
+        compiled result's MINOS-ready state."""
+        params = [self.p[n] for n in NAMES]
+        before = [q._current() for q in params]
+        with zcache.set_jit_mode(jit):
+            compiled = Minuit(tol=TOL).minimize(self.loss)
+        zcache.set_values(params, before)
+        migrad = Minuit(tol=TOL, compiled=False).minimize(self.loss)
+        note(f"compiled ({compiled.path}, {compiled.fallback}) {compiled.values}; migrad {migrad.values}")
+        assert compiled.valid == migrad.valid
+        assert migrad.path == "migrad" and compiled.path in ("compiled", "migrad")
+        if not migrad.valid:
+            return
+        for name, value in migrad.values.items():
+            assert abs(compiled.values[name] - value) <= VALUE_TOL * migrad.errors[name], name
+        np.testing.assert_allclose([compiled.errors[n] for n in migrad.names], [migrad.errors[n] for n in migrad.names],
+                                   rtol=1e-3)
+        self.fitted.append(_Fitted(compiled, {n: compiled.values.get(self.p[n].name, before[k])
+                                              for k, n in enumerate(NAMES)}, self.floating(), self.x.copy()))
 
     @rule()
     def refit(self) -> None:

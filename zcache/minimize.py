@@ -52,9 +52,11 @@ import tensorflow as tf
 
 from ._engine.finite_differences import central_differences
 from ._engine.inputs import backing_variable
-from ._engine.mode import get_autograd_mode
+from ._engine.mode import compiles, get_autograd_mode, traces
 from ._engine.parameter import Parameter, set_values
 from ._fitting import minuit2
+from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
+from .exceptions import ZCacheError
 from .loss import BaseLoss
 from .objective import LossState, Objective
 from .results import FitMinuit as FitMinuit
@@ -386,6 +388,7 @@ class Scipy:
         result = _result(obj, best, covariance, self.weightcorr, valid=valid, fmin=float(res.fun) * norm, edm=edm,
                          calls=(int(res.nfev), ngrad, nhessian), start=start)
         result._minuit = res
+        result.path = "scipy"
         return result
 
 
@@ -423,6 +426,19 @@ class Minuit:
         corrected numbers; ``result.minuit`` (MINOS, profiles) sees the weighted likelihood
         as it is, uncorrected. Ignored for unweighted data, and for weighted data whose
         weights are all 1 (e.g. a toy drawn into a weighted dataset).
+    compiled : bool
+        Run the whole fit in one compiled program first (default), where it applies: zcache's
+        gradient (``use_gradient`` and :func:`zcache.set_autograd_mode` on) and the loss traced
+        (:func:`zcache.set_graph_mode`); XLA compiles it where :func:`zcache.set_jit_mode`
+        compiles ``'loss'`` functions. The program is the exact Hessian at the start, BFGS with
+        limits to MIGRAD's EDM bound (``0.002 tol errordef``), the exact Hessian at the minimum
+        (HESSE's definition of the errors) and a last Newton step
+        (:mod:`zcache._fitting.compiled_fit`); it is traced once per loss and set of fitted
+        parameters, so a loop of ``set_data`` + fit retraces nothing. A fit it cannot take
+        to a valid minimum (not converged, a parameter on a limit, a failed check) goes on with
+        MIGRAD from the start, and says so (:attr:`FitResult.path`, :attr:`FitResult.fallback`).
+        MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created
+        when first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
 
     Raises
     ------
@@ -439,6 +455,7 @@ class Minuit:
         precompute: bool = True,
         maxfcn: int | None = None,
         weightcorr: str | None = "asymptotic",
+        compiled: bool = True,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
@@ -453,9 +470,11 @@ class Minuit:
         self.precompute = bool(precompute)
         self.maxfcn = maxfcn
         self.weightcorr = weightcorr
+        self.compiled = bool(compiled)
 
     def __repr__(self) -> str:
-        return f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient})"
+        return (f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient}, "
+                f"compiled={self.compiled})")
 
     def minimize(self, loss: BaseLoss, params: Sequence[Parameter] | None = None) -> FitResult:
         """Minimize ``loss`` over ``params``, updating them in place.
@@ -481,6 +500,12 @@ class Minuit:
         numerical = not self.use_gradient or not get_autograd_mode()
         # MIGRAD's first call is at the start and sets the objective's offset (one call fewer per fit).
         obj = _objective(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
+        fallback = None
+        if self.compiled and not numerical and traces("loss"):
+            outcome = self._compiled(obj)
+            if outcome is not None and outcome.reason is None:
+                return self._compiled_result(obj, outcome, start)
+            fallback = "the compiled fit " + (outcome.reason if outcome is not None else "was refused")
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)
@@ -521,6 +546,7 @@ class Minuit:
         result = _result(obj, best, covariance, self.weightcorr, valid=bool(m.valid), fmin=float(m.fval),
                          edm=float(m.fmin.edm), calls=tuple(int(c) for c in calls + [m.nfcn, m.ngrad, m.nhessian]),
                          start=start)
+        result.fallback = fallback
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = obj.snapshot(float(m.fval))
         result._state, result._minuit = state, m
@@ -532,6 +558,42 @@ class Minuit:
             # without it, created when first asked for by a MIGRAD from this minimum.
             errors = np.array([result.errors[name] for name in obj.names])
             result._make_minuit = functools.partial(self._minuit_after, fcn, best, errors, state)
+        return result
+
+    def _compiled(self, obj: Objective) -> CompiledOutcome | None:
+        """The compiled fit of ``obj`` (None where the loss cannot be traced that way: refused once)."""
+        fit = CompiledFit.of(obj.loss, obj.params)
+        if fit.refused is not None:
+            return None
+        maxiter = 500 if self.maxfcn is None else max(1, int(self.maxfcn))
+        try:
+            # MIGRAD's stopping rule: EDM < 0.002 tol errordef.
+            outcome = fit.run(obj.start, edm_max=0.002 * self.tol * obj.errordef, maxiter=maxiter,
+                              jit=compiles("loss"))
+        except (ZCacheError, tf.errors.OpError, ValueError, TypeError, NotImplementedError, LookupError) as err:
+            # Not every loss traces with its parameters replaced by a vector (a model reading a
+            # Variable behind zcache's back, say): MIGRAD fits it, and this loss is not tried again.
+            fit.refused = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            return None
+        # The loss at the start is this minimization's offset, as MIGRAD's first call would set it.
+        obj.offset = outcome.fstart
+        return outcome
+
+    def _compiled_result(self, obj: Objective, outcome: CompiledOutcome, start: float) -> FitResult:
+        """The FitResult of a compiled fit that converged (``result.minuit`` made when asked for)."""
+        best = obj.clip(outcome.x)
+        obj.finish(best)
+        covariance = _curvature_covariance(outcome.hessian, obj.errordef) if self.hesse else None
+        fval = outcome.fmin - obj.offset
+        result = _result(obj, best, covariance, self.weightcorr, valid=True, fmin=fval, edm=outcome.edm,
+                         calls=(outcome.nfcn, outcome.nfcn, 2), start=start)
+        result.path = "compiled"
+        state = obj.snapshot(fval)
+        result._state = state
+        fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)
+        fcn.fitting = False
+        errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(best), np.nan)
+        result._make_minuit = functools.partial(self._minuit_after, fcn, best, errors, state)
         return result
 
     def _migrad_hesse(self, m: FitMinuit) -> None:

@@ -160,6 +160,13 @@ class FitResult:
     weightcorr : str or None
         How the errors of a fit to weighted data were corrected: ``"asymptotic"`` or
         ``"sumw2"`` (see :class:`Minuit`); None for unweighted data or no correction.
+    path : str
+        How the minimum was found: ``"compiled"`` (the whole fit in one compiled program, see
+        :class:`zcache.minimize.Minuit`), ``"migrad"`` (iminuit's MIGRAD, call by call) or
+        ``"scipy"``.
+    fallback : str or None
+        Why a fit that tried the compiled path went on with MIGRAD (it did not converge, ended
+        on a limit, a check failed ...); None otherwise.
 
     Examples
     --------
@@ -188,6 +195,8 @@ class FitResult:
     time: float
     precompute: PrecomputeReport | None = field(repr=False, default=None)
     weightcorr: str | None = None
+    path: str = "migrad"
+    fallback: str | None = None
     _state: LossState | None = field(init=False, repr=False, default=None, compare=False)
     # The minimizer's object (see minuit), set by the minimizer after construction.
     _minuit: Any = field(init=False, repr=False, default=None, compare=False)
@@ -271,7 +280,8 @@ class FitResult:
         -------
         dict
             ``names``, ``values`` and ``errors`` (name -> float), ``valid``, ``fmin``, ``edm``,
-            ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``weightcorr``, ``covariance`` (a list
+            ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``weightcorr``, ``path``, ``fallback``,
+            ``covariance`` (a list
             of rows in the order of ``names``, or None without HESSE) and ``minos`` (name ->
             ``{"lower", "upper", "valid"}`` for the intervals computed so far).
 
@@ -300,6 +310,8 @@ class FitResult:
             "time": float(self.time),
             "minimizer": self.minimizer,
             "weightcorr": self.weightcorr,
+            "path": self.path,
+            "fallback": self.fallback,
             "covariance": None if self.covariance is None else np.asarray(self.covariance, dtype=float).tolist(),
             "minos": {n: {"lower": e.lower, "upper": e.upper, "valid": e.valid} for n, e in self.minos_errors.items()},
         }

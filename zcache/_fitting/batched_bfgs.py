@@ -73,7 +73,8 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 
 
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
-                  edm_max: tf.Tensor) -> tuple[tf.Tensor, ...]:
+                  edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
+                  hessian: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor] | None = None) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -89,6 +90,12 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         Bound on BFGS steps (each one batched evaluation).
     edm_max : tf.Tensor
         The EDM below which a row has converged.
+    first : tuple of tf.Tensor, optional
+        ``vg(x0)`` when the caller has it already (one evaluation fewer).
+    hessian : callable, optional
+        ``hessian(x, g, scale) -> (B, n, n)``, the final Hessian at ``x`` with gradients ``g``
+        (``scale``: each row's estimated errors). Default :func:`forward_hessian` (one gradient
+        per parameter); the serial compiled fit passes the exact one.
 
     Returns
     -------
@@ -99,7 +106,7 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     def edm_of(g: tf.Tensor, hinv: tf.Tensor) -> tf.Tensor:
         return 0.5 * tf.einsum("bi,bij,bj->b", g, hinv, g)
 
-    f0, g0, ok0 = vg(x0)
+    f0, g0, ok0 = vg(x0) if first is None else first
     batch = tf.shape(x0)[0]
     n = x0.shape[1]
     step0 = tf.ones([batch], tf.float64)
@@ -143,8 +150,12 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
     scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-    hess = forward_hessian(vg, x, g, scale, lower, upper)
-    nfcn = nfcn + n
+    if hessian is None:
+        hess = forward_hessian(vg, x, g, scale, lower, upper)
+        nfcn = nfcn + n
+    else:
+        hess = hessian(x, g, scale)
+        nfcn = nfcn + 1
     # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last
     # step uses the same information, and it leaves the EDM far below its bound.
     chol_ok = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)), axis=[1, 2])

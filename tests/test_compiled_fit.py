@@ -1,0 +1,354 @@
+"""zcache._fitting.compiled_fit: the whole fit in one program, the default path of Minuit.
+
+The reference is the same loss fitted by MIGRAD + HESSE (``Minuit(compiled=False)``, at a tighter
+tolerance so that its minimum is the more precise of the two): the compiled fit must find the same
+minimum (within 1e-3 of an error), the same errors (HESSE's definition, 1e-4 relative) and the
+same validity verdict, over a zoo of losses: every shape, constraints, weights, binned losses, a
+simultaneous loss, an amplitude model, yields at a limit, 1 to 50 parameters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import gauss_exp_study
+
+import zcache
+from zcache._fitting.compiled_fit import CompiledFit
+from zcache.binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
+from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
+from zcache.minimize import Minuit
+from zcache.models import Exponential, FunctionPdf, Gaussian, ProductPdf, Space, SumPdf, set_seed
+from zcache.shapes import ARGUS, Bernstein, Chebyshev, CrystalBall, DoubleCrystalBall, JohnsonSU, Voigtian
+
+
+def P(name, value, lower=None, upper=None):  # noqa: N802 - reads like the constructor
+    return zcache.Parameter(name, value, lower=lower, upper=upper)
+
+
+def _sampled(model, n, seed=7):
+    set_seed(seed)
+    return model.sample(n)
+
+
+# -- the zoo: each builds (loss, fitted parameters or None) with names ending in _<tag> ---------
+def gauss(t):
+    mu, sigma = P(f"mu_{t}", 0.4, -2.0, 2.0), P(f"sigma_{t}", 1.4, 0.2, 4.0)
+    x = np.random.default_rng(1).normal(0.1, 1.1, 2000)
+    return UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x, obs="x")), None
+
+
+def gauss_exp(t):
+    model, loss, params = gauss_exp_study(t, n=3000)
+    zcache.set_values(params, [5.2, 0.7, -0.25, 800.0, 2300.0])
+    return loss, None
+
+
+def crystal_ball(t):
+    space = Space("x", -6.0, 4.0)
+    model = CrystalBall(space, P(f"mu_{t}", 0.0, -1.0, 1.0), P(f"s_{t}", 1.0, 0.3, 3.0), P(f"a_{t}", 1.2, 0.3, 5.0),
+                        P(f"n_{t}", 3.0, 1.1, 20.0))
+    data = _sampled(model, 4000)
+    zcache.set_values(model.get_params(), [0.1, 1.1, 1.0, 4.0])
+    return UnbinnedNLL(model, data), None
+
+
+def double_crystal_ball(t):
+    space = Space("x", -6.0, 6.0)
+    model = DoubleCrystalBall(space, P(f"mu_{t}", 0.0, -1.0, 1.0), P(f"s_{t}", 1.0, 0.3, 3.0), P(f"al_{t}", 1.5, 0.5, 5.0),
+                              2.5, P(f"ar_{t}", 1.5, 0.5, 5.0), 2.5)
+    data = _sampled(model, 4000)
+    zcache.set_values([p for p in model.get_params() if p.floating], [0.1, 1.1, 1.3, 1.7])
+    return UnbinnedNLL(model, data), None
+
+
+def argus(t):
+    space = Space("m", 5.2, 5.29)
+    model = ARGUS(space, 5.29, P(f"c_{t}", -20.0, -60.0, -1.0), 0.5)
+    data = _sampled(model, 3000)
+    zcache.set_values(model.get_params(), [-25.0])
+    return UnbinnedNLL(model, data), None
+
+
+def voigtian(t):
+    space = Space("x", -5.0, 5.0)
+    model = Voigtian(space, P(f"mu_{t}", 0.0, -1.0, 1.0), P(f"s_{t}", 0.5, 0.1, 2.0), P(f"g_{t}", 0.4, 0.05, 2.0))
+    data = _sampled(model, 3000)
+    zcache.set_values(model.get_params(), [0.05, 0.6, 0.35])
+    return UnbinnedNLL(model, data), None
+
+
+def johnson_su(t):
+    space = Space("x", -6.0, 6.0)
+    model = JohnsonSU(space, P(f"mu_{t}", 0.0, -2.0, 2.0), P(f"l_{t}", 1.0, 0.2, 4.0), P(f"g_{t}", 0.3, -2.0, 2.0),
+                      P(f"d_{t}", 1.5, 0.3, 5.0))
+    data = _sampled(model, 4000)
+    zcache.set_values(model.get_params(), [0.1, 1.1, 0.2, 1.7])
+    return UnbinnedNLL(model, data), None
+
+
+def chebyshev(t):
+    space = Space("x", -1.0, 1.0)
+    model = Chebyshev(space, [P(f"c1_{t}", 0.2, -0.5, 0.5), P(f"c2_{t}", 0.1, -0.5, 0.5)])
+    data = _sampled(model, 4000)
+    zcache.set_values(model.get_params(), [0.15, 0.05])
+    return UnbinnedNLL(model, data), None
+
+
+def bernstein(t):
+    space = Space("x", 0.0, 1.0)
+    coeffs = [1.0, P(f"b1_{t}", 2.0, 0.1, 10.0), P(f"b2_{t}", 1.5, 0.1, 10.0)]
+    model = Bernstein(space, coeffs)
+    data = _sampled(model, 4000)
+    zcache.set_values(model.get_params(), [1.8, 1.7])
+    return UnbinnedNLL(model, data), None
+
+
+def product_2d(t):
+    sx, sy = Space("x", -5.0, 5.0), Space("y", 0.0, 5.0)
+    model = ProductPdf([Gaussian(sx, P(f"mu_{t}", 0.0, -2.0, 2.0), P(f"s_{t}", 1.0, 0.3, 3.0)),
+                        Exponential(sy, P(f"lam_{t}", -0.5, -3.0, -0.01))])
+    data = _sampled(model, 3000)
+    zcache.set_values(model.get_params(), [0.1, 1.2, -0.6])
+    return UnbinnedNLL(model, data), None
+
+
+def constrained(t):
+    loss, _ = gauss_exp(t)
+    sigma = next(p for p in loss.get_params() if p.name == f"sigma_{t}")
+    con = GaussianConstraint([sigma], [0.62], [0.02])
+    return ExtendedUnbinnedNLL(loss.model, loss.data, constraints=[con]), None
+
+
+def weighted(t):
+    mu, sigma = P(f"mu_{t}", 0.3, -2.0, 2.0), P(f"sigma_{t}", 1.3, 0.2, 4.0)
+    rng = np.random.default_rng(4)
+    x = rng.normal(0.0, 1.0, 3000)
+    w = rng.uniform(0.2, 1.8, x.size)
+    return UnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), mu, sigma), zcache.Data(x, weights=w, obs="x")), None
+
+
+def binned(t):
+    mu, sigma = P(f"mu_{t}", 4.8, 3.0, 7.0), P(f"sigma_{t}", 1.2, 0.3, 3.0)
+    x = np.random.default_rng(5).normal(5.0, 1.0, 5000)
+    counts, edges = np.histogram(x, bins=30, range=(0.0, 10.0))
+    return BinnedNLL(Gaussian(Space("x", 0.0, 10.0), mu, sigma), BinnedData(counts, edges)), None
+
+
+def binned_extended(t):
+    lam, n = P(f"lam_{t}", -0.4, -2.0, -0.01), P(f"n_{t}", 900.0, 1.0, 1e4)
+    x = np.random.default_rng(6).exponential(2.5, 1000)
+    counts, edges = np.histogram(x, bins=20, range=(0.0, 10.0))
+    return ExtendedBinnedNLL(Exponential(Space("x", 0.0, 10.0), lam, extended=n), BinnedData(counts, edges)), None
+
+
+def binned_chi2(t):
+    mu, sigma = P(f"mu_{t}", 4.8, 3.0, 7.0), P(f"sigma_{t}", 1.2, 0.3, 3.0)
+    x = np.random.default_rng(8).normal(5.0, 1.0, 20000)
+    counts, edges = np.histogram(x, bins=20, range=(2.0, 8.0))
+    return BinnedChi2(Gaussian(Space("x", 2.0, 8.0), mu, sigma, extended=P(f"n_{t}", 19000.0, 1.0, 1e5)),
+                      BinnedData(counts, edges)), None
+
+
+def simultaneous(t):
+    mu = P(f"mu_{t}", 0.2, -2.0, 2.0)
+    losses = []
+    for k, width in enumerate((0.8, 1.5)):
+        sigma = P(f"sigma{k}_{t}", width * 1.2, 0.2, 4.0)
+        x = np.random.default_rng(10 + k).normal(0.0, width, 1500)
+        losses.append(UnbinnedNLL(Gaussian(Space("x", -8.0, 8.0), mu, sigma), zcache.Data(x, obs="x")))
+    return SimultaneousLoss(losses), None
+
+
+def fifty_parameters(t):
+    """25 Gaussians sharing nothing, fitted together: 50 parameters."""
+    losses = []
+    for k in range(25):
+        mu, sigma = P(f"mu{k}_{t}", 0.2, -2.0, 2.0), P(f"sigma{k}_{t}", 1.3, 0.2, 4.0)
+        x = np.random.default_rng(100 + k).normal(0.0, 1.0, 200)
+        losses.append(UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x, obs="x")))
+    return SimultaneousLoss(losses), None
+
+
+def amplitude(t):
+    from helpers import uniform_np
+
+    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+    from zcache.phasespace import DalitzKinematics
+
+    masses = (1.86966, 0.493677, 0.13957039, 0.13957039)
+    kin = DalitzKinematics(*masses, names=("K-", "pi+", "pi+"))
+    mass = P(f"kst_mass_{t}", 0.8955, 0.85, 0.95)
+    kst = Resonance(kin, ("12", "13"), mass, 0.0473, 1, name=f"kst_{t}")
+    k0 = Resonance(kin, ("12", "13"), 1.425, 0.27, 0, name=f"k0_{t}")
+    c_nr = ComplexParameter(f"c_nr_{t}", 1.0 + 0.0j, floating=False)
+    c_kst, c_k0 = ComplexParameter(f"c_kst_{t}", 0.3 + 0.2j), ComplexParameter(f"c_k0_{t}", 0.5 - 0.5j)
+    amp = CoherentSum([(c_nr, NonResonant(kin)), (c_kst, kst), (c_k0, k0)])
+    mc = zcache.Data(uniform_np(4000, masses, seed=1), name=f"mc_{t}", obs=("s12", "s13"))
+    pdf = AmplitudePdf(amp, mc)
+    data = _sampled(pdf, 1500)
+    zcache.set_values([*c_kst.params, *c_k0.params, mass], [0.35, 0.5, 0.6, -0.8, 0.9])
+    return UnbinnedNLL(pdf, data), None
+
+
+ZOO = {
+    "gauss": gauss, "gauss_exp": gauss_exp, "crystal_ball": crystal_ball, "double_crystal_ball": double_crystal_ball,
+    "argus": argus, "voigtian": voigtian, "johnson_su": johnson_su, "chebyshev": chebyshev, "bernstein": bernstein,
+    "product_2d": product_2d, "constrained": constrained, "weighted": weighted, "binned": binned,
+    "binned_extended": binned_extended, "binned_chi2": binned_chi2, "simultaneous": simultaneous,
+    "fifty_parameters": fifty_parameters, "amplitude": amplitude,
+}
+FAST = {"gauss", "gauss_exp", "weighted", "binned"}
+
+
+def compare(loss, params=None, ref_tol=1e-5, **options):
+    """Fit ``loss`` by MIGRAD (the reference, by default to 1e-4 of its usual EDM goal, so that its
+    minimum is exact to far below the tolerances) and by the default path from the same start."""
+    fitted = list(loss.params if params is None else params)
+    start = np.array([float(p) for p in fitted])
+    ref = Minuit(compiled=False, tol=ref_tol, **options).minimize(loss, params)
+    zcache.set_values(fitted, start)
+    new = Minuit(**options).minimize(loss, params)
+    assert new.valid == ref.valid, (new, ref)
+    assert ref.path == "migrad"
+    errors = np.array([ref.errors[n] for n in ref.names])
+    shift = np.array([new.values[n] - ref.values[n] for n in ref.names]) / errors
+    assert np.max(np.abs(shift)) <= 1e-3, dict(zip(ref.names, shift, strict=True))
+    np.testing.assert_allclose([new.errors[n] for n in ref.names], errors, rtol=1e-4)
+    assert new.fmin <= ref.fmin + 1e-6
+    # the parameters hold the result
+    np.testing.assert_array_equal([float(p) for p in fitted], [new.values[n] for n in ref.names])
+    return new, ref
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in ZOO])
+def test_compiled_fit_equals_migrad_hesse(name):
+    loss, params = ZOO[name](f"zoo_{name}")
+    new, _ = compare(loss, params)
+    assert new.path == "compiled" and new.fallback is None, new.fallback
+    assert new.valid
+
+
+@pytest.mark.parametrize("mode", ["graph", pytest.param("jit", marks=pytest.mark.slow)])
+def test_compiled_fit_in_modes(mode):
+    """Under XLA (set_jit_mode('auto')) the program is compiled; the result is the same."""
+    loss, _ = gauss_exp(f"modes_{mode}")
+    with zcache.set_jit_mode("auto" if mode == "jit" else False):
+        new, _ = compare(loss)
+    assert new.path == "compiled"
+
+
+def test_eager_mode_and_numerical_gradients_fit_with_migrad():
+    """The compiled path needs a traced loss and zcache's automatic gradient: elsewhere MIGRAD fits."""
+    loss, _ = gauss("eager")
+    with zcache.set_graph_mode(False):
+        assert Minuit().minimize(loss).path == "migrad"
+    with zcache.set_autograd_mode(False):
+        assert Minuit().minimize(loss).path == "migrad"
+    assert Minuit(use_gradient=False).minimize(loss).path == "migrad"
+    assert Minuit().minimize(loss).path == "compiled"
+
+
+def test_a_yield_at_its_limit_falls_back_to_migrad_and_says_so():
+    """Background-only data: the signal yield's minimum is its limit 0. The compiled fit ends on the
+    limit, and MIGRAD (which handles a parameter at a limit) takes over: same verdict as MIGRAD alone."""
+    rng = np.random.default_rng(3)  # as test_minimize's issue-23 case: nsig's minimum is its limit
+    x = -np.log1p(-rng.uniform(size=200) * -np.expm1(-0.3 * 10.0)) / 0.3
+    space = Space("x", 0.0, 10.0)
+    sigma, lam = P("sigma_lim", 0.5, 0.1, 2.0), P("lam_lim", -0.3, -2.0, -0.01)
+    nsig, nbkg = P("nsig_lim", 10.0, 0.0, 1e6), P("nbkg_lim", 190.0, 0.0, 1e4)
+    model = SumPdf([Gaussian(space, 5.0, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    loss = ExtendedUnbinnedNLL(model, zcache.Data(x, obs="x"), constraints=[GaussianConstraint([sigma], [0.5], [0.05])])
+    new, ref = compare(loss, ref_tol=0.1)  # the fallback is MIGRAD at the default tolerance
+    assert new.path == "migrad" and "limit" in new.fallback, new.fallback
+    assert new.valid and new.values["nsig_lim"] < 1e-3
+
+
+def test_result_minuit_is_made_at_the_fits_minimum_and_state():
+    """``result.minuit`` (MINOS, profiles) is created when asked for, at the fit's state, after a later fit."""
+    loss, _ = gauss_exp("minos")
+    result = Minuit().minimize(loss)
+    assert result.path == "compiled" and result._minuit is None
+    mu = next(p for p in loss.params if p.name == "mu_minos")
+    before = result.values["mu_minos"]
+    loss.data.set_data(np.random.default_rng(9).uniform(0.0, 10.0, 3000))  # another dataset, then MINOS of the first
+    minos = result.minos("mu_minos")["mu_minos"]
+    assert minos.valid and minos.lower < 0 < minos.upper
+    assert abs(-minos.lower - result.errors["mu_minos"]) < 0.1 * result.errors["mu_minos"]
+    assert float(mu) == pytest.approx(before)  # MINOS put the parameter back
+    assert result.minuit.valid
+
+
+def test_a_loop_of_fits_traces_once():
+    """A user's toy loop (set_data + fit) runs on the compiled path without retracing."""
+    model, loss, params = gauss_exp_study("loop", n=500)
+    truth = [5.0, 0.6, -0.3, 150.0, 350.0]
+    fit = None
+    for seed in range(20):
+        zcache.set_values(params, truth)
+        set_seed(100 + seed)
+        loss.data.set_data(model.sample(int(np.random.default_rng(seed).poisson(500))).numpy())
+        result = Minuit().minimize(loss)
+        assert result.valid and result.path == "compiled", result.fallback
+        fit = CompiledFit.of(loss, tuple(loss.params))
+    assert fit.traces == 1
+
+
+@pytest.mark.slow  # 1000 fits
+def test_a_thousand_fits_trace_once():
+    model, loss, params = gauss_exp_study("thousand", n=200)
+    truth = [5.0, 0.6, -0.3, 60.0, 140.0]
+    set_seed(3)
+    samples = [model.sample(200).numpy() for _ in range(10)]
+    for k in range(1000):
+        zcache.set_values(params, truth)
+        loss.data.set_data(samples[k % 10])
+        assert Minuit().minimize(loss).path == "compiled"
+    assert CompiledFit.of(loss, tuple(loss.params)).traces == 1
+
+
+def test_floating_toggles_between_fits_get_their_own_program():
+    loss, _ = gauss("toggle")
+    sigma = next(p for p in loss.get_params(floating=None) if p.name == "sigma_toggle")
+    both = Minuit().minimize(loss)
+    sigma.floating = False
+    try:
+        one = Minuit().minimize(loss)
+    finally:
+        sigma.floating = True
+    assert both.path == one.path == "compiled"
+    assert one.names == ["mu_toggle"] and float(sigma) == pytest.approx(both.values["sigma_toggle"])
+
+
+def test_a_non_finite_start_is_refused_as_before():
+    from zcache.exceptions import FitError
+
+    mu, sigma = P("mu_nf", 0.0, -1.0, 1.0), P("sigma_nf", 0.01, 0.001, 2.0)
+    loss = UnbinnedNLL(Gaussian(Space("x", -50.0, 50.0), mu, sigma), zcache.Data(np.array([0.0, 40.0]), obs="x"))
+    with pytest.raises(FitError):
+        Minuit().minimize(loss)
+    assert float(mu) == 0.0 and float(sigma) == 0.01
+
+
+def test_run_is_refused_inside_a_trace():
+    from zcache.exceptions import IllegalInGraphModeError
+
+    loss, _ = gauss("trace")
+
+    @tf.function
+    def inside():
+        return CompiledFit.of(loss, loss.params).run(np.array([0.4, 1.4]), edm_max=1e-5)
+
+    with pytest.raises(IllegalInGraphModeError):
+        inside()
+
+
+def test_function_pdf_of_a_user():
+    """A user's own density (FunctionPdf) traced with its parameters replaced by the program's vector."""
+    a, b = P("a_user", 0.5, 0.0, 2.0), P("b_user", 0.2, -1.0, 1.0)
+    model = FunctionPdf(lambda x, a, b: 1.0 + a * x + b * x * x, Space("x", 0.0, 1.0), {"a": a, "b": b})
+    data = _sampled(model, 3000)
+    zcache.set_values([a, b], [0.8, 0.0])
+    new, _ = compare(UnbinnedNLL(model, data))
+    assert new.path == "compiled"
