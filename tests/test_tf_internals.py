@@ -399,3 +399,28 @@ def test_a_wrong_fused_gradient_is_found_in_a_graph():
 
     assert any("SqrtGrad" in name for name in _tf_internals.wrong_xla_gradient_ops(grads(tf.complex128)))
     assert _tf_internals.wrong_xla_gradient_ops(grads(tf.float64)) == []
+
+
+def test_without_grappler_is_thread_local_and_restored():
+    """Item 11: inside the block this thread's function calls carry a config without Grappler; other
+    threads and the code after the block keep theirs; a function gives the same numbers either way."""
+    import threading
+
+    from tensorflow.python.eager import context
+
+    def meta_optimizer_disabled() -> bool:
+        config = tf.compat.v1.ConfigProto()
+        config.ParseFromString(context.context().function_call_options.config_proto_serialized)
+        return config.graph_options.rewrite_options.disable_meta_optimizer
+
+    fn = tf.function(lambda x: tf.reduce_sum(tf.exp(x) * 2.0 + 1.0))
+    x = tf.constant([0.5, 1.5], tf.float64)
+    expected = fn(x).numpy()
+    seen = {}
+    with _tf_internals.without_grappler():
+        assert meta_optimizer_disabled()
+        other = threading.Thread(target=lambda: seen.setdefault("other", meta_optimizer_disabled()))
+        other.start()
+        other.join()
+        assert fn(x).numpy() == expected
+    assert not meta_optimizer_disabled() and seen["other"] is False

@@ -73,8 +73,8 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 
 
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
-                  edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
-                  hessian: Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor] | None = None) -> tuple[tf.Tensor, ...]:
+                  edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None
+                  ) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -92,10 +92,6 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         The EDM below which a row has converged.
     first : tuple of tf.Tensor, optional
         ``vg(x0)`` when the caller has it already (one evaluation fewer).
-    hessian : callable, optional
-        ``hessian(x, g, scale) -> (B, n, n)``, the final Hessian at ``x`` with gradients ``g``
-        (``scale``: each row's estimated errors). Default :func:`forward_hessian` (one gradient
-        per parameter); the serial compiled fit passes the exact one.
 
     Returns
     -------
@@ -150,12 +146,8 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
     scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-    if hessian is None:
-        hess = forward_hessian(vg, x, g, scale, lower, upper)
-        nfcn = nfcn + n
-    else:
-        hess = hessian(x, g, scale)
-        nfcn = nfcn + 1
+    hess = forward_hessian(vg, x, g, scale, lower, upper)
+    nfcn = nfcn + n
     # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last
     # step uses the same information, and it leaves the EDM far below its bound.
     chol_ok = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)), axis=[1, 2])

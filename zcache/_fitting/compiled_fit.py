@@ -5,15 +5,19 @@ TensorFlow and back (about half of a 0.9 ms value + gradient call at 10k events 
 around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in one
 ``tf.function``:
 
-1. value, gradient and the **exact Hessian** at the start (second-order autodiff); the
-   inverse of the Hessian (eigenvalues by magnitude, so positive definite also far from a
-   minimum) seeds
+1. value and gradient at the start, and BFGS's first inverse Hessian: forward differences of
+   exact gradients, inverted with eigenvalues by magnitude (positive definite also far from a
+   minimum) — or, when this loss was fitted before, the inverse Hessian of its last converged
+   fit (a refit, the next toy);
 2. **BFGS** with a backtracking line search, steps clipped into the limits
    (:func:`zcache._fitting.batched_bfgs.lockstep_bfgs` with one row), until MIGRAD's
    criterion :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g < 0.002\,\mathrm{tol}\,\mathrm{errordef}`
    holds;
-3. the exact Hessian at the end (HESSE's definition of the errors,
-   :math:`C = 2\,\mathrm{errordef}\,H^{-1}`), one Newton step from it and the final EDM.
+3. the Hessian at the end by forward differences of exact gradients, steps of 1e-4 of each
+   error (HESSE's definition of the errors, :math:`C = 2\,\mathrm{errordef}\,H^{-1}`, good to
+   about 1e-7 relative), one Newton step from it and the final EDM. Second-order autodiff would
+   be exact to rounding, but its trace costs seconds and each such Hessian more than the n
+   gradients of the differences (``design/architecture.md``, "Compiled fits").
 
 The loss is the user's own code, traced once: the fitted parameters are replaced by the
 entries of the program's vector ``x`` (:func:`zcache._engine.context.substituted`, the
@@ -53,11 +57,12 @@ import tensorflow as tf
 
 from .._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
+from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
 from .._engine.tf_internals import without_grappler
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
-from .batched_bfgs import lockstep_bfgs
+from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
 
 __all__ = ["CompiledFit", "CompiledOutcome"]
 
@@ -76,12 +81,13 @@ class CompiledOutcome:
     fmin, fstart : float
         The loss at ``x`` and at the start (absolute, no offset).
     hessian : ndarray
-        (n, n) the exact Hessian of the loss at the BFGS minimum (before the Newton step).
+        (n, n) the Hessian of the loss at the BFGS minimum (before the Newton step), by forward
+        differences of exact gradients.
     edm : float
         MIGRAD's estimated distance to the minimum, with that Hessian (NaN if it is not
         positive definite).
     nfcn : int
-        Value + gradient evaluations (each Hessian counts one).
+        Value + gradient evaluations (a Hessian counts one per parameter).
     reason : str or None
         None for a fit MIGRAD would call valid; else why not (the caller falls back).
     """
@@ -174,58 +180,36 @@ class CompiledFit:
         g = tape.gradient(f, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return f, g, ok & tf.reduce_all(tf.math.is_finite(g))
 
-    def _hessian(self, x: tf.Tensor, served: dict[int, tf.Tensor]) -> tf.Tensor:
-        """The exact Hessian, one row per step of a loop: the gradient of one gradient entry.
-
-        Reverse over reverse, row by row, traced once: measured at 50k events and five
-        parameters, 0.9x the time of the vectorized ``jacobian`` (pfor) and half its trace.
-        """
-        n = len(self.params)
-
-        def row(j: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(x)
-                _, g, _ = self._value_gradient(x, served)
-                g_j = tf.gather(g, j)
-            return j + 1, acc.write(j, tape.gradient(g_j, x, unconnected_gradients=tf.UnconnectedGradients.ZERO))
-
-        _, acc = tf.while_loop(lambda j, _: j < n, row, (tf.constant(0), tf.TensorArray(tf.float64, size=n)))
-        hess = acc.stack()
-        return 0.5 * (hess + tf.transpose(hess))
-
     def _body(self, x0: tf.Tensor, seed: tf.Tensor, seeded: tf.Tensor, served: dict[int, tf.Tensor],
               lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor, edm_max: tf.Tensor) -> tuple[tf.Tensor, ...]:
         self.traces += 1
         n = len(self.params)
-        # Value + gradient and the Hessian are functions of their own, each traced once and
-        # called where needed (the start, every BFGS step, the end, the Newton step).
+        # Value + gradient is a function of its own, traced once and called wherever it is needed
+        # (the start, every BFGS step, each Hessian column, the Newton step): the loss is traced
+        # once per program.
         vg_fn = tf.function(self._value_gradient, autograph=False)
-        hessian_fn = tf.function(self._hessian, autograph=False)
-        f0, g0, ok0 = vg_fn(x0, served)
-
-        def exact_seed() -> tf.Tensor:
-            # The inverse of the exact Hessian at the start, eigenvalues by magnitude (a descent
-            # direction also away from the minimum); the identity where it is not finite.
-            h0 = hessian_fn(x0, served)
-            h0 = tf.where(tf.reduce_all(tf.math.is_finite(h0)), h0, tf.eye(n, dtype=tf.float64))
-            w, v = tf.linalg.eigh(h0)
-            w = tf.maximum(tf.abs(w), 1e-12 * tf.reduce_max(tf.abs(w)) + 1e-300)
-            return (v / w[None, :]) @ tf.transpose(v)
-
-        hinv0 = tf.cond(seeded, lambda: seed, exact_seed)
 
         def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             f, g, ok = vg_fn(x[0], served)
             return f[None], g[None], ok[None]
 
-        def hessian(x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:  # noqa: ARG001
-            return hessian_fn(x[0], served)[None]
+        f0, g0, ok0 = vg(x0[None])
 
+        def first_seed() -> tf.Tensor:
+            # BFGS's first inverse Hessian: forward differences of exact gradients at the start
+            # (steps of eps^(1/3) max(|x|, 1); a seed needs no more), inverted with eigenvalues
+            # by magnitude, so that it is a descent direction also away from the minimum.
+            h0 = forward_hessian(vg, x0[None], g0, (default_step(x0) / HESSE_STEP)[None], lower, upper)[0]
+            h0 = tf.where(tf.reduce_all(tf.math.is_finite(h0)), h0, tf.eye(n, dtype=tf.float64))
+            w, v = tf.linalg.eigh(h0)
+            w = tf.maximum(tf.abs(w), 1e-12 * tf.reduce_max(tf.abs(w)) + 1e-300)
+            return (v / w[None, :]) @ tf.transpose(v)
+
+        hinv0 = tf.cond(seeded, lambda: seed, first_seed)
         x, f, hess, edm, ok, converged, nfcn = lockstep_bfgs(
-            vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0[None], g0[None], ok0[None]),
-            hessian=hessian)
-        ok = ok[0] & ok0 & tf.reduce_all(tf.math.is_finite(hess))
-        return x[0], f[0], f0, hess[0], edm[0], ok, converged[0], nfcn[0] + tf.cast(~seeded, tf.int32)
+            vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0, g0, ok0))
+        ok = ok[0] & ok0[0] & tf.reduce_all(tf.math.is_finite(hess))
+        return x[0], f[0], f0[0], hess[0], edm[0], ok, converged[0], nfcn[0] + n * tf.cast(~seeded, tf.int32)
 
     # -- running -----------------------------------------------------------------------------
     def _served(self, x0: np.ndarray) -> dict[int, tf.Tensor]:
