@@ -51,8 +51,8 @@ VG = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
 
 
 def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower: tf.Tensor,
-                    upper: tf.Tensor) -> tf.Tensor:
-    """(B, n, n) by forward differences of the exact gradients ``g`` at ``x``, steps HESSE_STEP * scale.
+                    upper: tf.Tensor, step: float = HESSE_STEP) -> tf.Tensor:
+    """(B, n, n) by forward differences of the exact gradients ``g`` at ``x``, steps ``step * scale``.
 
     One gradient per parameter: with a step of 1e-4 of the error, the truncation error is
     about 1e-5 relative (measured on Gauss + Exp against the exact Hessian) and the rounding
@@ -61,7 +61,7 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
     n = x.shape[1]
 
     def column(j: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
-        h = HESSE_STEP * scale[:, j][:, None] * tf.one_hot(j, n, dtype=tf.float64)[None, :]
+        h = step * scale[:, j][:, None] * tf.one_hot(j, n, dtype=tf.float64)[None, :]
         point = forward_point(x, h, lower, upper, axis=1)
         _, g_point, _ = vg(point)
         width = tf.reduce_sum(point - x, axis=1)[:, None]
@@ -73,8 +73,8 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 
 
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
-                  edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None
-                  ) -> tuple[tf.Tensor, ...]:
+                  edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
+                  hesse_step: float = HESSE_STEP) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -92,6 +92,8 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         The EDM below which a row has converged.
     first : tuple of tf.Tensor, optional
         ``vg(x0)`` when the caller has it already (one evaluation fewer).
+    hesse_step : float
+        The final Hessian's forward-difference step, in units of each row's estimated error.
 
     Returns
     -------
@@ -146,7 +148,7 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
     scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-    hess = forward_hessian(vg, x, g, scale, lower, upper)
+    hess = forward_hessian(vg, x, g, scale, lower, upper, hesse_step)
     nfcn = nfcn + n
     # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last
     # step uses the same information, and it leaves the EDM far below its bound.
