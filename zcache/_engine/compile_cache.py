@@ -299,7 +299,7 @@ def check_entries(directory: str, now: float | None = None) -> dict[str, int]:
     entries = []
     for name in sorted(names):
         path = os.path.join(directory, name)
-        if name.endswith(".tmp"):  # TensorFlow writes <entry>.pb<unique>.tmp, then renames it
+        if name.endswith((".tmp", ".part")):  # TensorFlow's <entry>.pb<unique>.tmp and our records' half-writes
             if _mtime(path, now) < now - STALE_TMP_S:
                 report["removed"] += _unlink(path)
         elif name.endswith(_SUFFIX):
