@@ -217,6 +217,17 @@ def test_clear(tmp_path, monkeypatch):
         (tmp_path / folder).mkdir(parents=True)
         (tmp_path / folder / "x.pb").write_bytes(b"1")
     assert zcache.clear_compile_cache() == 2 and zcache.clear_compile_cache() == 0
+    (tmp_path / "xla" / "a" / "x.pb").write_bytes(b"1")
+    (tmp_path / "xla").chmod(0o777)
+    with pytest.warns(CompileCacheWarning, match="did not clear"):
+        assert zcache.clear_compile_cache() == 0
+
+
+def test_untested_tensorflow_needs_the_switch(monkeypatch, tmp_path, no_root):
+    monkeypatch.setattr(cc, "TESTED_TENSORFLOW", ((1, 0), (1, 1)))
+    info = cc._enable({"ZCACHE_CACHE_DIR": str(tmp_path)})
+    assert info.directory is None and "ZCACHE_COMPILE_CACHE=1" in info.reason and not os.listdir(tmp_path)
+    assert "had read its XLA flags" in cc._enable({"ZCACHE_CACHE_DIR": str(tmp_path), "ZCACHE_COMPILE_CACHE": "1"}).reason
 
 
 # The entries --------------------------------------------------------------------------------

@@ -126,7 +126,13 @@ def clear_compile_cache() -> int:
     root = _ROOT if _ROOT is not None else _cache_root(os.environ)
     top = os.path.join(root, "xla")
     removed = 0
-    if not os.path.isdir(top) or os.path.islink(top):
+    if not os.path.lexists(top):
+        return 0
+    try:
+        _check_own(root)
+        _check_own(top)
+    except Refused as exc:  # not a folder of the user's alone: not deleted from
+        warnings.warn(f"zcache did not clear its compile cache: {exc}", CompileCacheWarning, stacklevel=2)
         return 0
     for dirpath, _dirs, files in os.walk(top):
         for name in files:
@@ -172,7 +178,7 @@ def _enable(environ: os._Environ | dict) -> CompileCacheInfo:
     low, high = TESTED_TENSORFLOW
     if switch not in _ON and not low <= version < high:
         return CompileCacheInfo(None, False, f"off: TensorFlow {tf.__version__} is outside the versions whose XLA "
-                                             f"flags zcache checked ({low} to {high}, excluded); "
+                                             f"flags zcache checked ({low[0]}.{low[1]} to {high[0]}.{high[1] - 1}); "
                                              f"ZCACHE_COMPILE_CACHE=1 turns it on.")
     _ROOT = _cache_root(environ)
     directory = os.path.join(_ROOT, "xla", folder_key(environ))
