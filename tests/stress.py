@@ -30,10 +30,17 @@ Usage::
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "ZCACHE_TEST_SESSION_CACHE" not in os.environ:  # compiled programs in a temporary folder, as under pytest
+    _folder = tempfile.mkdtemp(prefix="zcache-stress-cache-")
+    os.environ["ZCACHE_CACHE_DIR"] = os.environ["ZCACHE_TEST_SESSION_CACHE"] = _folder
+    atexit.register(shutil.rmtree, _folder, True)
 
 import argparse  # noqa: E402
 import functools  # noqa: E402

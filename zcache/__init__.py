@@ -33,10 +33,12 @@ def _import_tensorflow_quietly() -> None:
     the descriptor points to the null device for the import. Set ``ZCACHE_TF_LOGS=1`` to
     keep TensorFlow's C++ and Python logs as TensorFlow sets them; an explicit
     ``TF_CPP_MIN_LOG_LEVEL`` is respected. Nothing changes if TensorFlow was imported before.
+    The level is 3 (C++ errors too): TensorFlow logs an error line for every program it loads
+    from the compile cache (it first tries the file as text); its real errors are raised anyway.
     """
     if "tensorflow" in _sys.modules or _os.environ.get("ZCACHE_TF_LOGS"):
         return
-    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         saved = _os.dup(2)
     except OSError:  # no stderr descriptor (an embedded interpreter): nothing to silence
@@ -57,6 +59,11 @@ def _import_tensorflow_quietly() -> None:
 
 _import_tensorflow_quietly()
 
+# Before anything runs a TensorFlow op: TensorFlow reads its XLA flags (the compile cache's folder) at its first op.
+from ._engine import compile_cache as _compile_cache  # noqa: E402
+
+_compile_cache.enable_at_import()
+
 from . import exceptions as exceptions  # noqa: E402
 from . import loss as loss  # noqa: E402
 from . import minimize as minimize  # noqa: E402
@@ -68,6 +75,8 @@ from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFl
 from ._engine.cachable import Cachable as Cachable  # noqa: E402
 from ._engine.cachable import cached as cached  # noqa: E402
 from ._engine.cached_tensor import CachedTensor as CachedTensor  # noqa: E402
+from ._engine.compile_cache import clear_compile_cache as clear_compile_cache  # noqa: E402
+from ._engine.compile_cache import compile_cache_info as compile_cache_info  # noqa: E402
 from ._engine.data import Data as Data  # noqa: E402
 from ._engine.dependencies import dependency_graph as dependency_graph  # noqa: E402
 from ._engine.dependencies import to_dot as to_dot  # noqa: E402
@@ -106,6 +115,9 @@ __all__ = [
     "set_jit_mode",
     "get_jit_mode",
     "clear_graph_cache",
+    # compiled programs on disk
+    "compile_cache_info",
+    "clear_compile_cache",
     # gradients, precompute, the dependency graph
     "gradient",
     "value_and_gradient",

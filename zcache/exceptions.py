@@ -43,6 +43,7 @@ __all__ = [
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
+    "CompileCacheWarning",
     "UndeclaredDependencyWarning",
     "warn_at_user_code",
 ]
@@ -182,6 +183,10 @@ class RetracingWarning(ZCacheWarning):
 
 class TensorFlowInternalsWarning(ZCacheWarning):
     """A TensorFlow internal that zcache relies on is missing (see ``design/architecture.md``)."""
+
+
+class CompileCacheWarning(ZCacheWarning):
+    """zcache's cache of compiled XLA programs is off (its folder is unsafe) or dropped damaged entries."""
 
 
 class UndeclaredDependencyWarning(ZCacheWarning):
