@@ -506,7 +506,8 @@ class Minuit:
             outcome = self._compiled(obj)
             if outcome is not None and outcome.reason is None:
                 return self._compiled_result(obj, outcome, start)
-            fallback = "the compiled fit " + (outcome.reason if outcome is not None else "was refused")
+            why = outcome.reason if outcome is not None else f"refused ({CompiledFit.of(obj.loss, obj.params).refused})"
+            fallback = f"compiled fit: {why}"
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)

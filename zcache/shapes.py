@@ -551,8 +551,18 @@ def _power_exp_integral(u1: tf.Tensor, u2: tf.Tensor, c: tf.Tensor, p: tf.Tensor
     s = tf.where(use_gamma, -c, tf.ones_like(c))  # a positive argument also in the unused branch
     x1, x2 = s * u1, s * u2
     upper_tail = x1 > a
-    diff = tf.where(upper_tail, tf.math.igammac(a, x1) - tf.math.igammac(a, x2),
-                    tf.math.igamma(a, x2) - tf.math.igamma(a, x1))
+
+    def regularized(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # P(a, x), Q(a, x), exactly 0 and 1 at x = 0 (the end point m0 inside the range): the
+        # second derivative of P in x is infinite there, and times (dx/dc)^2 = u^2 = 0 it made
+        # the exact Hessian NaN (MIGRAD's HESSE of an ARGUS fit was invalid).
+        positive = x > 0.0
+        safe = tf.where(positive, x, tf.ones_like(x))
+        return (tf.where(positive, tf.math.igamma(a, safe), tf.zeros_like(x)),
+                tf.where(positive, tf.math.igammac(a, safe), tf.ones_like(x)))
+
+    (p1, q1), (p2, q2) = regularized(x1), regularized(x2)
+    diff = tf.where(upper_tail, q1 - q2, p2 - p1)
     gamma_branch = tf.exp(tf.math.lgamma(a) - a * tf.math.log(s)) * diff
     # Series: term_k(u) = u^a (c u)^k / (k! (a + k)); (c u)^k / k! by a cumulative product.
     cs = tf.where(use_gamma, tf.zeros_like(c), c)
