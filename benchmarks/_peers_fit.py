@@ -568,11 +568,14 @@ class ZfitFitter(Fitter):
         ``with`` block around each fit only.
     gradient : {"minuit", "zfit"}
         Minuit's numerical gradient (zfit's default for Minuit) or zfit's TensorFlow gradient.
+    hesse : bool
+        After a valid minimization, ask the result for HESSE errors (``result.hesse()``, zfit's
+        default method, Minuit's HESSE), inside the timed fit.
     """
 
     def __init__(self, x: np.ndarray, setup: GaussExpSetup = FIT50K, graph: bool = True,
-                 gradient: str = "minuit") -> None:
-        self.setup, self.graph, self.gradient = setup, graph, gradient
+                 gradient: str = "minuit", hesse: bool = False) -> None:
+        self.setup, self.graph, self.gradient, self.hesse = setup, graph, gradient, hesse
         grad_text = "TensorFlow gradient" if gradient == "zfit" else "Minuit's numerical gradient"
         self.name = f"zfit {'graph' if graph else 'eager'}, {grad_text}"
         self.status = zfit_status()
@@ -592,8 +595,9 @@ class ZfitFitter(Fitter):
         with zfit.run.set_graph_mode(self.graph):
             t0 = time.perf_counter()
             result = self.minimizer.minimize(self.loss)
+            errors = result.hesse() if self.hesse and result.valid else None
             seconds = time.perf_counter() - t0
-        return self.model.record(result, seconds)
+        return self.model.record(result, seconds, hesse=errors)
 
 
 def zfit_toys(n_toys: int, setup: GaussExpSetup = TOY10K, seed: int = 1, gradient: str = "minuit",

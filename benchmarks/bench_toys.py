@@ -10,6 +10,9 @@ generate + fit + HESSE, 1000 toys:
    child's own); the table gives the steady per-toy time (after the first batch, whose time is
    shown apart: tracing and XLA compilation), the peak RSS, the RSS growth from the first batch
    to the end and the TensorFlow traces after the first batch. Two rounds, interleaved; medians.
+   zcache's serial rows fit each toy with ``Minuit().minimize`` (its default: the compiled fit).
+   Goals: ``run_toys(batch=100)`` <= 0.2x numpy + iminuit's time per toy and >= 150x faster
+   than zfit.
 2. **Dask**: the same 1000-toy study (B = 100) on a 2-worker ``LocalCluster`` against one process;
    wall times with and without the workers' first compilation, and whether the rows are identical.
 
@@ -40,9 +43,12 @@ if str(HERE) not in sys.path:
 import _peers_fit as peers  # noqa: E402
 from _harness import markdown_table  # noqa: E402
 
-#: Issue 13's goals: zcache batched per toy vs numpy + iminuit (serial), and vs zfit.
-TARGET_VS_NUMPY = 3.0
-TARGET_VS_ZFIT = 100.0
+#: Goals (compiled fits by default): zcache batched (``batch=100``) per toy <= 0.2x numpy + iminuit (serial),
+#: i.e. >= 5x faster, and >= 150x faster than zfit (issue 13's were 3x and 100x).
+TARGET_VS_NUMPY = 5.0
+TARGET_VS_ZFIT = 150.0
+#: The batch the goals are stated for.
+TARGET_BATCH = 100
 
 
 def _peak_mb() -> float:
@@ -212,18 +218,26 @@ def _say(rows: list[dict[str, Any]]) -> str:
     best = min((r for n, r in by.items() if "batch=" in n), key=lambda r: r["per toy (ms)"], default=None)
     if best is None:
         return "No batched row ran."
-    vs_numpy, vs_zfit = best["numpy+iminuit / this"], best["zfit / this"]
-    text = (f"Fastest batched study: {best['implementation']}, {best['per toy (ms)']:.2f} ms per toy, "
-            f"{vs_numpy:.2f}x faster than numpy + iminuit (goal >= {TARGET_VS_NUMPY:.0f}x: "
-            f"{'met' if vs_numpy >= TARGET_VS_NUMPY else 'missed'}) and ")
-    if np.isfinite(vs_zfit):
-        verdict = "met" if vs_zfit >= TARGET_VS_ZFIT else "missed"
-        text += f"{vs_zfit:.0f}x faster than zfit (goal >= {TARGET_VS_ZFIT:.0f}x: {verdict}). "
+    target = by.get(f"zcache run_toys(batch={TARGET_BATCH})")
+    parts = [f"Fastest batched study: {best['implementation']}, {best['per toy (ms)']:.2f} ms per toy, "
+             f"{best['numpy+iminuit / this']:.2f}x faster than numpy + iminuit."]
+    if target is None:
+        parts.append(f"The goals are stated for batch={TARGET_BATCH}, not run here.")
     else:
-        text += "zfit not measured. "
-    text += ("The first batch's time is tracing, XLA compilation (of the batched value + gradient, BFGS loop "
-             "and Hessian) and its own fits.")
-    return text
+        vs_numpy, vs_zfit = target["numpy+iminuit / this"], target["zfit / this"]
+        text = (f"run_toys(batch={TARGET_BATCH}): {target['per toy (ms)']:.2f} ms per toy, {1 / vs_numpy:.2f}x numpy + "
+                f"iminuit's time per toy (goal <= {1 / TARGET_VS_NUMPY:.1f}x: "
+                f"{'met' if vs_numpy >= TARGET_VS_NUMPY else 'missed'}) and ")
+        if np.isfinite(vs_zfit):
+            verdict = "met" if vs_zfit >= TARGET_VS_ZFIT else "missed"
+            text += f"{vs_zfit:.0f}x faster than zfit (goal >= {TARGET_VS_ZFIT:.0f}x: {verdict})."
+        else:
+            text += "zfit not measured."
+        parts.append(text)
+    parts.append("The serial rows fit each toy with Minuit's default, the compiled fit (MIGRAD where it falls "
+                 "back). The first batch's time is tracing, XLA compilation (of the batched value + gradient, "
+                 "BFGS loop and Hessian) and its own fits.")
+    return " ".join(parts)
 
 
 def run(quick: bool) -> list[tuple[str, str]]:
