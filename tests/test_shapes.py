@@ -494,3 +494,20 @@ def test_crystal_ball_fit_recovers_truth_and_matches_iminuit():
     for k, p in pars.items():
         assert abs(result.values[p.name] - m.values[k]) < 1e-3 * m.errors[k], (k, result.values[p.name], m.values[k])
         assert result.errors[p.name] == pytest.approx(m.errors[k], rel=1e-2)
+
+
+@pytest.mark.parametrize("c0", [-22.0, -0.5])  # the incomplete-gamma branch and the series branch
+def test_argus_exact_hessian_with_the_end_point_in_range(c0):
+    """The end point m0 is the space's upper limit: P(a, s u) at u = 0 has an infinite second derivative
+    in its argument, times (du/dc)^2 = 0. The exact Hessian of the loss (what MIGRAD's HESSE uses) must be
+    finite and equal numdifftools' second derivative of the NLL (it was NaN: every ARGUS fit invalid)."""
+    import numdifftools as nd
+
+    c = zcache.Parameter(f"c_argus_h{int(-c0)}", c0, lower=-60.0, upper=5.0)
+    model = ARGUS(Space("m", 5.2, 5.29), 5.29, c)
+    set_seed(4)
+    loss = UnbinnedNLL(model, model.sample(2000))
+    zcache.precompute(loss)  # caches of c bypassed: hessian_at takes the exact (second-order autodiff) path
+    exact = float(loss.hessian_at([c0], [c]).numpy()[0, 0])
+    reference = nd.Derivative(lambda v: float(loss.value_at([v], [c])), n=2)(c0)
+    assert np.isfinite(exact) and exact == pytest.approx(reference, rel=1e-5)
