@@ -72,6 +72,11 @@ __all__ = ["CompiledFit", "CompiledOutcome"]
 #: and the rounding of exact gradients ~1e-10 sqrt(N) relative.
 SERIAL_HESSE_STEP = 1e-6
 
+#: Smallest eigenvalue of the seed Hessian in units of its diagonal (which is 1): the seed's step
+#: along a direction the loss does not constrain is at most 1e6 times the gradient there, in units
+#: of the errors (1e-12 of the largest let a J/psi fit's two f0(980) couplings run to 2e4).
+SEED_FLOOR = 1e-6
+
 #: CompiledFit.of: per loss (weakly), per parameter tuple.
 _KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], CompiledFit]] = weakref.WeakKeyDictionary()
 
@@ -206,13 +211,17 @@ class CompiledFit:
 
         def first_seed() -> tf.Tensor:
             # BFGS's first inverse Hessian: forward differences of exact gradients at the start
-            # (steps of eps^(1/3) max(|x|, 1); a seed needs no more), inverted with eigenvalues
-            # by magnitude, so that it is a descent direction also away from the minimum.
+            # (steps of eps^(1/3) max(|x|, 1); a seed needs no more), inverted in units of the
+            # diagonal with eigenvalues by magnitude, at least SEED_FLOOR: a descent direction
+            # also away from the minimum, and no step of thousands of errors along a flat
+            # direction (two amplitudes of one shape: their difference is unconstrained).
             h0 = forward_hessian(vg, x0[None], g0, (default_step(x0) / HESSE_STEP)[None], lower, upper)[0]
             h0 = tf.where(tf.reduce_all(tf.math.is_finite(h0)), h0, tf.eye(n, dtype=tf.float64))
-            w, v = tf.linalg.eigh(h0)
-            w = tf.maximum(tf.abs(w), 1e-12 * tf.reduce_max(tf.abs(w)) + 1e-300)
-            return (v / w[None, :]) @ tf.transpose(v)
+            d = tf.sqrt(tf.maximum(tf.abs(tf.linalg.diag_part(h0)), 1e-300))
+            d = tf.where(tf.linalg.diag_part(h0) != 0.0, d, tf.ones_like(d))
+            w, v = tf.linalg.eigh(h0 / (d[:, None] * d[None, :]))
+            w = tf.maximum(tf.abs(w), SEED_FLOOR)
+            return ((v / w[None, :]) @ tf.transpose(v)) / (d[:, None] * d[None, :])
 
         hinv0 = tf.cond(seeded, lambda: seed, first_seed)
         x, f, hess, edm, ok, converged, nfcn = lockstep_bfgs(
@@ -290,8 +299,7 @@ class CompiledFit:
         if not ok:
             return "a zcache check of the loss failed or a value was not finite"
         on_limit = [p.name for p, v, lo, hi in zip(self.params, x, self.lower, self.upper, strict=True)
-                    if np.isclose(v, lo, rtol=0.0, atol=1e-10 * max(1.0, abs(lo)))
-                    or np.isclose(v, hi, rtol=0.0, atol=1e-10 * max(1.0, abs(hi)))]
+                    if any(np.isfinite(end) and abs(v - end) <= 1e-10 * max(1.0, abs(end)) for end in (lo, hi))]
         if on_limit:
             return f"parameter(s) {on_limit} at a limit"
         try:
