@@ -352,3 +352,21 @@ def test_function_pdf_of_a_user():
     zcache.set_values([a, b], [0.8, 0.0])
     new, _ = compare(UnbinnedNLL(model, data))
     assert new.path == "compiled"
+
+
+def test_a_flat_direction_does_not_send_the_fit_away():
+    """Two parameters that enter only as their sum (as two amplitudes of one shape do in an amplitude
+    fit): the loss does not constrain their difference. The compiled fit's first step must not run
+    along it (a seed eigenvalue of 1e-12 of the largest sent a J/psi fit's couplings to 2e4); the
+    Hessian is singular there, so MIGRAD takes over, with MIGRAD's verdict."""
+    a, b = P("a_flat", 0.3, -5.0, 5.0), P("b_flat", 0.1, None, None)
+    model = FunctionPdf(lambda x, a, b: tf.exp(-0.5 * (x - a - b) ** 2), Space("x", -6.0, 6.0), {"a": a, "b": b})
+    x = np.random.default_rng(12).normal(0.8, 1.0, 2000)
+    loss = UnbinnedNLL(model, zcache.Data(x, obs="x"))
+    out = CompiledFit.of(loss, [a, b]).run(np.array([0.3, 0.1]), edm_max=1e-5)
+    assert np.all(np.abs(out.x) < 5.0), out.x
+    assert out.x.sum() == pytest.approx(x.mean(), abs=1e-3)
+    zcache.set_values([a, b], [0.3, 0.1])
+    result = Minuit().minimize(loss)
+    zcache.set_values([a, b], [0.3, 0.1])
+    assert result.valid == Minuit(compiled=False).minimize(loss).valid
