@@ -106,6 +106,9 @@ class Config:
         The toys of table 2b (a user's serial loop over given data).
     loop_toys : int
         Toys per implementation in table 2b (toy 1 is timed apart).
+    xla : bool
+        Include the XLA rows (off in quick mode: their compiles are most of a smoke run's time, and
+        bench_jit's smoke run covers XLA).
     fresh_runs : int
         Runs of the fresh-process script per variant in table 1b (2: first and second run;
         0 leaves the table out).
@@ -122,6 +125,7 @@ class Config:
     loop_setup: peers.GaussExpSetup
     loop_toys: int
     fresh_runs: int
+    xla: bool = True
 
 
 def _scaled(setup: peers.GaussExpSetup, n_events: int, seed: int) -> peers.GaussExpSetup:
@@ -138,7 +142,7 @@ FULL = Config(fit_setup=peers.FIT50K, fit_repeats=10, eager_repeats=2, toy_setup
               ks=(2, 4, 8), k_events=200_000, k_repeats=3, loop_setup=peers.TOY10K, loop_toys=100, fresh_runs=2)
 QUICK = Config(fit_setup=_scaled(peers.FIT50K, 5_000, seed=5), fit_repeats=2, eager_repeats=0,
                toy_setup=_scaled(peers.TOY10K, 2_000, seed=2), n_toys=2, ks=(2,), k_events=2_000, k_repeats=1,
-               loop_setup=_scaled(peers.TOY10K, 500, seed=3), loop_toys=3, fresh_runs=0)
+               loop_setup=_scaled(peers.TOY10K, 500, seed=3), loop_toys=3, fresh_runs=0, xla=False)
 
 
 # -- zcache side -----------------------------------------------------------------------------
@@ -310,7 +314,8 @@ def _fitters(cfg: Config, include: Sequence[str]) -> list[peers.Fitter]:
         out += [peers.NumpyFitter(x, s, gradient=False, hesse=True), peers.NumpyFitter(x, s, gradient=True, hesse=True)]
     if "zcache" in include:
         out += [ZcacheFitter(x, s, name=ZC_DEFAULT), ZcacheFitter(x, s, compiled=False, name=ZC_MIGRAD),
-                ZcacheFitter(x, s, use_gradient=False, name=ZC_NUMERICAL), ZcacheFitter(x, s, jit=True, name=ZC_XLA)]
+                ZcacheFitter(x, s, use_gradient=False, name=ZC_NUMERICAL)]
+        out += [ZcacheFitter(x, s, jit=True, name=ZC_XLA)] if cfg.xla else []
     if "zfit" in include:
         out += [peers.ZfitFitter(x, s, graph=True, gradient="minuit", hesse=True),
                 peers.ZfitFitter(x, s, graph=True, gradient="zfit", hesse=True)]
@@ -617,7 +622,7 @@ def bench_toys(cfg: Config, include: Sequence[str] = ("numpy", "zcache", "zfit")
     if "numpy" in include:
         studies.append(peers.numpy_toys(cfg.n_toys, setup, seed=setup.seed))
     if "zcache" in include:
-        for use_gradient, jit in ((True, False), (False, False), (True, True)):
+        for use_gradient, jit in ((True, False), (False, False), (True, True))[: 3 if cfg.xla else 2]:
             try:
                 studies.append(zcache_toys(cfg.n_toys, setup, seed=setup.seed, use_gradient=use_gradient, jit=jit))
             except Exception as err:  # noqa: BLE001 - report in the table, keep the other rows

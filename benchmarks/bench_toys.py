@@ -129,11 +129,12 @@ def _in_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 # -- table 1 -----------------------------------------------------------------------------------
 def bench_per_toy(n_toys: int, n_events: int, batches: tuple[int, ...], numpy_toys: int, zfit_toys: int,
-                  serial_toys: int, rounds: int, isolate: bool) -> list[dict[str, Any]]:
+                  serial_toys: int, rounds: int, isolate: bool, xla: bool = True) -> list[dict[str, Any]]:
     specs = [("numpy + iminuit (serial, analytic gradient)", {"kind": "numpy", "toys": numpy_toys})]
     specs += [("zcache run_toys, serial (graph mode)", {"kind": "zcache", "toys": serial_toys, "events": n_events})]
-    specs += [("zcache run_toys, serial (XLA)", {"kind": "zcache", "toys": serial_toys, "events": n_events,
-                                                 "jit": True})]
+    if xla:  # off in quick mode (bench_jit's smoke run covers XLA; its compile is most of a smoke run)
+        specs += [("zcache run_toys, serial (XLA)", {"kind": "zcache", "toys": serial_toys, "events": n_events,
+                                                     "jit": True})]
     specs += [(f"zcache run_toys(batch={b})", {"kind": "zcache", "toys": max(n_toys, 2 * b), "events": n_events,
                                               "batch": b}) for b in batches]
     if zfit_toys:
@@ -254,7 +255,7 @@ def run(quick: bool) -> list[tuple[str, str]]:
     """
     if quick:
         rows = bench_per_toy(n_toys=8, n_events=2_000, batches=(8,), numpy_toys=4, zfit_toys=0, serial_toys=3,
-                             rounds=1, isolate=False)
+                             rounds=1, isolate=False, xla=False)
         return [("Toys at scale (quick): per toy", markdown_table(rows) + "\n\n**What the numbers say.** " + _say(rows))]
     n_events = peers.TOY10K.n_events
     rows = bench_per_toy(n_toys=1000, n_events=n_events, batches=(1, 10, 100, 1000), numpy_toys=300, zfit_toys=20,
