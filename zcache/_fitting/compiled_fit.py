@@ -290,7 +290,7 @@ class CompiledFit:
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         if reason is None:
             # The next fit of this loss starts BFGS from this minimum's inverse Hessian (a refit,
-            # the next toy): one exact Hessian per fit instead of two.
+            # the next toy): no seed Hessian, n gradients fewer per fit.
             self._seed = np.linalg.inv(hess)
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason)
