@@ -7,8 +7,7 @@ around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in
 
 1. value and gradient at the start, and BFGS's first inverse Hessian: forward differences of
    exact gradients, inverted with eigenvalues by magnitude (positive definite also far from a
-   minimum) — or, when this loss was fitted before, the inverse Hessian of its last converged
-   fit (a refit, the next toy);
+   minimum;
 2. **BFGS** with a backtracking line search, steps clipped into the limits
    (:func:`zcache._fitting.batched_bfgs.lockstep_bfgs` with one row), until MIGRAD's
    criterion :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g < 0.002\,\mathrm{tol}\,\mathrm{errordef}`
@@ -138,7 +137,6 @@ class CompiledFit:
         self._programs: dict[Any, Any] = {}
         self._invariants: tuple[int, list[Any]] | None = None
         self.traces = 0
-        self._seed: np.ndarray | None = None
         #: Why this loss cannot run as a compiled fit (set by the caller after a failed trace).
         self.refused: str | None = None
 
@@ -191,9 +189,8 @@ class CompiledFit:
         g = tape.gradient(f, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return f, g, ok & tf.reduce_all(tf.math.is_finite(g))
 
-    def _body(self, x0: tf.Tensor, seed: tf.Tensor, seeded: tf.Tensor, served: dict[int, tf.Tensor],
-              lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor, edm_max: tf.Tensor, *,
-              jit: bool) -> tuple[tf.Tensor, ...]:
+    def _body(self, x0: tf.Tensor, served: dict[int, tf.Tensor], lower: tf.Tensor, upper: tf.Tensor,
+              maxiter: tf.Tensor, edm_max: tf.Tensor, *, jit: bool) -> tuple[tf.Tensor, ...]:
         self.traces += 1
         n = len(self.params)
         # Value + gradient is a function of its own, traced once and called wherever it is needed
@@ -209,7 +206,7 @@ class CompiledFit:
 
         f0, g0, ok0 = vg(x0[None])
 
-        def first_seed() -> tf.Tensor:
+        def first_inverse_hessian() -> tf.Tensor:
             # BFGS's first inverse Hessian: forward differences of exact gradients at the start
             # (steps of eps^(1/3) max(|x|, 1); a seed needs no more), inverted in units of the
             # diagonal with eigenvalues by magnitude, at least SEED_FLOOR: a descent direction
@@ -223,11 +220,14 @@ class CompiledFit:
             w = tf.maximum(tf.abs(w), SEED_FLOOR)
             return ((v / w[None, :]) @ tf.transpose(v)) / (d[:, None] * d[None, :])
 
-        hinv0 = tf.cond(seeded, lambda: seed, first_seed)
+        # Always from this start (not the last fit's Hessian, which would save n gradients): a
+        # fit's numbers depend on the loss and its start only, so a seeded toy study is
+        # reproducible to the last digit.
+        hinv0 = first_inverse_hessian()
         x, f, hess, edm, ok, converged, nfcn = lockstep_bfgs(
             vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0, g0, ok0), hesse_step=SERIAL_HESSE_STEP)
         ok = ok[0] & ok0[0] & tf.reduce_all(tf.math.is_finite(hess))
-        return x[0], f[0], f0[0], hess[0], edm[0], ok, converged[0], nfcn[0] + n * tf.cast(~seeded, tf.int32)
+        return x[0], f[0], f0[0], hess[0], edm[0], ok, converged[0], nfcn[0] + n
 
     # -- running -----------------------------------------------------------------------------
     def _served(self, x0: np.ndarray) -> dict[int, tf.Tensor]:
@@ -281,19 +281,32 @@ class CompiledFit:
         x0 = np.clip(np.asarray(x0, dtype=np.float64), self.lower, self.upper)
         served = self._served(x0)
         fn = self._program(served, jit)
-        seeded = self._seed is not None
-        seed = self._seed if seeded else np.eye(len(self.params))
         with ENGINE_LOCK, calling_jit(jit), without_grappler():
-            out = fn(tf.constant(x0), tf.constant(seed), tf.constant(seeded), served, tf.constant(self.lower),
+            if fn.experimental_get_tracing_count() == 0:
+                self._trace_for_every_size(fn, served)
+            out = fn(tf.constant(x0), served, tf.constant(self.lower),
                      tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
         x, f, f0, hess, edm, ok, converged, nfcn = (t.numpy() for t in out)
         reason = self._verdict(x, hess, bool(ok), bool(converged))
-        if reason is None:
-            # The next fit of this loss starts BFGS from this minimum's inverse Hessian (a refit,
-            # the next toy): no seed Hessian, n gradients fewer per fit.
-            self._seed = np.linalg.inv(hess)
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason)
+
+    def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> None:
+        """Trace ``fn`` once with the events axis of every served value left open.
+
+        A served value with one row per event (a data-only column) changes its number of rows
+        with ``set_data``; traced with the first dataset's size, the program would be traced
+        again for the second size (``reduce_retracing``). Traced with that axis open, every
+        later call finds this trace. The events axis is the first axis of a value whose length
+        is a dataset's number of rows now.
+        """
+        rows = {int(d.value().shape[0]) for d in self.loss.datasets() if d.value().shape.rank}
+        specs = {k: tf.TensorSpec([None, *v.shape[1:]] if v.shape.rank and v.shape[0] in rows else v.shape, v.dtype)
+                 for k, v in served.items()}
+        n = len(self.params)
+        fn.get_concrete_function(tf.TensorSpec([n], tf.float64), specs, tf.TensorSpec([n], tf.float64),
+                                 tf.TensorSpec([n], tf.float64), tf.TensorSpec([], tf.int32),
+                                 tf.TensorSpec([], tf.float64))
 
     def _verdict(self, x: np.ndarray, hess: np.ndarray, ok: bool, converged: bool) -> str | None:
         if not ok:
