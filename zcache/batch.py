@@ -56,6 +56,7 @@ from ._engine.parameter import Parameter
 from ._engine.trace import forbid_in_trace
 from ._engine.traced_checks import calling_jit, collecting
 from ._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
+from ._fitting.per_loss import alive, kept
 from .exceptions import BatchingError, ModelError, WeightSumError
 from .loss import UnbinnedNLL
 
@@ -180,20 +181,12 @@ class BatchedLoss:
         -------
         BatchedLoss
         """
-        per_loss = _KEPT.setdefault(loss, {})
-        key = tuple(p.node_id for p in params)
-        batched = per_loss.get(key)
-        if batched is None:
-            batched = per_loss[key] = cls(loss, params)
-        return batched
+        return kept(_KEPT, loss, params, cls)
 
     @property
     def loss(self) -> UnbinnedNLL:
         """The loss (raises ModelError once it has been garbage collected)."""
-        loss = self._loss()
-        if loss is None:
-            raise ModelError("the loss of this BatchedLoss no longer exists.")
-        return loss
+        return alive(self._loss, "BatchedLoss", ModelError)
 
     @property
     def served_caches(self) -> list[Any]:

@@ -62,6 +62,7 @@ from .._engine.tf_internals import without_grappler
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
+from .per_loss import alive, kept
 
 __all__ = ["CompiledFit", "CompiledOutcome"]
 
@@ -155,20 +156,12 @@ class CompiledFit:
         -------
         CompiledFit
         """
-        per_loss = _KEPT.setdefault(loss, {})
-        key = tuple(p.node_id for p in params)
-        fit = per_loss.get(key)
-        if fit is None:
-            fit = per_loss[key] = cls(loss, params)
-        return fit
+        return kept(_KEPT, loss, params, cls)
 
     @property
     def loss(self) -> Any:
         """The loss (a RuntimeError once it has been garbage collected)."""
-        loss = self._loss()
-        if loss is None:
-            raise RuntimeError("the loss of this CompiledFit no longer exists.")
-        return loss
+        return alive(self._loss, "CompiledFit", RuntimeError)
 
     # -- the loss inside the program ---------------------------------------------------------
     def _evaluate(self, x: tf.Tensor, served: dict[int, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
