@@ -31,7 +31,14 @@ def test_the_groups_cover_every_benchmark():
     assert sorted(m for modules, _ in GROUPS.values() for m in modules) == run_all.discover()
 
 
-@pytest.mark.parametrize("group", list(GROUPS))
+#: Groups that `make test` (CI) leaves to `make bench-smoke`: their quick runs cost ~250 CPU-s of compiles and
+#: ampform builds that the library's own tests (test_jit, test_amplitudes, test_symbolic) already pay; the
+#: "fit" group keeps run_all.py, the report and bench_fit / bench_toys in CI.
+SMOKE_ONLY = {"jit", "symbolic", "amplitude"}
+
+
+@pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.bench_smoke) if g in SMOKE_ONLY else g
+                                   for g in GROUPS])
 def test_benchmarks_quick(tmp_path, group):
     modules, expected = GROUPS[group]
     out = tmp_path / "results.md"
