@@ -24,7 +24,7 @@ $(STAMP): setup.cfg pyproject.toml
 # (single-threaded), so two processes take about 0.6x the time of one (10.5 min vs 13+ min here,
 # before the suite grew; CI's last full run took 23 min of its 25-minute limit).
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not bench_smoke"
+	$(PY) -m pytest -n 2 --dist worksteal -m "not bench_smoke"
 
 # The quick runs of the amplitude, jit and symbolic benchmarks (tests/test_benchmarks_smoke.py), which
 # `make test` leaves out to stay within CI's 25 minutes (run before `make bench` or after changing benchmarks/).

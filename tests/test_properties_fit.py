@@ -435,9 +435,9 @@ TestFitMachine.settings = settings(  # the fast loop (profile dev, 2 examples) r
 class TestFitMachineLong(FitMachine.TestCase):
     """Longer sequences (``-m slow``); ``make stress`` (``tests/stress.py``) runs thousands more."""
 
-    # 3 x 16 steps: CI's 25 minutes are nearly spent (5 x 16 took 94 s of one worker once a fit traces its
+    # 2 x 16 steps: CI's 25 minutes are nearly spent (5 x 16 took 94 s of one worker once a fit traces its
     # compiled program and the compiled-vs-MIGRAD rule fits twice); make stress runs thousands
     settings = settings(
-        max_examples=3, stateful_step_count=16, database=None,
+        max_examples=2, stateful_step_count=16, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
