@@ -22,7 +22,9 @@ $(STAMP): setup.cfg pyproject.toml
 
 # Two pytest-xdist workers, one per core: the suite is mostly Python- and TensorFlow-dispatch-bound
 # (single-threaded), so two processes take about 0.6x the time of one (10.5 min vs 13+ min here,
-# before the suite grew; CI's last full run took 23 min of its 25-minute limit).
+# before the suite grew). The full run took 21 min here on 2026-11-26 (1,532 tests, with the three benchmark
+# smoke runs now in bench-smoke); CI's run before it took 26 min with the install, over its 25-minute limit.
+# --dist worksteal: an idle worker takes queued tests from the other, so a long test at the end is not waited on.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist worksteal -m "not bench_smoke"
 
@@ -33,7 +35,7 @@ bench-smoke: $(STAMP)
 
 # The inner loop: tests marked slow (demos, benchmarks, toy studies, fits beyond one per module,
 # XLA compiles, ampform models, long property runs, the costlier cases of each behaviour) are left
-# out: 780 of 1,464 tests in 85 s on an idle 2-core machine (measured 2026-11-26).
+# out: 830 of 1,530 tests in 116 s on an idle 2-core machine (measured 2026-11-26).
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow"
 
