@@ -236,8 +236,14 @@ class FitMachine(RuleBasedStateMachine):
             assert abs(compiled.values[name] - value) <= VALUE_TOL * migrad.errors[name], name
         np.testing.assert_allclose([compiled.errors[n] for n in migrad.names], [migrad.errors[n] for n in migrad.names],
                                    rtol=1e-3)
-        self.fitted.append(_Fitted(compiled, {n: compiled.values.get(self.p[n].name, before[k])
-                                              for k, n in enumerate(NAMES)}, self.floating(), self.x.copy()))
+        # Kept for the MINOS / profile / scan rules only away from limits, as _fit's results are: those
+        # rules check a grid of +-1.5 errors around the minimum (after small_signal_fit nsig sits at 0.6 with
+        # an error of 10 above its limit 0, and a profile's grid is then not centred on it).
+        floating = self.floating()
+        if all(min(compiled.values[self.p[n].name] - LIMITS[n][0], LIMITS[n][1] - compiled.values[self.p[n].name])
+               > 1.5 * compiled.errors[self.p[n].name] for n in floating):
+            self.fitted.append(_Fitted(compiled, {n: compiled.values.get(self.p[n].name, before[k])
+                                                  for k, n in enumerate(NAMES)}, floating, self.x.copy()))
 
     @rule()
     def refit(self) -> None:
