@@ -366,7 +366,8 @@ def test_a_flat_direction_does_not_send_the_fit_away():
     """Two parameters that enter only as their sum (as two amplitudes of one shape do in an amplitude
     fit): the loss does not constrain their difference. The compiled fit's first step must not run
     along it (a seed eigenvalue of 1e-12 of the largest sent a J/psi fit's couplings to 2e4); the
-    Hessian is singular there, so MIGRAD takes over, with MIGRAD's verdict."""
+    Hessian is singular there: made positive definite as Minuit2 does (issue 26: the J/psi fit's
+    degenerate couplings fell back to MIGRAD, a trace and a fit more), with MIGRAD's verdict."""
     a, b = P("a_flat", 0.3, -5.0, 5.0), P("b_flat", 0.1, None, None)
     model = FunctionPdf(lambda x, a, b: tf.exp(-0.5 * (x - a - b) ** 2), Space("x", -6.0, 6.0), {"a": a, "b": b})
     x = np.random.default_rng(12).normal(0.8, 1.0, 2000)
@@ -377,4 +378,26 @@ def test_a_flat_direction_does_not_send_the_fit_away():
     zcache.set_values([a, b], [0.3, 0.1])
     result = Minuit().minimize(loss)
     zcache.set_values([a, b], [0.3, 0.1])
-    assert result.valid == Minuit(compiled=False).minimize(loss).valid
+    migrad = Minuit(compiled=False).minimize(loss)
+    assert result.valid == migrad.valid
+    assert result.path == "compiled" and result.made_posdef and migrad.made_posdef
+    assert result.fmin == pytest.approx(migrad.fmin, abs=1e-6)
+    assert result.values["a_flat"] + result.values["b_flat"] == pytest.approx(x.mean(), abs=1e-3)
+    assert np.all(np.isfinite(result.covariance))
+    assert result.to_dict()["made_posdef"] is True
+
+
+def test_made_positive_definite_only_for_flat_directions():
+    """Minuit2's MnPosDef on a matrix with a flat direction (eigenvalue ~0); a clearly negative
+    curvature (a saddle) is refused, and the caller falls back to MIGRAD."""
+    from zcache._fitting.compiled_fit import made_positive_definite
+
+    flat = np.array([[4.0, 4.0], [4.0, 4.0 - 1e-9]])  # the difference of two parameters is free
+    shifted, ok = made_positive_definite(tf.constant(flat))
+    assert bool(ok)
+    np.linalg.cholesky(shifted.numpy())  # positive definite now
+    # scaled by the diagonal: eigenvalues 0 and 2; raised by 1e-3 x 2, times the diagonal 4
+    np.testing.assert_allclose(shifted.numpy() - flat, np.diag([8e-3, 8e-3]), rtol=1e-6)
+    saddle = np.array([[1.0, 0.0], [0.0, -0.5]])
+    assert not bool(made_positive_definite(tf.constant(saddle))[1])
+    assert not bool(made_positive_definite(tf.constant(np.array([[1.0, 2.0], [2.0, 1.0]])))[1])

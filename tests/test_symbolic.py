@@ -597,3 +597,35 @@ def test_width_default_lower_limit(dzero, mode):
     with pytest.raises(ParameterValueError, match="below the lower limit"):
         width.set_value(-0.1)
     assert float(width.value()) == value
+
+
+def test_group_programs_trace_once_for_every_dataset_and_caller():
+    """Issue 26: each group's amplitudes and the data-only columns are one tf.function each,
+    traced once for the data and the phase-space sample (other sizes), the value, the gradient,
+    a compiled fit and new data; values and gradients equal the uncached model's."""
+    x, y, m1, g1, m2, g2, c1, c2 = sp.symbols("x y m1 g1 m2 g2 c1 c2")
+    expr = sp.Abs(c1 * sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1) * sp.cos(y)
+                  + c2 * sp.sqrt(m2 * g2) / (m2**2 - x**2 - sp.I * m2 * g2) * sp.sin(y) ** 2) ** 2
+    rng = np.random.default_rng(5)
+    cols = {"x": rng.uniform(0.3, 1.5, 8000), "y": rng.uniform(0, np.pi, 8000)}
+    params = {m1: dict(value=0.9, lower=0.5, upper=1.3, floating=True), g1: dict(value=0.1, lower=0.02, upper=0.3,
+                                                                                floating=True),
+              m2: 0.77, g2: 0.15, c1: 1.0 + 0j, c2: 0.5 + 0.5j}
+    models = [SymbolicModel(expr, params, ["x", "y"], cols, name=f"programs_{c}", cache=c) for c in (True, False)]
+    set_seed(5)
+    events = models[0].sample(300).numpy()  # without replacement from the 8000 phase-space events
+    losses = [UnbinnedNLL(m, zcache.Data(events, obs=["x", "y"], name=f"programs_data_{i}"))
+              for i, m in enumerate(models)]
+    for loss in losses:
+        zcache.set_values(loss.params, [0.92, 0.11, 0.45, 0.55])
+    got, want = losses[0].value_gradient(), losses[1].value_gradient()
+    assert float(got[0]) == pytest.approx(float(want[0]), rel=1e-12)
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-9)
+    model = models[0]
+    programs = [program for _, program in model._group_programs.values()] + [model._stack_fn]
+    assert len(programs) == 3
+    result = Minuit().minimize(losses[0])
+    assert result.valid and result.path == "compiled"
+    losses[0].datasets()[0].set_data(np.stack([cols["x"][300:700], cols["y"][300:700]], axis=1))  # another size
+    losses[0].value_gradient()
+    assert [p.experimental_get_tracing_count() for p in programs] == [1, 1, 1]

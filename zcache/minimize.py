@@ -549,6 +549,7 @@ class Minuit:
                          edm=float(m.fmin.edm), calls=tuple(int(c) for c in calls + [m.nfcn, m.ngrad, m.nhessian]),
                          start=start)
         result.fallback = fallback
+        result.made_posdef = bool(m.fmin is not None and m.fmin.has_made_posdef_covar)
         # From now on every evaluating method of m puts this state back and restores afterwards.
         state = obj.snapshot(float(m.fval))
         result._state, result._minuit = state, m
@@ -590,6 +591,7 @@ class Minuit:
         result = _result(obj, best, covariance, self.weightcorr, valid=True, fmin=fval, edm=outcome.edm,
                          calls=(outcome.nfcn, outcome.nfcn, 2), start=start)
         result.path = "compiled"
+        result.made_posdef = outcome.made_posdef
         state = obj.snapshot(fval)
         result._state = state
         fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)

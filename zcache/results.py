@@ -167,6 +167,12 @@ class FitResult:
     fallback : str or None
         Why a fit that tried the compiled path went on with MIGRAD (it did not converge, ended
         on a limit, a check failed ...); None otherwise.
+    made_posdef : bool
+        The Hessian at the minimum had a flat direction (parameters that enter the loss only
+        together, e.g. two couplings of degenerate amplitudes) and the covariance is that of
+        the matrix made positive definite, as Minuit2 does (iminuit's
+        ``fmin.has_made_posdef_covar``); the fit is valid, the errors along that direction
+        mean nothing: fix one of the parameters.
 
     Examples
     --------
@@ -197,6 +203,7 @@ class FitResult:
     weightcorr: str | None = None
     path: str = "migrad"
     fallback: str | None = None
+    made_posdef: bool = False
     _state: LossState | None = field(init=False, repr=False, default=None, compare=False)
     # The minimizer's object (see minuit), set by the minimizer after construction.
     _minuit: Any = field(init=False, repr=False, default=None, compare=False)
@@ -281,6 +288,7 @@ class FitResult:
         dict
             ``names``, ``values`` and ``errors`` (name -> float), ``valid``, ``fmin``, ``edm``,
             ``nfcn``, ``ngrad``, ``nhessian``, ``time``, ``minimizer``, ``weightcorr``, ``path``, ``fallback``,
+            ``made_posdef``,
             ``covariance`` (a list
             of rows in the order of ``names``, or None without HESSE) and ``minos`` (name ->
             ``{"lower", "upper", "valid"}`` for the intervals computed so far).
@@ -312,6 +320,7 @@ class FitResult:
             "weightcorr": self.weightcorr,
             "path": self.path,
             "fallback": self.fallback,
+            "made_posdef": bool(self.made_posdef),
             "covariance": None if self.covariance is None else np.asarray(self.covariance, dtype=float).tolist(),
             "minos": {n: {"lower": e.lower, "upper": e.upper, "valid": e.valid} for n, e in self.minos_errors.items()},
         }

@@ -375,7 +375,7 @@ class _Translator:
         if node in memo:
             return memo[node]
         i = self.data_points.get(node)
-        if i is not None and self.cache and isinstance(data, Data) and _INLINE not in memo:
+        if i is not None and _INLINE not in memo and (_STACK in memo or (self.cache and isinstance(data, Data))):
             if _STACK not in memo:  # one read (one tf.cond in a graph) per evaluation
                 memo[_STACK] = self.owner._data_stack(data)
             stacked = memo[_STACK][i]
@@ -388,7 +388,8 @@ class _Translator:
     def stack(self, data: Data) -> tf.Tensor:
         """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads (the owner caches it)."""
         memo: dict[Any, Any] = {_INLINE: True}
-        n = tf.shape(self.owner.column(self.owner.space.obs[0], data))
+        first = self.owner.space.obs[0]
+        n = tf.shape(data[first] if isinstance(data, dict) else self.owner.column(first, data))
         rows = []
         for node in self.data_points:
             v = self.compute(node, data, memo)
@@ -454,6 +455,8 @@ class _Translator:
         return tf.pow(_tensor(b, complex_), _tensor(e, complex_))
 
     def column(self, symbol: Any, data: Any) -> tf.Tensor:
+        if isinstance(data, dict):  # inside a group program: its column arguments by name
+            return data[self.data_names[symbol]]
         return self.owner.column(self.data_names[symbol], data)
 
 
@@ -753,10 +756,50 @@ class SymbolicModel(Model, CoherentIntensity):
 
     # -- the coherent-sum core's hooks: the translated amplitudes of each group -------------------
     def _group_now(self, g: int, data: Any) -> tf.Tensor:
-        """(H, N, K_g): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent)."""
+        """(H, N, K_g): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent).
+
+        On a cached model and a :class:`zcache.Data`, one call of the group's program
+        (:meth:`_group_program`): the parameters and the stacked data-only columns are read
+        here (so that reads are recorded, substituted and cached as everywhere else) and passed in.
+        """
+        if not (self.cache and isinstance(data, Data)):
+            return self._group_terms(g, data, {})
+        symbols, program = self._group_program(g)
+        columns = [self.column(name, data) for name in self.space.obs]
+        values = [self.symbol_params[s].value() for s in symbols]
+        return program(self._data_stack(data), columns, values)
+
+    def _group_program(self, g: int) -> tuple[list[Any], Any]:
+        """Group ``g``'s amplitudes as one ``tf.function`` of (data-only stack, columns, parameter values).
+
+        Traced once for every dataset (the events axis is left open) and every caller: the
+        value, the gradient (TensorFlow differentiates the call with the function's own
+        backward, built once), compiled fits and batched toys (a call vectorizes). Without it
+        each group's few hundred element-wise ops were traced once per dataset, again in each
+        cache's backward pass and again in every program that recomputes the group.
+        """
+        programs = self.__dict__.setdefault("_group_programs", {})
+        found = programs.get(g)
+        if found is not None:
+            return found
+        symbols = sorted(self._groups[g][0], key=lambda s: s.name)
+        obs = list(self.space.obs)
+        specs = [tf.TensorSpec([], tf.complex128 if isinstance(self.symbol_params[s], ComplexParameter) else tf.float64)
+                 for s in symbols]
+        signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
+                     [tf.TensorSpec([None], tf.float64) for _ in obs], specs]
+
+        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> tf.Tensor:
+            memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
+            return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo)
+
+        found = programs[g] = (symbols, tf.function(group, input_signature=signature, autograph=False))
+        return found
+
+    def _group_terms(self, g: int, data: Any, memo: dict[Any, Any]) -> tf.Tensor:
         _, couplings = self._groups[g]
-        memo: dict[Any, Any] = {}
-        n = tf.shape(self.column(self.space.obs[0], data))
+        first = self.space.obs[0]
+        n = tf.shape(data[first] if isinstance(data, dict) else self.column(first, data))
         rows = []
         for t in self._terms:
             cols = []
@@ -771,7 +814,20 @@ class SymbolicModel(Model, CoherentIntensity):
     # -- the translator's caches (the model's, so that caches_of and invalidate_caches see them) --
     @cached(name=lambda self, data: f"data-only sub-expressions[{data.name}]")
     def _data_stack(self, data: Data) -> tf.Tensor:
-        return self._translator.stack(data)
+        return self._stack_program()([self.column(name, data) for name in self.space.obs])
+
+    def _stack_program(self) -> Any:
+        """The data-only sub-expressions as one ``tf.function`` of the columns, traced once for every dataset."""
+        program = self.__dict__.get("_stack_fn")
+        if program is None:
+            obs = list(self.space.obs)
+
+            def stack(columns: list[tf.Tensor]) -> tf.Tensor:
+                return self._translator.stack(dict(zip(obs, columns, strict=True)))
+
+            signature = [[tf.TensorSpec([None], tf.float64) for _ in obs]]
+            program = self._stack_fn = tf.function(stack, input_signature=signature, autograph=False)
+        return program
 
     @cached(name=lambda self, data: f"intensity[{data.name}]")
     def _cached_root(self, data: Data) -> tf.Tensor:

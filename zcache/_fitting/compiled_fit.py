@@ -77,6 +77,13 @@ SERIAL_HESSE_STEP = 1e-6
 #: along a direction the loss does not constrain is at most 1e6 times the gradient there, in units
 #: of the errors (1e-12 of the largest let a J/psi fit's two f0(980) couplings run to 2e4).
 SEED_FLOOR = 1e-6
+#: A Hessian that is not positive definite only through a flat direction: its smallest
+#: eigenvalue in units of its diagonal is above -FLAT_TOLERANCE times its largest (forward
+#: differences of exact gradients leave ~3e-5 of noise). Minuit2 makes such a matrix positive
+#: definite (MnPosDef: the scaled diagonal raised by 1e-3 of the largest eigenvalue less the
+#: smallest) and calls the minimum valid; the compiled fit does the same. A clearly negative
+#: eigenvalue (a saddle) still falls back to MIGRAD.
+FLAT_TOLERANCE = 1e-3
 
 #: CompiledFit.of: per loss (weakly), per parameter tuple.
 _KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], CompiledFit]] = weakref.WeakKeyDictionary()
@@ -102,6 +109,10 @@ class CompiledOutcome:
         Value + gradient evaluations (a Hessian counts one per parameter).
     reason : str or None
         None for a fit MIGRAD would call valid; else why not (the caller falls back).
+    made_posdef : bool
+        The Hessian had a flat direction (two parameters that only enter together, say) and
+        was made positive definite as Minuit2 does (see ``FLAT_TOLERANCE``); errors along that
+        direction say nothing.
     """
 
     x: np.ndarray
@@ -111,6 +122,36 @@ class CompiledOutcome:
     edm: float
     nfcn: int
     reason: str | None
+    made_posdef: bool = False
+
+
+def made_positive_definite(hess: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Minuit2's MnPosDef on a Hessian (n, n) whose only non-positive eigenvalues are flat.
+
+    In units of the diagonal (``p = H / sqrt(d d^T)``), the diagonal is raised by
+    ``1e-3 max(eig p) - min(eig p)``: the flat direction gets a small curvature, the others
+    barely change.
+
+    Parameters
+    ----------
+    hess : tf.Tensor
+        float64, (n, n), symmetric.
+
+    Returns
+    -------
+    shifted : tf.Tensor
+        The raised matrix.
+    nearly_flat : tf.Tensor
+        bool scalar: the smallest scaled eigenvalue is above ``-FLAT_TOLERANCE`` times the
+        largest (and the largest is positive); otherwise ``shifted`` must not be used.
+    """
+    diag = tf.linalg.diag_part(hess)
+    d = tf.where(diag > 0.0, tf.sqrt(tf.abs(diag)), tf.ones_like(diag))
+    w = tf.linalg.eigvalsh(hess / (d[:, None] * d[None, :]))
+    wmin, wmax = w[0], w[-1]
+    nearly_flat = (wmax > 0.0) & (wmin >= -FLAT_TOLERANCE * wmax) & tf.reduce_all(diag > 0.0)
+    shifted = hess + tf.linalg.diag((1e-3 * wmax - wmin) * d * d)
+    return shifted, nearly_flat
 
 
 class CompiledFit:
@@ -221,7 +262,20 @@ class CompiledFit:
         x, f, hess, edm, ok, converged, nfcn = lockstep_bfgs(
             vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0, g0, ok0), hesse_step=SERIAL_HESSE_STEP)
         ok = ok[0] & ok0[0] & tf.reduce_all(tf.math.is_finite(hess))
-        return x[0], f[0], f0[0], hess[0], edm[0], ok, converged[0], nfcn[0] + n
+        x, f, hess, edm, converged = x[0], f[0], hess[0], edm[0], converged[0]
+        posdef = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)))
+
+        def flat() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+            # Not positive definite: with a flat direction only, MIGRAD's verdict on the matrix
+            # Minuit2 would make of it (one more gradient, for its EDM).
+            shifted, nearly_flat = made_positive_definite(hess)
+            _, g, ok_g = vg(x[None])
+            chol = tf.linalg.cholesky(tf.where(nearly_flat, shifted, tf.eye(n, dtype=tf.float64)))
+            edm_made = 0.5 * tf.reduce_sum(g[0] * tf.linalg.cholesky_solve(chol, g[0][:, None])[:, 0])
+            return shifted, edm_made, nearly_flat & ok_g[0] & (edm_made < edm_max), nearly_flat
+
+        hess, edm, converged, made = tf.cond(posdef, lambda: (hess, edm, converged, tf.constant(False)), flat)
+        return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + n + tf.cast(made, tf.int32), made
 
     # -- running -----------------------------------------------------------------------------
     def _served(self, x0: np.ndarray) -> dict[int, tf.Tensor]:
@@ -280,10 +334,10 @@ class CompiledFit:
                 self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
                      tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
-        x, f, f0, hess, edm, ok, converged, nfcn = (t.numpy() for t in out)
+        x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
-                               reason=reason)
+                               reason=reason, made_posdef=bool(made))
 
     def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> None:
         """Trace ``fn`` once with the events axis of every served value left open.
