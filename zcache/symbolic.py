@@ -4,7 +4,10 @@ r"""A bridge from SymPy expressions (and ampform models) to cached zcache models
 symbols that are parameters (with values) and the symbols that are data columns, and a
 phase-space sample; it builds a :class:`zcache.models.Model` whose caches sit where the
 expression's inputs change. :func:`from_helicity_model` does the same for an ampform
-``HelicityModel``.
+``HelicityModel``, with its kinematics: it takes four-momenta (or a number of fresh phase-space
+events to draw) and computes the kinematic columns with ampform's own expressions
+(:class:`zcache.kinematics.HelicityKinematics`, the model's ``kinematics``), for the phase-space
+sample, for data (``to_data(momenta)``) and for generated events alike.
 
 How the expression becomes a cached graph (each rule in one sentence):
 
@@ -43,7 +46,10 @@ respect to the phase-space measure. Sampling draws independent events: by accept
 phase-space events when the model has a ``generator``, else on the phase-space sample without
 replacement (each of its events at most once per sample; a sample it cannot fill raises
 :class:`~zcache.exceptions.SymbolicError`, and two samples drawn from one phase-space sample
-share events).
+share events). Fresh events must follow the phase-space sample's distribution, so
+:func:`from_helicity_model` gives a three-body model the phase-space generator by default only
+when it drew the phase-space sample itself or was given four-momenta of the reaction's phase
+space; columns computed elsewhere keep the pool unless the user says ``generator="phasespace"``.
 
 Examples
 --------
