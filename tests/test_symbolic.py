@@ -658,6 +658,31 @@ def test_bad_four_momenta_are_named(dzero):
     assert from_helicity_model(model, cols, expression=expr, generator="phasespace").generator is not None
 
 
+def test_four_body_kinematics_checks_without_ampform():
+    """HelicityKinematics of a four-body reaction: momenta checked by name and shape; no fresh phase space."""
+    from types import SimpleNamespace
+
+    from zcache.kinematics import HelicityKinematics
+
+    particle = SimpleNamespace
+    reaction = SimpleNamespace(initial_state={-1: particle(mass=3.0)}, final_state={i: particle(mass=0.1) for i in range(4)})
+    fake = SimpleNamespace(reaction_info=reaction, kinematic_variables={})
+    kinematics = HelicityKinematics(fake)
+    assert kinematics.momenta == ("p0", "p1", "p2", "p3") and not kinematics.is_three_body
+    four = {f"p{i}": np.tile([0.75, 0.0, 0.0, 0.0], (5, 1)) for i in range(4)}
+    assert kinematics.is_momenta(four) and kinematics.is_momenta(list(four.values()))
+    assert not kinematics.is_momenta({"m_12": np.ones(5)})
+    assert len(kinematics.four_momenta(four)) == 4
+    with pytest.raises(SymbolicError, match="have 'p4', which is no final-state particle"):
+        kinematics.four_momenta({**four, "p4": four["p0"]})
+    with pytest.raises(SymbolicError, match="'p2' has 3 events, 'p0' 5; give the same events"):
+        kinematics.four_momenta({**four, "p2": four["p2"][:3]})
+    with pytest.raises(SymbolicError, match="only decays of one particle into three"):
+        kinematics.generator()
+    with pytest.raises(SymbolicError, match="three-body decays only.*Give four-momenta or kinematic columns"):
+        from_helicity_model(fake, 100)
+
+
 # -- names and physical limits (issue 23, symptom 8) ------------------------------------------------
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_unknown_parameter_name_raises(dzero):

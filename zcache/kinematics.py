@@ -95,6 +95,9 @@ class HelicityKinematics:
         The decaying particle's mass (None when the reaction has more than one initial particle).
     final_masses : tuple of float
         The final-state masses, in final-state order.
+    is_three_body : bool
+        Whether the reaction is a decay of one particle into three (final-state ids 0, 1, 2): only
+        then is fresh phase space drawn (:meth:`sample_momenta`, :meth:`generator`).
 
     Raises
     ------
@@ -128,7 +131,10 @@ class HelicityKinematics:
         return function, [self.momenta.index(a.name) for a in read]
 
     def is_momenta(self, sample: Any) -> bool:
-        """Whether ``sample`` holds four-momenta (``p0``-like keys, or a sequence of arrays) rather than columns.
+        """Whether ``sample`` holds four-momenta rather than kinematic columns.
+
+        Four-momenta: a mapping with ``p0``-like keys and none of :attr:`names`, a sequence of
+        two-dimensional arrays, or one (n_particles, n, 4) array.
 
         Parameters
         ----------
