@@ -49,7 +49,8 @@ def pytest_configure(config):
 SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "batch.py::zcache.batch", "batch.py::zcache.batch.BatchedLoss", "toys.py::zcache.toys",
     "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
-    "symbolic.py::zcache.symbolic.from_helicity_model", "symbolic.py::zcache.symbolic.phasespace_generator",
+    "symbolic.py::zcache.symbolic.from_helicity_model", "kinematics.py::zcache.kinematics.phasespace_generator",
+    "kinematics.py::zcache.kinematics",
     "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
     *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),

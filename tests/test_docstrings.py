@@ -44,6 +44,7 @@ PUBLIC_MODULES = (
     "zcache.toys",
     "zcache.amplitudes",
     "zcache.symbolic",
+    "zcache.kinematics",
     "zcache.phasespace",
     "zcache.run",
     "zcache.types",

@@ -178,18 +178,21 @@ def test_unknown_symbol_is_named():
         to_tensorflow(w * x, {"x": 1.0})
 
 
+BRIDGE = {"symbolic", "kinematics"}
+
+
 @pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_core_import_does_not_import_sympy():
-    """Only zcache/symbolic.py imports sympy or ampform, and zcache/__init__ does not import it."""
+    """Only the bridge (zcache/symbolic.py, zcache/kinematics.py) imports sympy or ampform; zcache/__init__ neither."""
     package = pathlib.Path(zcache.__file__).parent
     offenders = []
     for path in package.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if any(n.split(".")[0] in {"sympy", "ampform", "qrules"} for n in names) and path.stem != "symbolic":
+            if any(n.split(".")[0] in {"sympy", "ampform", "qrules"} for n in names) and path.stem not in BRIDGE:
                 offenders.append(path.name)
-            if path.stem == "__init__" and isinstance(node, ast.ImportFrom) and node.module == "symbolic":
+            if path.stem == "__init__" and isinstance(node, ast.ImportFrom) and node.module in BRIDGE:
                 offenders.append(path.name)
     assert offenders == []
 
@@ -548,6 +551,136 @@ def test_phasespace_generator_gives_fresh_physical_events(dzero, mode):
     with pytest.raises(SymbolicError, match="only decays of one particle into three"):
         phasespace_generator(type("Fake", (), {"reaction_info": type("Info", (), {
             "initial_state": {-1: None}, "final_state": {0: None, 1: None}})()})())
+
+
+# -- kinematics inside the bridge: four-momenta in, fresh phase space out (issue 26) ---------------
+def _invariant_mass(p):
+    return np.sqrt(p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1))
+
+
+def _helicity_cos(p1, p2):
+    """cos of particle 1's angle in the (12) rest frame to the (12) direction in the parent frame (numpy only)."""
+    total = p1 + p2
+    beta = total[:, 1:] / total[:, :1]
+    b2 = np.sum(beta**2, axis=1, keepdims=True)
+    gamma = 1.0 / np.sqrt(1.0 - b2)
+    along = np.sum(beta * p1[:, 1:], axis=1, keepdims=True)
+    rest = p1[:, 1:] + ((gamma - 1.0) * along / b2 - gamma * p1[:, :1]) * beta  # boost into the (12) frame
+    return np.sum(rest * beta, axis=1) / np.linalg.norm(rest, axis=1) / np.sqrt(b2[:, 0])
+
+
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+def test_columns_from_four_momenta_match_references(dzero):
+    """Columns from four-momenta: invariant masses and a helicity angle by numpy, the generator's own columns."""
+    from zcache.kinematics import HelicityKinematics
+
+    model, _, _ = dzero
+    kinematics = HelicityKinematics(model)
+    assert kinematics.momenta == ("p0", "p1", "p2") and kinematics.is_three_body
+    set_seed(31)
+    momenta = kinematics.sample_momenta(2000)
+    columns = kinematics.columns(momenta)
+    np.testing.assert_allclose(columns["m_12"], _invariant_mass(momenta["p1"] + momenta["p2"]), rtol=1e-12)
+    np.testing.assert_allclose(columns["m_01"], _invariant_mass(momenta["p0"] + momenta["p1"]), rtol=1e-12)
+    np.testing.assert_allclose(np.cos(columns["theta_1^12"]), _helicity_cos(momenta["p1"], momenta["p2"]), atol=1e-9)
+    # a sequence in final-state order is the same; phasespace_generator draws the same events from the same seed
+    in_order = kinematics.columns([momenta["p0"], momenta["p1"], momenta["p2"]])
+    set_seed(31)
+    generated = phasespace_generator(model)(2000)
+    for name in kinematics.names:
+        np.testing.assert_array_equal(in_order[name], columns[name])
+        np.testing.assert_allclose(generated[name].numpy(), columns[name], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+def test_model_from_four_momenta_equals_model_from_columns(dzero):
+    """from_helicity_model(four-momenta) = from_helicity_model(their columns); to_data takes four-momenta too."""
+    model, expr, _ = dzero
+    set_seed(32)
+    from_momenta = from_helicity_model(model, 2000, expression=expr, name="dz_from_int")
+    momenta = from_momenta.kinematics.sample_momenta(2000)
+    events = from_momenta.kinematics.sample_momenta(300)
+    a = from_helicity_model(model, momenta, expression=expr, name="dz_from_momenta")
+    b = from_helicity_model(model, a.kinematics.columns(momenta), expression=expr, name="dz_from_columns")
+    assert a.generator is not None and b.generator is None  # only a sample the bridge can vouch for is fresh
+    np.testing.assert_array_equal(a.phasespace.numpy(), b.phasespace.numpy())
+    data_a, data_b = a.to_data(events, name="dz_momenta_data"), b.to_data(b.kinematics.columns(events), name="dz_cols")
+    np.testing.assert_array_equal(data_a.numpy(), data_b.numpy())
+    np.testing.assert_allclose(a.pdf(data_a).numpy(), b.pdf(data_b).numpy(), rtol=1e-12)
+    assert float(UnbinnedNLL(a, data_a).value()) == pytest.approx(float(UnbinnedNLL(b, data_b).value()), rel=1e-12)
+    assert from_momenta.phasespace.nevents == 2000 and from_momenta.generator is not None
+
+
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+def test_sample_without_generator_is_fresh_phase_space(dzero):
+    """A bridged model from a number of events: sample() without generator= draws fresh phase space, I-distributed."""
+    model, expr, _ = dzero
+    set_seed(33)
+    bridged = from_helicity_model(model, 2000, expression=expr, name="dz_fresh_default")
+    events = bridged.sample(5000).numpy()  # more than the phase-space sample holds
+    k = bridged.space.obs.index("m_12")
+    assert n_repeated(events) == 0 and not np.isin(events[:, k], bridged.phasespace.numpy()[:, k]).any()
+    # the m_12 distribution against an independent, intensity-weighted phase-space sample 20x larger
+    reference = bridged.to_data(bridged.kinematics.sample_momenta(100_000), name="dz_fresh_reference")
+    weights = bridged.intensity(reference).numpy()
+    m12 = reference.numpy()[:, k]
+    lo, hi = M_PIC + M_PI0, M_D0 - M_K
+    chi2 = _chi2_against(events[:, k], lambda e: np.histogram(m12, e, weights=weights)[0] / weights.sum(), lo, hi, 10)
+    assert chi2 < 27.9  # 9 degrees of freedom, p = 0.001
+    flat = _chi2_against(events[:, k], lambda e: np.histogram(m12, e)[0] / len(m12), lo, hi, 10)
+    assert flat > 100.0  # the check can tell the intensity from flat phase space
+
+
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+def test_bad_four_momenta_are_named(dzero):
+    """Missing particle, (n, 3) arrays, NaN, other masses: SymbolicError saying what to do."""
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, cols, expression=expr, name="dz_bad_momenta")
+    set_seed(34)
+    good = bridged.kinematics.sample_momenta(50)
+    with pytest.raises(SymbolicError, match="have no 'p1': give one four-momentum per final-state particle"):
+        bridged.to_data({"p0": good["p0"], "p2": good["p2"]})
+    with pytest.raises(SymbolicError, match=r"'p1' has shape \(50, 3\); give \(n, 4\) arrays, the energy first"):
+        bridged.to_data({**good, "p1": good["p1"][:, 1:]})
+    nan = good["p2"].copy()
+    nan[7, 2] = np.nan
+    with pytest.raises(SymbolicError, match="'p2' is NaN or infinite in 1 events .*row 7.*remove those events"):
+        from_helicity_model(model, {**good, "p2": nan}, expression=expr)
+    with pytest.raises(SymbolicError, match="got 2 arrays for 3 final-state particles"):
+        bridged.to_data([good["p0"], good["p1"]])
+    # four-momenta of another phase space (here the parent at 2 GeV): fresh events would not follow them
+    boosted = {k: v * (2.0 / M_D0) for k, v in good.items()}
+    with pytest.raises(SymbolicError, match="total mass differs from the parent's.*generator=None"):
+        from_helicity_model(model, boosted, expression=expr)
+    assert from_helicity_model(model, boosted, expression=expr, generator=None).generator is None
+    with pytest.raises(SymbolicError, match="generator= must be 'auto', 'phasespace'"):
+        from_helicity_model(model, cols, expression=expr, generator="fresh")
+    assert from_helicity_model(model, cols, expression=expr, generator="phasespace").generator is not None
+
+
+def test_four_body_kinematics_checks_without_ampform():
+    """HelicityKinematics of a four-body reaction: momenta checked by name and shape; no fresh phase space."""
+    from types import SimpleNamespace
+
+    from zcache.kinematics import HelicityKinematics
+
+    particle = SimpleNamespace
+    reaction = SimpleNamespace(initial_state={-1: particle(mass=3.0)}, final_state={i: particle(mass=0.1) for i in range(4)})
+    fake = SimpleNamespace(reaction_info=reaction, kinematic_variables={})
+    kinematics = HelicityKinematics(fake)
+    assert kinematics.momenta == ("p0", "p1", "p2", "p3") and not kinematics.is_three_body
+    four = {f"p{i}": np.tile([0.75, 0.0, 0.0, 0.0], (5, 1)) for i in range(4)}
+    assert kinematics.is_momenta(four) and kinematics.is_momenta(list(four.values()))
+    assert not kinematics.is_momenta({"m_12": np.ones(5)})
+    assert len(kinematics.four_momenta(four)) == 4
+    with pytest.raises(SymbolicError, match="have 'p4', which is no final-state particle"):
+        kinematics.four_momenta({**four, "p4": four["p0"]})
+    with pytest.raises(SymbolicError, match="'p2' has 3 events, 'p0' 5; give the same events"):
+        kinematics.four_momenta({**four, "p2": four["p2"][:3]})
+    with pytest.raises(SymbolicError, match="only decays of one particle into three"):
+        kinematics.generator()
+    with pytest.raises(SymbolicError, match="three-body decays only.*Give four-momenta or kinematic columns"):
+        from_helicity_model(fake, 100)
 
 
 # -- names and physical limits (issue 23, symptom 8) ------------------------------------------------

@@ -4,7 +4,10 @@ r"""A bridge from SymPy expressions (and ampform models) to cached zcache models
 symbols that are parameters (with values) and the symbols that are data columns, and a
 phase-space sample; it builds a :class:`zcache.models.Model` whose caches sit where the
 expression's inputs change. :func:`from_helicity_model` does the same for an ampform
-``HelicityModel``.
+``HelicityModel``, with its kinematics: it takes four-momenta (or a number of fresh phase-space
+events to draw) and computes the kinematic columns with ampform's own expressions
+(:class:`zcache.kinematics.HelicityKinematics`, the model's ``kinematics``), for the phase-space
+sample, for data (``to_data(momenta)``) and for generated events alike.
 
 How the expression becomes a cached graph (each rule in one sentence):
 
@@ -43,7 +46,10 @@ respect to the phase-space measure. Sampling draws independent events: by accept
 phase-space events when the model has a ``generator``, else on the phase-space sample without
 replacement (each of its events at most once per sample; a sample it cannot fill raises
 :class:`~zcache.exceptions.SymbolicError`, and two samples drawn from one phase-space sample
-share events).
+share events). Fresh events must follow the phase-space sample's distribution, so
+:func:`from_helicity_model` gives a three-body model the phase-space generator by default only
+when it drew the phase-space sample itself or was given four-momenta of the reaction's phase
+space; columns computed elsewhere keep the pool unless the user says ``generator="phasespace"``.
 
 Examples
 --------
@@ -66,6 +72,7 @@ import cmath
 import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -78,9 +85,9 @@ from ._engine.parameter import Parameter
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .amplitudes import ComplexParameter
 from .exceptions import SymbolicError
+from .kinematics import HelicityKinematics, phasespace_generator
 from .models import Model, Space
-from .phasespace import DalitzKinematics
-from .sampling import accept_reject, accept_reject_pool, rng
+from .sampling import accept_reject, accept_reject_pool
 
 # sampling with a generator: the envelope is this times the largest intensity over the
 # phase-space sample, raised (and the sample restarted) up to _ENVELOPE_RAISES times when a
@@ -583,6 +590,9 @@ class SymbolicModel(Model, CoherentIntensity):
         :func:`zcache.sampling.rng` (so that :func:`zcache.sampling.set_seed` reproduces them and the
         sampler traces). With it :meth:`sample` draws fresh events by accept-reject; without
         it, from the phase-space sample without replacement (see :meth:`sample`).
+    kinematics : zcache.kinematics.HelicityKinematics, optional
+        Turns four-momenta into the data columns: ``phasespace`` and :meth:`to_data` then accept
+        four-momenta too (:func:`from_helicity_model` gives it).
 
     Raises
     ------
@@ -606,7 +616,7 @@ class SymbolicModel(Model, CoherentIntensity):
                  floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
                  doit: bool = True, phasespace_volume: float = 1.0,
                  limits: Mapping[str, tuple[float, float]] | None = None, extended: Any = None,
-                 generator: Any = None) -> None:
+                 generator: Any = None, kinematics: HelicityKinematics | None = None) -> None:
         sp = _sympy()
         expression = sp.sympify(expression)
         if doit:
@@ -630,10 +640,13 @@ class SymbolicModel(Model, CoherentIntensity):
         self.expression = expression
         self.cache = bool(cache)
         self.generator = generator
+        self.kinematics = kinematics
         self.phasespace_volume = float(phasespace_volume)
         used = [d for d in data_names if d in symbols]
         if not used:
             raise SymbolicError("the expression reads none of the data columns given in data=.")
+        if kinematics is not None and kinematics.is_momenta(phasespace):
+            phasespace = kinematics.columns(phasespace, "the phase-space sample")
         self.phasespace = self._as_data(phasespace, used, "phasespace")
         space = self._space(used, limits)
         super().__init__(space, name=name or "SymbolicModel", extended=extended)
@@ -738,20 +751,29 @@ class SymbolicModel(Model, CoherentIntensity):
         data = tf.convert_to_tensor(data, tf.float64)
         return data[:, self.space.obs.index(name)] if data.shape.rank == 2 else data
 
-    def to_data(self, columns: Mapping[str, Any], name: str = "data") -> Data:
-        """A :class:`zcache.Data` with this model's observables from ``name -> array`` columns.
+    def to_data(self, columns: Any, name: str = "data") -> Data:
+        """A :class:`zcache.Data` with this model's observables from ``name -> array`` columns (or four-momenta).
 
         Parameters
         ----------
-        columns : mapping of str to array_like
-            At least the model's observables (others are ignored).
+        columns : mapping of str to array_like, or four-momenta
+            At least the model's observables (others are ignored); with :attr:`kinematics` (a
+            bridged ampform model) also four-momenta, ``{"p0": (n, 4), "p1": ..., ...}`` or a
+            sequence of (n, 4) arrays in final-state order, whose columns it computes.
         name : str
             The Data's name.
 
         Returns
         -------
         zcache.Data
+
+        Raises
+        ------
+        SymbolicError
+            A missing column, or four-momenta that are missing, of the wrong shape or not finite.
         """
+        if self.kinematics is not None and self.kinematics.is_momenta(columns):
+            columns = self.kinematics.columns(columns, f"the sample '{name}'")
         return self._as_data(columns, list(self.space.obs), name)
 
     # -- the coherent-sum core's hooks: the translated amplitudes of each group -------------------
@@ -1130,27 +1152,42 @@ def _make_parameter(name: str, value: Any) -> Any:
 
 def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, parameters: Mapping[Any, Any] | None = None,
                         floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
-                        **kwargs: Any) -> SymbolicModel:
-    r"""A :class:`SymbolicModel` from an ampform ``HelicityModel``.
+                        generator: Any = "auto", **kwargs: Any) -> SymbolicModel:
+    r"""A :class:`SymbolicModel` from an ampform ``HelicityModel``, with its kinematics.
 
     Parameters are ``model.parameter_defaults`` (complex couplings: real and imaginary part),
     updated by ``parameters``; masses (``m_{...}``) and widths (``\Gamma_{...}``) get a lower
-    limit of 0 unless given one (a negative value then raises ParameterValueError). The data
-    columns are the keys of ``model.kinematic_variables`` (compute them from four-momenta with
-    ampform's expressions, e.g. tensorwaves'
-    ``SympyDataTransformer.from_sympy(model.kinematic_variables, "numpy")``, and pass the real
-    columns; or draw a phase-space sample with :func:`phasespace_generator`). By default the
-    couplings float except the first one. Sampling draws independent
-    events: give ``generator=`` (fresh phase-space events, see :class:`SymbolicModel`; for a
-    three-body decay :func:`phasespace_generator`) for toy studies, else a sample comes from the
-    phase-space sample without replacement.
+    limit of 0 unless given one (a negative value then raises ParameterValueError). By default
+    the couplings float except the first one.
+
+    The data columns are the keys of ``model.kinematic_variables``. The model's
+    :attr:`~SymbolicModel.kinematics` (a :class:`zcache.kinematics.HelicityKinematics`) computes
+    them from four-momenta with ampform's own expressions, for the phase-space sample and for
+    :meth:`~SymbolicModel.to_data` alike, so that data, phase space and generated events go
+    through one path; columns computed elsewhere (tensorwaves' ``SympyDataTransformer``) are
+    accepted too.
+
+    Sampling draws independent events. The rule for the default ``generator="auto"``: the
+    density is relative to the phase-space sample, so fresh events must follow its
+    distribution. When the bridge drew the phase-space sample itself (``phasespace`` a number of
+    events) or was given four-momenta of the reaction's phase space (parent mass and rest frame,
+    final-state masses: checked), and the reaction is a three-body decay, generated events are
+    fresh phase space (:func:`phasespace_generator`); four-momenta of another phase space raise
+    (say ``generator=None`` or give your own). Columns computed elsewhere, or a reaction that is
+    not three-body, keep drawing from the phase-space sample without replacement (see
+    :meth:`SymbolicModel.sample`; a sample it cannot fill raises): the bridge cannot tell what
+    distribution they follow.
 
     Parameters
     ----------
     model : ampform.helicity.HelicityModel
         The model.
-    phasespace : zcache.Data or mapping of str to array_like
-        The phase-space sample's kinematic columns.
+    phasespace : int, four-momenta, zcache.Data or mapping of str to array_like
+        The phase-space sample: a number of fresh uniform phase-space events to draw (three-body
+        decays; from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed` reproduces
+        them), four-momenta (``{"p0": (n, 4), "p1": ..., ...}``, ampform's names, or a sequence
+        of (n, 4) arrays (E, px, py, pz) in final-state order, in the parent's rest frame), or
+        the kinematic columns.
     expression : sympy.Expr, optional
         ``model.expression.doit()`` when already computed (it takes seconds for large models).
     parameters : mapping, optional
@@ -1161,6 +1198,11 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
         A label.
     cache : bool
         ``False``: no caches (a reference).
+    generator : "auto", "phasespace", callable or None
+        ``"auto"``: the rule above. ``"phasespace"``: fresh phase space
+        (:func:`phasespace_generator`) whatever the phase-space sample is (you say that your
+        columns are uniform phase space). A callable: fresh events of your own (see
+        :class:`SymbolicModel`). ``None``: draw from the phase-space sample without replacement.
     **kwargs
         Passed to :class:`SymbolicModel` (``phasespace_volume``, ``limits``, ``extended``).
 
@@ -1172,24 +1214,40 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     ------
     SymbolicError
         A name in ``parameters`` or ``floating`` that is not a parameter of the model (close
-        matches named), and as :class:`SymbolicModel`.
+        matches named); four-momenta that miss a particle, are not (n, 4) or not finite;
+        four-momenta that are not the reaction's phase space with ``generator="auto"``; a number
+        of events, or ``generator="phasespace"``, for a reaction that is not a three-body decay;
+        and as :class:`SymbolicModel`.
     ParameterValueError
         A negative mass or width (outside the limits given).
 
     Examples
     --------
-    >>> import ampform, numpy as np, qrules
+    >>> import ampform, numpy as np, qrules, zcache
     >>> from zcache.symbolic import from_helicity_model
     >>> reaction = qrules.generate_transitions(
     ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
     ...     allowed_intermediate_particles=["K*(892)0", "rho(770)+"], allowed_interaction_types=["strong", "weak"])
     >>> model = ampform.get_builder(reaction).formulate()
-    >>> rng = np.random.default_rng(0)
-    >>> columns = {"theta_0^01": np.arccos(rng.uniform(-1, 1, 2000)), "theta_1^12": np.arccos(rng.uniform(-1, 1, 2000))}
-    >>> bridged = from_helicity_model(model, columns)
+    >>> zcache.sampling.set_seed(0)
+    >>> bridged = from_helicity_model(model, 5000)           # 5000 fresh phase-space events
     >>> bridged.is_coherent_sum, len(bridged.couplings), bridged.space.obs
     (True, 2, ('theta_0^01', 'theta_1^12'))
+    >>> momenta = bridged.kinematics.sample_momenta(200)   # or your data's four-momenta
+    >>> data = bridged.to_data(momenta)                     # columns by ampform's kinematics
+    >>> events = bridged.sample(8000)                       # fresh phase space: more than the 5000
+    >>> data.nevents, events.nevents, len({tuple(row) for row in events.numpy()})
+    (200, 8000, 8000)
+
+    Columns computed elsewhere are taken as they are (and sampled from without replacement):
+
+    >>> rng = np.random.default_rng(0)
+    >>> columns = {"theta_0^01": np.arccos(rng.uniform(-1, 1, 2000)), "theta_1^12": np.arccos(rng.uniform(-1, 1, 2000))}
+    >>> from_helicity_model(model, columns).generator is None
+    True
     """
+    kinematics = HelicityKinematics(model)
+    phasespace, generator = _phasespace_and_generator(kinematics, phasespace, generator)
     expr = model.expression.doit() if expression is None else expression
     read = {s.name for s in expr.free_symbols}
     values: dict[str, Any] = {}
@@ -1207,7 +1265,36 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     values = {k: v for k, v in values.items() if k in read}
     return SymbolicModel(expr, values, [s.name for s in model.kinematic_variables], phasespace,
                          floating=floating, name=name or "HelicityModel", cache=cache, doit=False,
-                         **kwargs)
+                         generator=generator, kinematics=kinematics, **kwargs)
+
+
+def _phasespace_and_generator(kinematics: HelicityKinematics, phasespace: Any, generator: Any) -> tuple[Any, Any]:
+    """The phase-space sample's columns and the generator, by from_helicity_model's rule."""
+    if isinstance(generator, str) and generator not in ("auto", "phasespace"):
+        raise SymbolicError(f"generator= must be 'auto', 'phasespace', a callable n -> columns or None, "
+                            f"got {generator!r}.")
+    why_not = "the phase-space sample is kinematic columns computed outside the bridge"
+    if isinstance(phasespace, Integral) and not isinstance(phasespace, bool):
+        if not kinematics.is_three_body:
+            raise SymbolicError(f"phasespace={phasespace!r}: a number of fresh phase-space events is drawn for "
+                                f"three-body decays only; this reaction's final state is {list(kinematics.momenta)}. "
+                                "Give four-momenta or kinematic columns.")
+        phasespace = kinematics.columns(kinematics.sample_momenta(int(phasespace)), "the phase-space sample")
+        why_not = None
+    elif kinematics.is_momenta(phasespace):
+        four = kinematics.four_momenta(phasespace, "the phase-space sample")
+        phasespace = kinematics.columns(four, "the phase-space sample")
+        why_not = kinematics.matches_reaction(four) if kinematics.is_three_body else "not a three-body decay"
+        if why_not is not None and generator == "auto" and kinematics.is_three_body:
+            raise SymbolicError(
+                f"the phase-space four-momenta are not the reaction's phase space: {why_not}. Fresh events "
+                "(generator='auto') would follow another distribution than the phase-space sample, to which "
+                "the density is relative: give generator=None (draw from the phase-space sample without "
+                "replacement) or a generator= of your own."
+            )
+    if generator == "phasespace" or (generator == "auto" and why_not is None):
+        return phasespace, kinematics.generator()
+    return phasespace, None if generator == "auto" else generator
 
 
 def _with_physical_limit(name: str, value: Any) -> Any:
@@ -1220,128 +1307,3 @@ def _with_physical_limit(name: str, value: Any) -> Any:
     if "lower" not in spec:
         spec["lower"] = 0.0
     return spec
-
-
-def phasespace_generator(model: Any) -> Any:
-    r"""Fresh phase-space events of an ampform three-body ``HelicityModel``: its kinematic columns.
-
-    The masses come from ``model.reaction_info``. Each event is uniform in the Dalitz plot
-    (:meth:`zcache.phasespace.DalitzKinematics.sample_tensor`) with a uniform orientation of
-    the decay plane (Euler angles :math:`\alpha, \gamma` uniform, :math:`\cos\beta` uniform):
-    uniform three-body phase space. Its four-momenta in the parent's rest frame become the
-    columns by ampform's own ``model.kinematic_variables`` (lambdified with numpy). Random
-    numbers come from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed`
-    reproduces the events and the generator runs in traced samplers (its numpy part as a
-    ``tf.numpy_function``: a sampler compiled with XLA falls back to running uncompiled).
-
-    Use it as ``generator=`` of :func:`from_helicity_model`, and for the phase-space sample
-    itself, so that the two are drawn from one distribution (the model's density is relative to
-    its phase-space sample).
-
-    Parameters
-    ----------
-    model : ampform.helicity.HelicityModel
-        A model of a decay of one particle into three.
-
-    Returns
-    -------
-    callable
-        ``generator(n)`` for an int or int64 tensor ``n``: a dict of column name -> float64
-        tensor of shape (n,), one per key of ``model.kinematic_variables``.
-
-    Raises
-    ------
-    SymbolicError
-        The reaction is not a decay into three particles.
-
-    Examples
-    --------
-    >>> import ampform, qrules, zcache
-    >>> from zcache.symbolic import from_helicity_model, phasespace_generator
-    >>> reaction = qrules.generate_transitions(
-    ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
-    ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
-    >>> model = ampform.get_builder(reaction).formulate()
-    >>> generate = phasespace_generator(model)
-    >>> zcache.sampling.set_seed(0)
-    >>> phsp = {name: column.numpy() for name, column in generate(20_000).items()}
-    >>> bridged = from_helicity_model(model, phsp, generator=generate)
-    >>> events = bridged.sample(1000)
-    >>> events.nevents, len({tuple(row) for row in events.numpy()})        # no event twice
-    (1000, 1000)
-    """
-    sp = _sympy()
-    info = model.reaction_info
-    initial, final = dict(info.initial_state), dict(info.final_state)
-    if len(initial) != 1 or sorted(final) != [0, 1, 2]:
-        raise SymbolicError(
-            f"phasespace_generator: only decays of one particle into three (final-state ids 0, 1, 2) are "
-            f"generated; this reaction has {len(initial)} initial and {len(final)} final-state particles. "
-            "Give generator= your own function of n."
-        )
-    parent = next(iter(initial.values())).mass
-    masses = [final[i].mass for i in range(3)]
-    kinematics = DalitzKinematics(parent, *masses)
-    names = [s.name for s in model.kinematic_variables]
-    expressions = [e.doit() for e in model.kinematic_variables.values()]
-    momenta = sorted({a for e in expressions for a in e.free_symbols}, key=lambda a: a.name)
-    if any(m.name not in ("p0", "p1", "p2") for m in momenta):
-        raise SymbolicError(f"phasespace_generator: the kinematic variables read {[m.name for m in momenta]}, "
-                            "not the four-momenta p0, p1, p2.")
-    # shared boosts and rotations once (cse), and matrix chains contracted pairwise: 18x faster
-    # than plain lambdify, whose einsum over four operands loops over every index at once
-    columns_of = sp.lambdify(momenta, expressions, [{"einsum": _pairwise_einsum}, "numpy"], cse=True)
-    order = [int(m.name[1]) for m in momenta]
-
-    def columns(*four: np.ndarray) -> np.ndarray:
-        n = four[0].shape[0]
-        with np.errstate(invalid="ignore", divide="ignore"):  # the unused branch of ampform's ComplexSqrt
-            values = columns_of(*four)
-        return np.stack([np.real(np.broadcast_to(np.asarray(v), (n,))).astype(np.float64) for v in values])
-
-    def generate(n: Any) -> dict[str, tf.Tensor]:
-        n = tf.cast(n, tf.int64)
-        p = _three_body_momenta(kinematics, kinematics.sample_tensor(n))
-        values = tf.numpy_function(columns, [p[i] for i in order], tf.float64, stateful=False)
-        values = tf.reshape(values, [len(names), -1])
-        return {name: values[k] for k, name in enumerate(names)}
-
-    return generate
-
-
-def _pairwise_einsum(*operands: Any) -> np.ndarray:
-    return np.einsum(*operands, optimize="greedy")
-
-
-def _three_body_momenta(kinematics: DalitzKinematics, x: tf.Tensor) -> list[tf.Tensor]:
-    """Four-momenta (n, 4) (E, px, py, pz) of the three final-state particles, parent at rest, random orientation."""
-    big_m, m1, m2, m3 = kinematics.masses
-    s12, s13 = x[:, 0], x[:, 1]
-    s23 = kinematics.mass_sum_sq - s12 - s13
-    e1 = (big_m**2 + m1**2 - s23) / (2 * big_m)
-    e2 = (big_m**2 + m2**2 - s13) / (2 * big_m)
-    e3 = (big_m**2 + m3**2 - s12) / (2 * big_m)
-    q1 = tf.sqrt(tf.maximum(e1 * e1 - m1**2, 0.0))
-    q2 = tf.sqrt(tf.maximum(e2 * e2 - m2**2, 0.0))
-    # s12 = m1^2 + m2^2 + 2 (E1 E2 - q1 q2 cos): the angle between particles 1 and 2
-    cos12 = tf.clip_by_value((2 * e1 * e2 + m1**2 + m2**2 - s12) / tf.maximum(2 * q1 * q2, 1e-300), -1.0, 1.0)
-    sin12 = tf.sqrt(1.0 - cos12 * cos12)
-    zero = tf.zeros_like(q1)
-    v1 = tf.stack([zero, zero, q1], axis=1)
-    v2 = tf.stack([q2 * sin12, zero, q2 * cos12], axis=1)
-    # a uniform orientation: R = Rz(alpha) Ry(beta) Rz(gamma)
-    n = tf.shape(q1)
-    gen = rng()
-    alpha = gen.uniform(n, 0.0, 2 * math.pi, dtype=tf.float64)
-    cos_b = gen.uniform(n, -1.0, 1.0, dtype=tf.float64)
-    gamma = gen.uniform(n, 0.0, 2 * math.pi, dtype=tf.float64)
-    sin_b = tf.sqrt(1.0 - cos_b * cos_b)
-    ca, sa, cg, sg = tf.cos(alpha), tf.sin(alpha), tf.cos(gamma), tf.sin(gamma)
-    rot = tf.stack([
-        tf.stack([ca * cos_b * cg - sa * sg, -ca * cos_b * sg - sa * cg, ca * sin_b], axis=1),
-        tf.stack([sa * cos_b * cg + ca * sg, -sa * cos_b * sg + ca * cg, sa * sin_b], axis=1),
-        tf.stack([-sin_b * cg, sin_b * sg, cos_b], axis=1),
-    ], axis=1)  # (n, 3, 3)
-    r1, r2 = tf.linalg.matvec(rot, v1), tf.linalg.matvec(rot, v2)
-    r3 = -(r1 + r2)
-    return [tf.concat([e[:, None], r], axis=1) for e, r in ((e1, r1), (e2, r2), (e3, r3))]
