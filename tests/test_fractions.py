@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numdifftools as nd
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import (
@@ -27,7 +28,7 @@ from zcache.amplitudes import (
     fit_fractions,
     fit_fractions_with_errors,
 )
-from zcache.exceptions import FitError, ModelError
+from zcache.exceptions import FitError, IllegalInGraphModeError, ModelError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Gaussian, Space, set_seed
@@ -261,4 +262,13 @@ def test_bad_input(kin, mc):
     again = _sum(kin, "bad")  # equal names, other Parameter objects
     with pytest.raises(FitError, match="other Parameter objects"):
         fit_fractions_with_errors(again, mc, result)
+    with pytest.raises(ModelError, match="padded"):  # the integrals are means over every row
+        fit_fractions_with_errors(amp, zcache.Data(mc.numpy(), obs=mc.obs, name="ff_padded", capacity=4096), result)
+
+    @tf.function
+    def traced():
+        return fit_fractions_with_errors(amp, mc).values
+
+    with pytest.raises(IllegalInGraphModeError, match="call it from eager code"):
+        traced()
 

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._fitting.coherent import CoherentIntensity
-from .exceptions import FitError, ModelError
+from .exceptions import FitError, IllegalInGraphModeError, ModelError
 
 __all__ = ["FitFractions", "fit_fractions_with_errors"]
 
@@ -213,25 +214,30 @@ def fit_fractions_with_errors(amplitude: Any, mc: Data | None = None, result: An
     ------
     ModelError
         ``amplitude`` is not a coherent sum, or no phase-space sample is given or known.
+    IllegalInGraphModeError
+        Called while a graph is traced.
     FitError
         ``result`` has no covariance, is not a fit result, or fitted none of the model's
         parameters (a fit of another model).
     """
+    if tf.inside_function():
+        raise IllegalInGraphModeError("fit_fractions_with_errors returns numpy arrays: call it from eager code (after "
+                                      "the fit), not inside a zcache.function or tf.function.")
     intensity, mc = _coherent_of(amplitude, mc)
     names = tuple(intensity.component_names)
     g = len(names)
+    values = intensity.fraction_matrix(mc).numpy()  # from the caches (and their checks of mc)
     if result is None:
-        values = intensity.fraction_matrix(mc).numpy()
         return FitFractions(names, values, np.full((g, g), np.nan), np.full((g,) * 4, np.nan))
     covariance, fitted = _fitted(result, intensity)
     owned = [i for i, p in enumerate(fitted) if p is not None]
-    values, jac = intensity.fraction_jacobian(mc, [fitted[i] for i in owned])
+    _, jac = intensity.fraction_jacobian(mc, [fitted[i] for i in owned])
     jacobian = np.zeros((g, g, len(fitted)))
     jacobian[:, :, owned] = jac.numpy()
     flat = jacobian.reshape(g * g, -1)
     cov = (flat @ covariance @ flat.T).reshape((g,) * 4)
     variances = np.einsum("abab->ab", cov)
-    return FitFractions(names, values.numpy(), np.sqrt(np.maximum(variances, 0.0)), cov)
+    return FitFractions(names, values, np.sqrt(np.maximum(variances, 0.0)), cov)
 
 
 def _coherent_of(amplitude: Any, mc: Data | None) -> tuple[CoherentIntensity, Data]:
