@@ -43,6 +43,7 @@ PUBLIC_MODULES = (
     "zcache.minimize",
     "zcache.toys",
     "zcache.amplitudes",
+    "zcache.fractions",
     "zcache.symbolic",
     "zcache.kinematics",
     "zcache.phasespace",

@@ -322,6 +322,32 @@ def test_second_ampform_model_bridges_and_fits(dzero):
     np.testing.assert_allclose(fit_fractions(bridged, bridged.phasespace), list(fractions.values()), rtol=1e-12)
 
 
+@pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+def test_fit_fractions_with_errors_ampform(jpsi):
+    """Issue 26: components are resonances (a group of helicity couplings each), labelled from the line-shape
+    parameter names; fractions and interference terms from the integral matrix (numpy), summing to 1;
+    errors finite with a covariance over the floating couplings."""
+    from types import SimpleNamespace
+
+    model, expr, cols = jpsi
+    bridged = from_helicity_model(model, cols, expression=expr, name="jpsi_ff")
+    sizes = [len(cs) for _, cs in bridged.coupling_groups]
+    assert bridged.component_names == ["f_{0}(500)", "f_{0}(980)", "f_{2}(1270)"] and sizes == [2, 2, 3]
+    ff = bridged.fit_fractions_with_errors()
+    m, c = bridged.integral_matrix().numpy(), bridged.coupling_vector().numpy()
+    terms = c[:, None] * m * np.conj(c)[None, :]
+    edges = np.cumsum([0, *sizes])
+    s = np.array([[np.real(terms[edges[a]:edges[a + 1], edges[b]:edges[b + 1]].sum()) for b in range(3)]
+                  for a in range(3)])
+    np.testing.assert_allclose(ff.values, s * (2.0 - np.eye(3)) / s.sum(), rtol=1e-10, atol=1e-14)
+    assert ff.total == pytest.approx(1.0, abs=1e-12) and np.isnan(ff.errors).all()
+    params = bridged.get_params()
+    result = SimpleNamespace(covariance=1e-4 * np.eye(len(params)), names=[p.name for p in params], params=params)
+    with_errors = bridged.fit_fractions_with_errors(result)
+    assert np.isfinite(with_errors.errors).all() and with_errors.errors[0, 0] > 0
+    assert "f_{0}(500) × f_{2}(1270)" in with_errors.table()
+
+
 def _line_shapes_floating(model):
     """Every mass and width of ``model``'s resonances floating, with limits at +-50 %."""
     return {s.name: dict(value=float(v), lower=0.5 * float(v), upper=1.5 * float(v), floating=True)

@@ -71,6 +71,7 @@ from ._engine.parameter import Parameter, set_values
 from ._engine.traced_checks import require
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .exceptions import ModelError
+from .fractions import FitFractions, fit_fractions_with_errors
 from .models import Model, as_parameter, unique_parameters
 from .phasespace import DalitzKinematics
 from .sampling import accept_reject
@@ -87,6 +88,8 @@ __all__ = [
     "CoherentSum",
     "AmplitudePdf",
     "fit_fractions",
+    "FitFractions",
+    "fit_fractions_with_errors",
 ]
 
 # the sampling envelope: this factor times |A|^2's maximum over the phase-space sample (quoted
@@ -625,6 +628,16 @@ class CoherentSum(CoherentIntensity):
             return tf.complex(mag * tf.cos(phase), mag * tf.sin(phase))
         return tf.stack([c.value() for c in self.couplings])
 
+    @property
+    def component_names(self) -> list[str]:
+        """The amplitudes' names: the components of :func:`fit_fractions_with_errors`.
+
+        Returns
+        -------
+        list of str
+        """
+        return [a.name for a in self.amplitudes]
+
     # -- the core's hooks: one group per amplitude, one helicity ----------------------------
     def _group_now(self, g: int, data: Any) -> tf.Tensor:
         amplitude = self.amplitudes[g]
@@ -636,6 +649,9 @@ class CoherentSum(CoherentIntensity):
 
     def _block_name(self, a: int, b: int, mc: Data) -> str:
         return f"I[{self.amplitudes[a].name},{self.amplitudes[b].name}]"
+
+    def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
+        return self.amplitudes[g]._compute(self.kinematics.space.select(data))[None, :, None]
 
     # -- per event ----------------------------------------------------------------------
     def amplitude_matrix(self, data: Any) -> tf.Tensor:
@@ -856,6 +872,10 @@ def fit_fractions(amplitude: CoherentSum, mc: Data) -> np.ndarray:
     -------
     ndarray
         float64, shape (K,); they sum to one without interference.
+
+    See Also
+    --------
+    fit_fractions_with_errors : per component, with the interference terms and errors.
     """
     return amplitude.fractions(mc)
 

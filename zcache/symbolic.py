@@ -85,6 +85,7 @@ from ._engine.parameter import Parameter
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .amplitudes import ComplexParameter
 from .exceptions import SymbolicError
+from .fractions import FitFractions, fit_fractions_with_errors
 from .kinematics import HelicityKinematics, phasespace_generator
 from .models import Model, Space
 from .sampling import accept_reject, accept_reject_pool
@@ -960,6 +961,44 @@ class SymbolicModel(Model, CoherentIntensity):
         fractions = self.fractions(self.phasespace)
         return {cp.name: float(f) for cp, f in zip(self.couplings, fractions, strict=True)}
 
+    def fit_fractions_with_errors(self, result: Any = None) -> FitFractions:
+        r"""Fit fractions per component (resonance) and interference terms per pair, with errors.
+
+        :func:`zcache.fractions.fit_fractions_with_errors` over the model's phase-space sample, at
+        the current parameter values (after a fit: the minimum); components are the coupling
+        groups, labelled by :attr:`component_names`.
+
+        Parameters
+        ----------
+        result : zcache.minimize.FitResult, optional
+            The fit whose covariance gives the errors; without it the errors are NaN.
+
+        Returns
+        -------
+        zcache.fractions.FitFractions
+
+        Raises
+        ------
+        ModelError
+            The intensity is not a coherent sum (a :class:`SymbolicError`).
+        FitError
+            ``result`` has no covariance or fitted none of this model's parameters.
+        """
+        return fit_fractions_with_errors(self, self.phasespace, result)
+
+    @property
+    def component_names(self) -> list[str]:
+        r"""One label per coupling group (component), in the order of :attr:`coupling_groups`.
+
+        A group of one coupling is named by the coupling; a group of several (one resonance's
+        helicity couplings) by what most of its line-shape parameter names share after their
+        first underscore (``m_{K^{*}(892)^{0}}``, ``\Gamma_{K^{*}(892)^{0}}`` -> ``K^{*}(892)^{0}``),
+        else by its couplings joined with ``+``. Repeated labels get `` (group g)`` appended.
+        Empty when the intensity is not a coherent sum.
+        """
+        labels = [_group_label(params, couplings) for params, couplings in self.coupling_groups]
+        return [f"{label} (group {g})" if labels.count(label) > 1 else label for g, label in enumerate(labels)]
+
     # -- Model hooks ---------------------------------------------------------------------
     def _pdf(self, data: Any) -> tf.Tensor:
         return self.intensity(data) / self.normalization()
@@ -1107,6 +1146,18 @@ class SymbolicModel(Model, CoherentIntensity):
             raise SymbolicError(f"generator= of '{self.name}' returned no column '{missing[0]}' "
                                 f"(it must return every data column read: {list(self.space.obs)}).")
         return tf.stack([tf.reshape(tf.cast(columns[u], tf.float64), [-1]) for u in self.space.obs], axis=1)
+
+
+def _group_label(params: Sequence[str], couplings: Sequence[str]) -> str:
+    """A component's label: its coupling, or the resonance its parameter names share (see ``component_names``)."""
+    if len(couplings) == 1:
+        return couplings[0]
+    parts = [n.split("_", 1)[1] for n in params if "_" in n]
+    counts = sorted(((parts.count(p), p) for p in set(parts)), reverse=True)
+    if counts and counts[0][0] >= 2 and (len(counts) == 1 or counts[1][0] < counts[0][0]):
+        label = counts[0][1]
+        return label[1:-1] if label.startswith("{") and label.endswith("}") else label
+    return " + ".join(couplings)
 
 
 def _refuse_unknown(names: Iterable[str], known: Iterable[str], where: str, what: str) -> None:

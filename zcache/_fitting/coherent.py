@@ -18,7 +18,10 @@ the model itself, so that :func:`zcache._engine.cachable.caches_of` lists them a
   :math:`(K, K)` matrix: a changed line shape recomputes its group's blocks only, a coupling
   change costs :math:`O(K^2)`;
 - the normalization :math:`\mathrm{Re}(c^T I c^*)` and the fit fractions
-  :math:`|c_k|^2 I_{kk} / c^T I c^*`.
+  :math:`|c_k|^2 I_{kk} / c^T I c^*`; per *component* (group) the fraction and interference
+  matrix :meth:`CoherentIntensity.fraction_matrix`, a TensorFlow function of the parameters,
+  and its Jacobian (:meth:`CoherentIntensity.fraction_jacobian`), from which
+  :mod:`zcache.fractions` propagates a fit's covariance.
 
 The PDF around it (the phase-space volume, the cached ``normalization`` of a
 :class:`zcache.models.Model`) stays with the model; :func:`sum_log_normalized` and
@@ -34,7 +37,10 @@ import numpy as np
 import tensorflow as tf
 
 from .._engine.cachable import Cachable, cached
+from .._engine.context import differentiating
 from .._engine.data import Data
+from .._engine.inputs import backing_variable
+from .._engine.parameter import Parameter
 
 __all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 
@@ -210,6 +216,99 @@ class CoherentIntensity(Cachable):
         c = self.coupling_vector().numpy()
         total = float(np.real(c @ m @ np.conj(c)))
         return np.abs(c) ** 2 * np.real(np.diag(m)) / total
+
+    # -- per component (group): fractions and interference terms ---------------------------------
+    @property
+    def component_names(self) -> list[str]:
+        """One label per component (group of couplings), in the order of :meth:`fraction_matrix`.
+
+        Returns
+        -------
+        list of str
+            ``'component <g>'`` here; subclasses name them (amplitude or resonance names).
+        """
+        return [f"component {g}" for g in range(len(self._group_sizes))]
+
+    def fraction_matrix(self, mc: Data) -> tf.Tensor:
+        r"""Fit fractions and interference terms of the components, at the current parameter values.
+
+        With :math:`S_{ab} = \mathrm{Re}\sum_{k \in a, l \in b} c_k I_{kl} c_l^*` (:math:`a, b` the
+        groups of :meth:`coupling_vector`) and :math:`N = \sum_{ab} S_{ab} = \mathrm{Re}(c^T I c^*)`:
+        :math:`F_{aa} = S_{aa}/N` (component :math:`a`'s coherent sum alone) and, for
+        :math:`a \ne b`, :math:`F_{ab} = F_{ba} = 2 S_{ab}/N`, so that
+        :math:`\sum_a F_{aa} + \sum_{a<b} F_{ab} = 1`. Written with TensorFlow ops, so it is
+        differentiable w.r.t. the couplings and (through the integral caches) the line shapes.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The integration (phase-space) sample.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, shape (G, G), symmetric.
+        """
+        return self._fractions_of(self.integral_matrix(mc), self.coupling_vector())
+
+    def _fractions_of(self, m: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
+        terms = c[:, None] * m * tf.math.conj(c)[None, :]  # c_k I_kl c_l^*
+        member = np.zeros((len(self._group_sizes), sum(self._group_sizes)))
+        start = 0
+        for g, k in enumerate(self._group_sizes):
+            member[g, start:start + k] = 1.0
+            start += k
+        member = tf.constant(member, tf.complex128)
+        blocks = tf.math.real(tf.linalg.matmul(tf.linalg.matmul(member, terms), member, adjoint_b=True))
+        return (2.0 - tf.eye(len(self._group_sizes), dtype=tf.float64)) * blocks / tf.reduce_sum(blocks)
+
+    def fraction_jacobian(self, mc: Data, params: Sequence[Parameter]) -> tuple[tf.Tensor, tf.Tensor]:
+        r""":meth:`fraction_matrix` and its Jacobian w.r.t. ``params``, by automatic differentiation.
+
+        One forward pass over ``mc`` that bypasses the caches, recorded on one tape, then one
+        backward pass per entry of the upper triangle. (Through the caches each backward pass
+        would recompute every integral block and, per block, its columns: ~100 times slower.)
+        Runs eagerly, whatever the graph mode: it is called once, after a fit, and a trace
+        would cost more than it saves.
+
+        Parameters
+        ----------
+        mc : zcache.Data
+            The integration (phase-space) sample.
+        params : sequence of Parameter
+            The parameters to differentiate by (those the fractions do not read get zeros).
+
+        Returns
+        -------
+        fractions : tf.Tensor
+            float64, shape (G, G), as :meth:`fraction_matrix`.
+        jacobian : tf.Tensor
+            float64, shape (G, G, P): :math:`\partial F_{ab} / \partial p_i`, symmetric in a, b.
+        """
+        params = list(params)
+        ng = len(self._group_sizes)
+        pairs = [(a, b) for a in range(ng) for b in range(a, ng)]
+        variables = [backing_variable(p) for p in params]
+        with differentiating(params):  # a cache read on the way (data-only ones) attaches no gradient
+            with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+                tape.watch(variables)
+                columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=-1)
+                flat = tf.reshape(columns, [-1, sum(self._group_sizes)])
+                n = tf.cast(tf.shape(columns)[1], tf.complex128)
+                f = self._fractions_of(tf.linalg.matmul(flat, tf.math.conj(flat), transpose_a=True) / n,
+                                       self.coupling_vector())
+                entries = [f[a, b] for a, b in pairs]  # sliced on the tape
+            rows = {}
+            for (a, b), entry in zip(pairs, entries, strict=True):
+                grads = tape.gradient(entry, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                rows[a, b] = tf.stack([tf.cast(g, tf.float64) for g in grads]) if grads else tf.zeros([0], tf.float64)
+        del tape
+        jacobian = tf.stack([tf.stack([rows[min(a, b), max(a, b)] for b in range(ng)]) for a in range(ng)])
+        return f, jacobian
+
+    def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
+        """Group ``g``'s columns computed anew, past every parameter-dependent cache (default: ``_group_now``)."""
+        return self._group_now(g, data)
 
 
 def sum_log_normalized(intensity: tf.Tensor, data: Any, normalization: tf.Tensor) -> tf.Tensor:
