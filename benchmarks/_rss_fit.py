@@ -4,8 +4,14 @@ The peak resident set of a process only grows, so each side's fit runs in a fres
 (``python _rss_fit.py SIDE MODEL DATA.npz FREE.json``): it imports only its own side (the
 tensorwaves child never imports TensorFlow or zcache), builds the ampform model, computes
 ``doit()``, loads the events the parent drew, reads its baseline resident set, then runs the
-first fit (build + first call + fit, as ``bench_symbolic.py`` times it) and reports
-``ru_maxrss`` on one line of JSON. :func:`measure` is the parent's side.
+first fit (build + first call + fit, as ``bench_symbolic.py`` times it) and reports its peak
+resident set on one line of JSON. :func:`measure` is the parent's side.
+
+The peak is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process image),
+not ``getrusage(RUSAGE_SELF).ru_maxrss``: on Linux ``ru_maxrss`` survives ``fork`` and
+``exec``, so a child of a large parent reports at least the parent's resident set at the
+fork (seen here: both children reported the parent's 1458 MiB). Where /proc is missing
+(macOS), ``ru_maxrss`` is the fallback.
 """
 
 from __future__ import annotations
@@ -28,21 +34,29 @@ HERE = Path(__file__).resolve().parent
 _MARK = "RSS-RESULT "
 
 
-def current_rss_mib() -> float:
-    """This process's resident set now (``VmRSS``; the peak so far where /proc is missing)."""
+def _proc_status_mib(field: str) -> float | None:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024.0
     except OSError:
         pass
-    return peak_rss_mib()
+    return None
+
+
+def current_rss_mib() -> float:
+    """This process's resident set now (``VmRSS``; the peak so far where /proc is missing)."""
+    now = _proc_status_mib("VmRSS")
+    return peak_rss_mib() if now is None else now
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
+    """This process image's peak resident set (``VmHWM``; else ``ru_maxrss``, KiB on Linux, bytes on macOS)."""
+    peak = _proc_status_mib("VmHWM")
+    if peak is not None:
+        return peak
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
 
 
 def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
@@ -112,7 +126,8 @@ def _child(side: str, model_key: str, events: str, names: str) -> dict[str, Any]
         fit = tw.fit()
     seconds = time.perf_counter() - t0
     return {"peak_mib": peak_rss_mib(), "baseline_mib": baseline, "seconds": seconds, "valid": bool(fit["valid"]),
-            "path": fit.get("path", "iminuit MIGRAD")}
+            "path": fit.get("path", "iminuit MIGRAD"),
+            "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 
 if __name__ == "__main__":
