@@ -400,8 +400,8 @@ class TensorwavesFit:
         Written out (the same flattening of complex parameters, start, step sizes and calls as
         tensorwaves 0.4.17's ``Minuit2``) because that class hands iminuit the gradient as
         ``dict_values``, which iminuit 2.33 refuses; the gradient goes to iminuit as a list.
-        ``errors`` are keyed as zcache names the parts of a complex coupling (``<name>_re``,
-        ``<name>_im``).
+        ``errors`` and ``values`` are keyed as zcache names the parts of a complex coupling
+        (``<name>_re``, ``<name>_im``); ``gradient`` is the flat gradient function iminuit got.
         """
         import iminuit
         from tensorwaves.optimizer.parameter import ParameterFlattener
@@ -443,8 +443,9 @@ class TensorwavesFit:
         minuit.hesse()
         seconds = time.perf_counter() - t0
         errors = {_zcache_name(k): float(minuit.errors[k]) for k in keys}
+        values = {_zcache_name(k): float(minuit.values[k]) for k in keys}
         return {"seconds": seconds, "valid": minuit.valid, "fmin": minuit.fmin.fval, "nfcn": minuit.fmin.nfcn,
-                "ngrad": minuit.fmin.ngrad, "errors": errors}
+                "ngrad": minuit.fmin.ngrad, "errors": errors, "values": values, "gradient": gradient}
 
     def moved_calls(self) -> tuple[Any, Any]:
         """Zero-argument value and gradient calls at alternating points (every free parameter x 1.001 or not)."""

@@ -247,6 +247,22 @@ def _check(zfit: dict[str, Any], tfit: dict[str, Any]) -> tuple[float, float, st
     return abs(zfit["fmin"] - tfit["fmin"]), rel.get(worst, float("nan")), worst
 
 
+def _flat_directions(fit: dict[str, Any]) -> int:
+    """How many eigenvalues of the Hessian at tensorwaves' minimum are below 1e-6 of the largest.
+
+    The Hessian comes from central differences of tensorwaves' exact gradient; such eigenvalues are
+    directions where the NLL is flat, along which no HESSE error is defined.
+    """
+    x = np.array(list(fit["values"].values()))
+    hessian = np.zeros((x.size, x.size))
+    for i in range(x.size):
+        step = np.zeros_like(x)
+        step[i] = 1e-5 * max(1.0, abs(x[i]))
+        hessian[:, i] = (np.asarray(fit["gradient"](x + step)) - np.asarray(fit["gradient"](x - step))) / (2 * step[i])
+    eig = np.linalg.eigvalsh(0.5 * (hessian + hessian.T))
+    return int(np.sum(eig < 1e-6 * eig.max()))
+
+
 def _scenario(sample: Sample, scenario: str, label: str, cfg: Config, tw_ok: bool, notes: list[str]) -> list[dict]:
     """Rows (a) or (b) of one model: first and warm fits of both sides, per-call times, checks."""
     zc, zfirst = zcache_first_fit(sample, scenario)
@@ -286,6 +302,12 @@ def _scenario(sample: Sample, scenario: str, label: str, cfg: Config, tw_ok: boo
                      f"|delta NLL| = {dnll:.1e} (goal {TOL_NLL:g}: {'met' if dnll <= TOL_NLL else '**missed**'}); "
                      f"HESSE errors: largest relative difference {derr:.1e} (`{worst}`; goal {TOL_ERRORS:g}: "
                      f"{'met' if derr <= TOL_ERRORS else '**missed**'}).")
+        flat = _flat_directions(twarm)
+        if flat:
+            notes.append(f"{label}: the Hessian at the minimum has {flat} flat direction(s) (eigenvalues below 1e-6 of "
+                         "the largest, central differences of tensorwaves' exact gradient): the couplings are not all "
+                         "identified, the errors along them are not defined and the two sides' HESSE errors differ "
+                         "by how each handles a singular Hessian.")
     else:
         rows.append({"free parameters": label, "implementation": "tensorwaves jax",
                      "first fit (s)": peers.tensorwaves_status()})
