@@ -393,11 +393,12 @@ def _model_sections(key: str, cfg: Config, tw_ok: bool) -> tuple[list[tuple[str,
     text += ("\n\nEach time is one fit (MIGRAD + HESSE; not a median). First fit: a fresh model object's build, "
              "first value + gradient call (tracing; jax: compiling) and fit; warm fit: a second fit of the same "
              "object from the same start. Per-evaluation times: medians of interleaved calls at alternating points "
-             "(every free parameter moves).\n\n" + "\n\n".join(notes))
+             f"(every free parameter moves). `doit()` of the model (shared, not in the rows): {sample.doit_s:.2f} s."
+             "\n\n" + "\n\n".join(notes))
     sections = [(f"{spec.title}: intensity, bridged zcache model vs tensorwaves (numpy)", _intensity_check(sample, tw_ok)),
                 (f"{spec.title}: fits, same start and data", text)]
     mem_rows, mem_text = _memory(sample, tw_ok) if key in cfg.memory else ([], "")
-    return sections, mem_rows, mem_text + f" `doit()` of the {spec.title} model: {sample.doit_s:.2f} s."
+    return sections, mem_rows, mem_text
 
 
 def run(quick: bool = False) -> list[tuple[str, str]]:
@@ -417,8 +418,10 @@ def run(quick: bool = False) -> list[tuple[str, str]]:
         mem_texts.append(text)
     memory = (markdown_table(mem_rows) if mem_rows else "_(not run)_") + (
         "\n\nEach side's all-free first fit (build + first call + fit) in its own child process (`_rss_fit.py`): "
-        "peak RSS = `ru_maxrss` at its end; baseline = the resident set after the imports, the model, `doit()` and "
-        "loading the data (before the build). Goal: zcache's peak <= tensorwaves'.\n\n" + "\n\n".join(mem_texts))
+        "peak RSS = its `VmHWM` at the end (not `ru_maxrss`, which a child inherits from its parent across fork + "
+        "exec); baseline = the resident set after the imports, the model, `doit()` and "
+        "loading the data (before the build). Goal: zcache's peak <= tensorwaves'.\n\n"
+        + "\n\n".join(t for t in mem_texts if t))
     sections.append(("Memory: peak RSS of the all-free fit", memory))
     counts = (f"{cfg.n_data} data events, {cfg.n_phsp} phase-space events per model; per-evaluation times are "
               f"medians of {cfg.repeats} interleaved calls.")
