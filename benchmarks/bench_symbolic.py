@@ -277,7 +277,7 @@ def _scenario(sample: Sample, scenario: str, label: str, cfg: Config, tw_ok: boo
         variants.update({"tensorwaves value": tvalue, "tensorwaves value + gradient": tgrad})
     # (c) before the per-call timing: the first fit after value_at / value_gradient_at calls pays a one-off ~0.3 s
     width_note = _width_change(sample, zc, label, tw_ok) if scenario == "couplings" else None
-    per_call = time_interleaved(variants, repeats=cfg.repeats, warmup=1, inner=1)
+    per_call = time_interleaved(variants, repeats=cfg.repeats, warmup=2, inner=1)
     zcache.set_values(list(zc.loss.params), [zc.start[p.name] for p in zc.loss.params])
     z_total = zc.build_s + zc.first_call_s + zfirst["seconds"]
     rows = [{"free parameters": label, "implementation": "zcache (bridged)", "first fit (s)": f"{z_total:.2f}",
