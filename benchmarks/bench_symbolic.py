@@ -1,31 +1,41 @@
-"""The SymPy / ampform bridge against tensorwaves: a full fit of J/psi -> gamma pi0 pi0 (issue 14).
+"""The SymPy / ampform bridge against tensorwaves: full fits of two ampform models (issues 14, 26).
 
-The model is the one of ``bench_tensorwaves.py`` (ampform, canonical helicity, f0(500), f0(980),
-f2(1270), relativistic Breit-Wigner with energy-dependent width and form factors), built by
-qrules/ampform once; ``model.expression.doit()`` is computed once and given to both sides.
-zcache's model is **bridged** (:func:`zcache.symbolic.from_helicity_model`), not hand-built.
+The models (:func:`_peers_tensorwaves.build_model`), built by qrules/ampform with ampform's
+relativistic Breit-Wigner (energy-dependent width, form factor) on every resonance:
 
-Events: flat phase space drawn with numpy (:func:`_peers_tensorwaves.phase_space`); the
-kinematic columns come from tensorwaves' ``SympyDataTransformer`` (both sides read the same
-columns). The data are drawn by hit-or-miss from further phase-space events at "true" couplings
-(the bridged model's intensity, uncached). Both fits start at ampform's defaults (couplings 1).
+- ``jpsi``: J/psi -> gamma pi0 pi0 with f0(500), f0(980), f2(1270) (canonical helicity);
+- ``dzero``: D0 -> K- pi+ pi0 with K*(892)0 and rho(770)+ (helicity formalism; the model of
+  ``tests/test_symbolic.py``'s ``dzero`` fixture).
 
-Tables:
+``model.expression.doit()`` is computed once per model and given to both sides. zcache's model is
+**bridged** (:func:`zcache.symbolic.from_helicity_model`), not hand-built.
 
-1. intensity of the bridged model vs tensorwaves' numpy function on every data event;
-2. full fits, MIGRAD + HESSE, same start and data: zcache (``UnbinnedNLL`` + ``Minuit``, its
-   exact gradient and Hessian; its default, the compiled fit, and ``compiled=False``, first and
-   second fit each) vs tensorwaves (jax backend, ``create_cached_function``, ``UnbinnedNLL``,
-   ``Minuit2(use_analytic_gradient=True)`` then ``hesse()``), with the six non-reference
-   couplings free, and with the masses and widths free too; per-evaluation
-   times (value, value + gradient) and the numbers of calls;
-3. the f0(980) width (fixed) changed between fits: zcache's ``set_value`` + refit vs
-   tensorwaves' rebuild (``create_cached_function``, data transform, estimator) + refit;
-4. setup: building the model and the first call (tracing / jit compiling).
+Events: flat phase space drawn with numpy (:func:`_peers_tensorwaves.phase_space`, masses from the
+reaction); the kinematic columns come from tensorwaves' ``SympyDataTransformer`` (both sides read
+the same columns). The data are drawn by hit-or-miss from further phase-space events at "true"
+couplings (the bridged model's intensity, uncached). Both fits start at ampform's defaults
+(couplings 1), with the same limits on masses and widths.
 
-Run ``python benchmarks/bench_symbolic.py [--quick]`` or ``run_all.py``. Without tensorwaves
-(the test environment) its rows say "not installed" and the zcache rows run on the
-generator's own kinematics.
+Per model:
+
+1. intensity of the bridged model vs tensorwaves' numpy function on every data event (goal 1e-12);
+2. fits, MIGRAD + HESSE, same start and data, (a) the couplings free (all but the reference one),
+   (b) every coupling, mass and width free. zcache's **first fit** is a fresh model object's
+   build + first value-and-gradient call + fit (its tracing counted: TensorFlow's function caches
+   are per object), its **warm fit** a second fit of that object from the same start;
+   tensorwaves' first fit is ``create_cached_function`` + data transform + ``UnbinnedNLL`` + its
+   first calls (jax compiles then) + fit, its warm fit a second fit. Each time is **one fit**
+   (not a median); per-evaluation times are interleaved medians. Checks: the same minimum
+   (|delta NLL| <= 1e-3) and HESSE errors (1e-3 relative, matched by parameter);
+3. (c) a fixed width changed, then a refit of the couplings: zcache's ``set_value`` + refit vs
+   tensorwaves' rebuild + refit (goal <= 0.2);
+4. memory: the peak RSS of the all-free first fit, each side in its own child process
+   (``_rss_fit.py``), with the baseline after imports and data setup.
+
+Run ``python benchmarks/bench_symbolic.py [--quick] [--profile]`` or ``run_all.py``. Without
+tensorwaves (the test environment) its rows say "not installed" and the zcache rows run on the
+generator's own kinematics. ``--profile``: cProfile around zcache's first fit of the all-free D0
+model, top 25 by cumulative time (nothing else runs).
 """
 
 from __future__ import annotations
@@ -48,87 +58,104 @@ from zcache.symbolic import from_helicity_model  # noqa: E402
 
 try:  # benchmarks/ on sys.path: run as a script or from run_all.py
     import _peers_tensorwaves as peers
-    from _harness import markdown_table
+    import _rss_fit as rss
+    from _harness import markdown_table, time_interleaved, verdict
 except ModuleNotFoundError:  # imported as benchmarks.bench_symbolic
     from . import _peers_tensorwaves as peers
-    from ._harness import markdown_table
+    from . import _rss_fit as rss
+    from ._harness import markdown_table, time_interleaved, verdict
 
-__all__ = ["Config", "FULL", "QUICK", "run"]
+__all__ = ["Config", "FULL", "QUICK", "SPECS", "run", "profile"]
 
-#: Goals from the issue: zcache fit time / tensorwaves fit time.
-TARGET_COUPLINGS = 0.5
-TARGET_ALL = 1.0
-
-M_PI0 = 0.1349768
+#: Goals of issue 26: zcache time / tensorwaves time, per scenario and fit (first, warm).
+TARGETS = {"couplings": {"first": 1.0, "warm": 0.3}, "all": {"first": 1.0, "warm": 0.5}}
+#: Goal for a fixed width changed, then a refit: zcache (set_value + refit) / tensorwaves (rebuild + refit).
+TARGET_REFIT = 0.2
+#: Checks between the two sides' fits: |delta NLL|, relative difference of HESSE errors, intensity.
+TOL_NLL, TOL_ERRORS, TOL_INTENSITY = 1e-3, 1e-3, 1e-12
 
 
 @dataclass(frozen=True)
 class Config:
-    """Sizes of one run: data and phase-space events, timing repeats."""
+    """Sizes of one run: data and phase-space events, timing repeats, what runs."""
 
     n_data: int
     n_phsp: int
     repeats: int
     seed: int = 14
+    models: tuple[str, ...] = ("jpsi", "dzero")
+    all_free: tuple[str, ...] = ("jpsi", "dzero")
+    memory: tuple[str, ...] = ("jpsi", "dzero")
 
 
 FULL = Config(n_data=100_000, n_phsp=100_000, repeats=7)
-QUICK = Config(n_data=2_000, n_phsp=2_000, repeats=2)
-
-#: The "true" couplings of the data (in the order of ampform's parameter_defaults); the fits start at 1.
-TRUE_COUPLINGS = (1.0, 0.6 - 0.4j, 1.4 + 0.3j, 0.5 + 0.8j, 0.9 - 0.2j, 0.4 + 0.4j, 0.7 + 0.1j)
+#: The J/psi all-free fit traces a Hessian over every line shape (~35 s): only D0's runs in quick mode.
+QUICK = Config(n_data=2_000, n_phsp=2_000, repeats=2, all_free=("dzero",), memory=("dzero",))
 
 
-def _limits(name: str) -> tuple[float, float] | None:
-    """The same limits on both sides for masses and widths (a fit of all must not step to a width < 0)."""
-    if name.startswith("m_{"):
-        return (2 * M_PI0 + 1e-3, 3.0)
-    if name.startswith("\\Gamma_{"):
-        return (1e-3, 1.0)
-    return None
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model's benchmark needs beyond the ampform model: truth and the width of table (c)."""
+
+    title: str
+    true_couplings: tuple[complex, ...]
+    changed_width: str
 
 
-def _model() -> tuple[Any, Any, float]:
-    _, model = peers.build_model()
-    t0 = time.perf_counter()
-    expression = model.expression.doit()
-    return model, expression, time.perf_counter() - t0
+#: The "true" couplings (in the order of ampform's parameter_defaults; the fits start at 1).
+SPECS = {
+    "jpsi": ModelSpec("J/psi -> gamma pi0 pi0", (1.0, 0.6 - 0.4j, 1.4 + 0.3j, 0.5 + 0.8j, 0.9 - 0.2j, 0.4 + 0.4j,
+                                                 0.7 + 0.1j), "\\Gamma_{f_{0}(980)}"),
+    "dzero": ModelSpec("D0 -> K- pi+ pi0", (1.0, 0.8 - 0.5j), "\\Gamma_{K^{*}(892)^{0}}"),
+}
 
 
-def _columns(model: Any, n: int, seed: int, tw_ok: bool) -> dict[str, np.ndarray]:
-    reaction, _ = peers.build_model()
-    m_parent = reaction.initial_state[-1].mass
-    masses = tuple(reaction.final_state[i].mass for i in range(3))
-    momenta, kin = peers.phase_space(n, seed, m_parent, masses)
+# -- the sample ----------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    """One model with its expression, phase-space and data columns and its parameter groups."""
+
+    key: str
+    model: Any
+    expression: Any
+    doit_s: float
+    phsp: dict[str, np.ndarray]
+    data: dict[str, np.ndarray]
+
+    @property
+    def couplings(self) -> list[Any]:
+        """The complex couplings, ampform's order."""
+        return [s for s, v in self.model.parameter_defaults.items() if isinstance(v, complex)]
+
+    def free(self, scenario: str) -> list[Any]:
+        """The free symbols of ``"couplings"`` (all but the first coupling) or ``"all"`` (+ masses, widths)."""
+        shapes = [s for s in self.model.parameter_defaults if s.name.startswith(("m_{", "\\Gamma_{"))]
+        return self.couplings[1:] + (shapes if scenario == "all" else [])
+
+
+def _columns(key: str, n: int, seed: int, tw_ok: bool) -> dict[str, np.ndarray]:
+    reaction, model = peers.build_model(key)
+    momenta, kin = peers.phase_space(n, seed, *peers.masses(reaction))
     if tw_ok:
         with np.errstate(invalid="ignore"):  # the transformer's unused branch of a sqrt
             return peers.helicity_data(model, momenta)
-    return {**kin, "m_1": np.full(n, masses[1]), "m_2": np.full(n, masses[2])}
+    names = {s.name for s in model.kinematic_variables}
+    return {k: v for k, v in kin.items() if k in names}
 
 
-def _couplings(model: Any) -> list[Any]:
-    return [s for s, v in model.parameter_defaults.items() if isinstance(v, complex)]
-
-
-def _true_values(model: Any) -> dict[Any, Any]:
-    values = dict(model.parameter_defaults)
-    for s, c in zip(_couplings(model), TRUE_COUPLINGS, strict=True):
-        values[s] = c
-    return values
-
-
-def _draw_data(model: Any, expression: Any, cfg: Config, tw_ok: bool) -> dict[str, np.ndarray]:
+def _draw_data(sample: Sample, cfg: Config, tw_ok: bool) -> dict[str, np.ndarray]:
     """Hit-or-miss at the true couplings, from chunks of phase space."""
-    truth = {s.name: v for s, v in _true_values(model).items()}
+    truth = {s.name: v for s, v in sample.model.parameter_defaults.items()}
+    truth.update({s.name: c for s, c in zip(sample.couplings, SPECS[sample.key].true_couplings, strict=True)})
     chunks: list[dict[str, np.ndarray]] = []
     count, seed, fmax = 0, cfg.seed + 100, None
     rng = np.random.default_rng(cfg.seed + 1)
     while count < cfg.n_data:
-        cols = _columns(model, max(4 * cfg.n_data, 20_000), seed, tw_ok)
+        cols = _columns(sample.key, max(4 * cfg.n_data, 20_000), seed, tw_ok)
         seed += 1
-        ref = from_helicity_model(model, cols, expression=expression, parameters=truth, cache=False, name="truth")
-        x = np.stack([cols[o] for o in ref.space.obs], axis=1)
-        intensity = ref.intensity(x).numpy()
+        ref = from_helicity_model(sample.model, cols, expression=sample.expression, parameters=truth, cache=False,
+                                  name=f"{sample.key}_truth")
+        intensity = ref.intensity(np.stack([cols[o] for o in ref.space.obs], axis=1)).numpy()
         fmax = 1.2 * intensity.max() if fmax is None else fmax
         keep = rng.uniform(0.0, fmax, intensity.size) < intensity
         chunks.append({k: v[keep] for k, v in cols.items()})
@@ -136,24 +163,28 @@ def _draw_data(model: Any, expression: Any, cfg: Config, tw_ok: bool) -> dict[st
     return {k: np.concatenate([c[k] for c in chunks])[: cfg.n_data] for k in chunks[0]}
 
 
-def _median_time(call: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def make_sample(key: str, cfg: Config, tw_ok: bool) -> Sample:
+    """Build the model, ``doit()`` its expression, draw phase space and data."""
+    _, model = peers.build_model(key)
+    t0 = time.perf_counter()
+    expression = model.expression.doit()
+    sample = Sample(key, model, expression, time.perf_counter() - t0, _columns(key, cfg.n_phsp, cfg.seed, tw_ok), {})
+    sample.data = _draw_data(sample, cfg, tw_ok)
+    return sample
 
 
 # -- zcache --------------------------------------------------------------------------------------
-class _Zcache:
-    def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, floating: list[str]) -> None:
+class ZcacheFit:
+    """A fresh bridged model, its data and loss; building it times the build and the first call."""
+
+    def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, floating: list[str], name: str) -> None:
         t0 = time.perf_counter()
-        limits = {s.name: {"value": float(v), "lower": _limits(s.name)[0], "upper": _limits(s.name)[1]}
-                  for s, v in model.parameter_defaults.items() if _limits(s.name)}
-        self.bridged = from_helicity_model(model, phsp, expression=expression, floating=floating, name="jpsi",
-                                           parameters=limits)
-        self.data = self.bridged.to_data(data, name="jpsi_data")
+        bounds = {s.name: (v, peers.fit_limits(s.name)) for s, v in model.parameter_defaults.items()}
+        bounded = {name: {"value": float(v), "lower": lim[0], "upper": lim[1]} for name, (v, lim) in bounds.items()
+                   if lim}
+        self.bridged = from_helicity_model(model, phsp, expression=expression, floating=floating, name=name,
+                                           parameters=bounded)
+        self.data = self.bridged.to_data(data, name=f"{name}_data")
         self.loss = UnbinnedNLL(self.bridged, self.data)
         self.build_s = time.perf_counter() - t0
         self.params = {p.name: p for p in self.bridged.get_params(None)}
@@ -162,27 +193,19 @@ class _Zcache:
         self.loss.value_gradient()
         self.first_call_s = time.perf_counter() - t0
 
-    def set_floating(self, names: set[str]) -> None:
-        for sym, obj in self.bridged.symbol_params.items():
-            for p in (obj.params if hasattr(obj, "params") else [obj]):
-                p.floating = sym.name in names
-
-    def reset(self) -> None:
-        """The floating parameters back to the start (fixed ones keep their values)."""
+    def fit(self) -> dict[str, Any]:
+        """The floating parameters back to the start, then ``Minuit().minimize`` (the default, compiled fit)."""
         floating = [p for p in self.params.values() if p.floating]
         zcache.set_values(floating, [self.start[p.name] for p in floating])
-
-    def fit(self, compiled: bool = True) -> dict[str, Any]:
-        """Reset, then ``Minuit(compiled=compiled).minimize`` (default: the compiled fit; False: MIGRAD + HESSE)."""
-        self.reset()
         t0 = time.perf_counter()
-        result = Minuit(compiled=compiled).minimize(self.loss)
+        result = Minuit().minimize(self.loss)
         seconds = time.perf_counter() - t0
         return {"seconds": seconds, "valid": result.valid, "fmin": result.fmin, "nfcn": result.nfcn,
-                "ngrad": result.ngrad, "nhessian": result.nhessian, "result": result,
+                "ngrad": result.ngrad, "nhessian": result.nhessian, "errors": dict(result.errors),
                 "path": getattr(result, "path", "—"), "fallback": getattr(result, "fallback", None)}
 
-    def per_call(self, repeats: int) -> tuple[float, float]:
+    def moved_calls(self) -> tuple[Any, Any]:
+        """Zero-argument value and value + gradient calls at alternating points (every floating parameter moves)."""
         params = self.loss.params
         x = np.array([float(p) for p in params])
         state = {"i": 0}
@@ -191,241 +214,251 @@ class _Zcache:
             state["i"] ^= 1
             return x * (1.0 + 1e-3 * state["i"])
 
-        self.loss.value_at(moved(), params)
-        self.loss.value_gradient_at(moved(), params)
-        value = _median_time(lambda: float(self.loss.value_at(moved(), params)), repeats)
-        grad = _median_time(lambda: self.loss.value_gradient_at(moved(), params)[1].numpy(), repeats)
-        zcache.set_values(list(params), list(x))
-        return value, grad
+        return (lambda: float(self.loss.value_at(moved(), params)),
+                lambda: self.loss.value_gradient_at(moved(), params)[1].numpy())
 
 
-# -- tensorwaves ---------------------------------------------------------------------------------
-class _Tensorwaves:
-    def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, free: list[Any],
-                 defaults: dict[Any, Any] | None = None) -> None:
-        from tensorwaves.estimator import UnbinnedNLL as TwNLL
-        from tensorwaves.estimator import create_cached_function
-
-        defaults = dict(model.parameter_defaults) if defaults is None else defaults
-        t0 = time.perf_counter()
-        self.func, transformer = create_cached_function(expression, defaults, backend="jax", free_parameters=free)
-        cached_data = transformer(data)
-        cached_phsp = transformer(phsp)
-        self.estimator = TwNLL(self.func, cached_data, cached_phsp, backend="jax")
-        self.build_s = time.perf_counter() - t0
-        self.start = {s.name: defaults[s] for s in free}
-        t0 = time.perf_counter()
-        self.estimator(self.start)
-        self.estimator.gradient(self.start)
-        self.first_call_s = time.perf_counter() - t0
-
-    def fit(self) -> dict[str, Any]:
-        """tensorwaves' ``Minuit2(use_analytic_gradient=True).optimize``, then HESSE.
-
-        Written out (the same flattening of complex parameters, start, step sizes and calls as
-        tensorwaves 0.4.17's ``Minuit2``) because that class hands iminuit the gradient as
-        ``dict_values``, which iminuit 2.33 refuses; the gradient goes to iminuit as a list.
-        """
-        import iminuit
-        from tensorwaves.optimizer.parameter import ParameterFlattener
-
-        handler = ParameterFlattener(self.start)
-        flat = handler.flatten(self.start)
-        keys = list(flat)
-
-        def unflatten(x: Any) -> dict:
-            return handler.unflatten(dict(zip(keys, x, strict=True)))
-
-        def value(x: Any) -> float:
-            return float(self.estimator(unflatten(x)))
-
-        # tensorwaves' (jax's) gradient of a real function of a complex parameter z = a + ib is df/da + i df/db
-        # (checked against a finite difference below); split it into (df/da, df/db)
-        def gradient(x: Any) -> list[float]:
-            grad = self.estimator.gradient(unflatten(x))
-            out: list[float] = []
-            for name, start in self.start.items():
-                g = complex(np.asarray(grad[name]))
-                out += [g.real, g.imag] if isinstance(start, complex) else [g.real]
-            return out
-
-        x0 = np.array(list(flat.values()), dtype=float)
-        i_im = next(i for i, k in enumerate(keys) if "imag" in k)
-        step = np.zeros_like(x0)
-        step[i_im] = 1e-6
-        numeric = (value(x0 + step) - value(x0 - step)) / 2e-6
-        assert abs(numeric - gradient(x0)[i_im]) < 1e-3 * (1.0 + abs(numeric)), (numeric, gradient(x0)[i_im])
-
-        t0 = time.perf_counter()
-        minuit = iminuit.Minuit(value, tuple(flat.values()), grad=gradient, name=tuple(keys))
-        minuit.errors = tuple(0.1 * abs(v) if abs(v) else 0.1 for v in flat.values())
-        minuit.errordef = iminuit.Minuit.LIKELIHOOD
-        minuit.limits = [_limits(k) or (-np.inf, np.inf) for k in keys]
-        minuit.migrad()
-        minuit.hesse()
-        seconds = time.perf_counter() - t0
-        return {"seconds": seconds, "valid": minuit.valid, "fmin": minuit.fmin.fval, "nfcn": minuit.fmin.nfcn,
-                "ngrad": minuit.fmin.ngrad}
-
-    def per_call(self, repeats: int) -> tuple[float, float]:
-        state = {"i": 0}
-
-        def moved() -> dict:
-            state["i"] ^= 1
-            return {k: v * (1.0 + 1e-3 * state["i"]) for k, v in self.start.items()}
-
-        value = _median_time(lambda: float(self.estimator(moved())), repeats)
-        grad = _median_time(lambda: self.estimator.gradient(moved()), repeats)
-        return value, grad
+def zcache_first_fit(sample: Sample, scenario: str) -> tuple[ZcacheFit, dict[str, Any]]:
+    """A fresh model object (build + first call) and its first fit; ``seconds`` of the fit dict is the fit only."""
+    zc = ZcacheFit(sample.model, sample.expression, sample.phsp, sample.data,
+                   sorted(s.name for s in sample.free(scenario)), f"{sample.key}_{scenario}")
+    return zc, zc.fit()
 
 
-# -- the benchmark -------------------------------------------------------------------------------
-def _fit_row(label: str, impl: str, fit: dict[str, Any], per_call: tuple[float, float]) -> dict[str, Any]:
+def tensorwaves_first_fit(sample: Sample, scenario: str, defaults: dict | None = None) -> tuple[Any, dict[str, Any]]:
+    """tensorwaves' cached function, transform, estimator, first calls and first fit."""
+    defaults = dict(sample.model.parameter_defaults) if defaults is None else defaults
+    tw = peers.TensorwavesFit(sample.expression, defaults, sample.phsp, sample.data, sample.free(scenario),
+                              peers.fit_limits)
+    return tw, tw.fit()
+
+
+# -- tables --------------------------------------------------------------------------------------
+def _calls(fit: dict[str, Any]) -> str:
     calls = f"{fit['nfcn']} values, {fit['ngrad']} gradients"
-    if "nhessian" in fit:
-        calls += f", {fit['nhessian']} Hessians"
-    return {"free parameters": label, "implementation": impl, "fit time (s)": f"{fit['seconds']:.2f}",
-            "valid": fit["valid"], "path": fit.get("path", "—"), "-log L at minimum": f"{fit['fmin']:.4f}",
-            "calls (MIGRAD + HESSE)": calls,
-            "value (ms)": f"{1e3 * per_call[0]:.2f}", "value + gradient (ms)": f"{1e3 * per_call[1]:.2f}"}
+    return calls + (f", {fit['nhessian']} Hessians" if "nhessian" in fit else "")
 
 
-def _width_change(model: Any, expression: Any, phsp: dict, data: dict, zc: _Zcache, free_c: list[Any],
-                  tw_ok: bool) -> str:
-    """Table 3: the f0(980) width (fixed) x 1.1, then a refit of the couplings; zcache vs tensorwaves."""
-    width = next(s for s in model.parameter_defaults if s.name == "\\Gamma_{f_{0}(980)}")
-    new_width = float(model.parameter_defaults[width]) * 1.1
+def _check(zfit: dict[str, Any], tfit: dict[str, Any]) -> tuple[float, float, str]:
+    """|delta NLL| and the largest relative difference of the HESSE errors (and its parameter)."""
+    rel = {name: abs(zfit["errors"][name] / err - 1.0) for name, err in tfit["errors"].items()
+           if name in zfit["errors"]}
+    worst = max(rel, key=rel.get) if rel else "—"
+    return abs(zfit["fmin"] - tfit["fmin"]), rel.get(worst, float("nan")), worst
+
+
+def _flat_directions(fit: dict[str, Any]) -> int:
+    """How many eigenvalues of the Hessian at tensorwaves' minimum are below 1e-6 of the largest.
+
+    The Hessian comes from central differences of tensorwaves' exact gradient; such eigenvalues are
+    directions where the NLL is flat, along which no HESSE error is defined.
+    """
+    x = np.array(list(fit["values"].values()))
+    hessian = np.zeros((x.size, x.size))
+    for i in range(x.size):
+        step = np.zeros_like(x)
+        step[i] = 1e-5 * max(1.0, abs(x[i]))
+        hessian[:, i] = (np.asarray(fit["gradient"](x + step)) - np.asarray(fit["gradient"](x - step))) / (2 * step[i])
+    eig = np.linalg.eigvalsh(0.5 * (hessian + hessian.T))
+    return int(np.sum(eig < 1e-6 * eig.max()))
+
+
+def _scenario(sample: Sample, scenario: str, label: str, cfg: Config, tw_ok: bool, notes: list[str]) -> list[dict]:
+    """Rows (a) or (b) of one model: first and warm fits of both sides, per-call times, checks."""
+    zc, zfirst = zcache_first_fit(sample, scenario)
+    zwarm = zc.fit()
+    zvalue, zgrad = zc.moved_calls()
+    variants = {"zcache value": zvalue, "zcache value + gradient": zgrad}
+    tw = tfirst = twarm = None
+    if tw_ok:
+        tw, tfirst = tensorwaves_first_fit(sample, scenario)
+        twarm = tw.fit()
+        tvalue, tgrad = tw.moved_calls()
+        variants.update({"tensorwaves value": tvalue, "tensorwaves value + gradient": tgrad})
+    # (c) before the per-call timing: the first fit after value_at / value_gradient_at calls pays a one-off ~0.3 s
+    width_note = _width_change(sample, zc, label, tw_ok) if scenario == "couplings" else None
+    per_call = time_interleaved(variants, repeats=cfg.repeats, warmup=2, inner=1)
+    zcache.set_values(list(zc.loss.params), [zc.start[p.name] for p in zc.loss.params])
+    z_total = zc.build_s + zc.first_call_s + zfirst["seconds"]
+    rows = [{"free parameters": label, "implementation": "zcache (bridged)", "first fit (s)": f"{z_total:.2f}",
+             "build + first call (s)": f"{zc.build_s:.2f} + {zc.first_call_s:.2f}",
+             "warm fit (s)": f"{zwarm['seconds']:.2f}", "valid": zfirst["valid"] and zwarm["valid"],
+             "path (first, warm)": f"{zfirst['path']}, {zwarm['path']}", "-log L at minimum": f"{zwarm['fmin']:.4f}",
+             "calls (warm fit)": _calls(zwarm), "value (ms)": f"{per_call['zcache value'].us / 1e3:.2f}",
+             "value + gradient (ms)": f"{per_call['zcache value + gradient'].us / 1e3:.2f}"}]
+    for which, fit in (("first", zfirst), ("warm", zwarm)):
+        if fit["fallback"]:
+            notes.append(f"{label}: zcache's {which} fit fell back from the compiled path: {fit['fallback']}.")
+    if tw_ok:
+        t_total = tw.build_s + tw.first_call_s + tfirst["seconds"]
+        rows.append({"free parameters": label, "implementation": "tensorwaves jax", "first fit (s)": f"{t_total:.2f}",
+                     "build + first call (s)": f"{tw.build_s:.2f} + {tw.first_call_s:.2f}",
+                     "warm fit (s)": f"{twarm['seconds']:.2f}", "valid": tfirst["valid"] and twarm["valid"],
+                     "path (first, warm)": "iminuit MIGRAD", "-log L at minimum": f"{twarm['fmin']:.4f}",
+                     "calls (warm fit)": _calls(twarm), "value (ms)": f"{per_call['tensorwaves value'].us / 1e3:.2f}",
+                     "value + gradient (ms)": f"{per_call['tensorwaves value + gradient'].us / 1e3:.2f}"})
+        target = TARGETS[scenario]
+        dnll, derr, worst = _check(zwarm, twarm)
+        notes.append(f"{label}: zcache / tensorwaves, first fit {verdict(z_total / t_total, target['first'])}, "
+                     f"warm fit {verdict(zwarm['seconds'] / twarm['seconds'], target['warm'])}. Same minimum: "
+                     f"|delta NLL| = {dnll:.1e} (goal {TOL_NLL:g}: {'met' if dnll <= TOL_NLL else '**missed**'}); "
+                     f"HESSE errors: largest relative difference {derr:.1e} (`{worst}`; goal {TOL_ERRORS:g}: "
+                     f"{'met' if derr <= TOL_ERRORS else '**missed**'}).")
+        flat = _flat_directions(twarm)
+        if flat:
+            notes.append(f"{label}: the Hessian at the minimum has {flat} flat direction(s) (eigenvalues below 1e-6 of "
+                         "the largest, central differences of tensorwaves' exact gradient): the couplings are not all "
+                         "identified, the errors along them are not defined and the two sides' HESSE errors differ "
+                         "by how each handles a singular Hessian.")
+    else:
+        rows.append({"free parameters": label, "implementation": "tensorwaves jax",
+                     "first fit (s)": peers.tensorwaves_status()})
+    if width_note:
+        notes.append(width_note)
+    return rows
+
+
+def _width_change(sample: Sample, zc: ZcacheFit, label: str, tw_ok: bool) -> str:
+    """(c): a fixed width x 1.1, then a refit of the couplings; zcache's set_value + refit vs tensorwaves' rebuild."""
+    width = next(s for s in sample.model.parameter_defaults if s.name == SPECS[sample.key].changed_width)
+    old = float(sample.model.parameter_defaults[width])
     t0 = time.perf_counter()
-    zc.params[width.name].set_value(new_width)
+    zc.params[width.name].set_value(1.1 * old)
     zfit = zc.fit()
     z_total = time.perf_counter() - t0
-    rows = [{"implementation": "zcache: set_value + refit", "rebuild (s)": "0", "refit (s)": f"{zfit['seconds']:.2f}",
-             "total (s)": f"{z_total:.2f}", "valid": zfit["valid"], "-log L at minimum": f"{zfit['fmin']:.4f}"}]
-    if tw_ok:
-        t0 = time.perf_counter()
-        defaults = dict(model.parameter_defaults)
-        defaults[width] = new_width
-        tw = _Tensorwaves(model, expression, phsp, data, free_c, defaults=defaults)
-        rebuild = time.perf_counter() - t0
-        tfit = tw.fit()
-        t_total = time.perf_counter() - t0
-        rows.append({"implementation": "tensorwaves: rebuild + refit", "rebuild (s)": f"{rebuild:.2f}",
-                     "refit (s)": f"{tfit['seconds']:.2f}", "total (s)": f"{t_total:.2f}", "valid": tfit["valid"],
-                     "-log L at minimum": f"{tfit['fmin']:.4f}"})
-    zc.params[width.name].set_value(float(model.parameter_defaults[width]))
-    return markdown_table(rows) + ("\n\ntensorwaves' rebuild: `create_cached_function` with the new width "
-                                   "substituted, the data and phase-space transform, a new `UnbinnedNLL`, and the "
-                                   "first (compiling) calls.")
+    zc.params[width.name].set_value(old)
+    text = (f"(c) `{width.name}` (fixed) x 1.1, then a refit with {label}: zcache set_value + refit "
+            f"{z_total:.2f} s (path {zfit['path']})")
+    if not tw_ok:
+        return text + f"; tensorwaves {peers.tensorwaves_status()}."
+    t0 = time.perf_counter()
+    defaults = {**sample.model.parameter_defaults, width: 1.1 * old}
+    tw, tfit = tensorwaves_first_fit(sample, "couplings", defaults)
+    t_total = time.perf_counter() - t0
+    dnll = abs(zfit["fmin"] - tfit["fmin"])
+    return text + (f", tensorwaves rebuild + refit {t_total:.2f} s (of which {tw.build_s + tw.first_call_s:.2f} s "
+                   f"rebuild and first calls); ratio {verdict(z_total / t_total, TARGET_REFIT)}; "
+                   f"|delta NLL| = {dnll:.1e}.")
+
+
+def _intensity_check(sample: Sample, tw_ok: bool) -> str:
+    if not tw_ok:
+        return f"tensorwaves is {peers.tensorwaves_status()}: no comparison."
+    from tensorwaves.function.sympy import create_parametrized_function
+
+    full = create_parametrized_function(sample.expression, sample.model.parameter_defaults, backend="numpy")
+    ref = np.asarray(full(sample.data)).real
+    bridged = from_helicity_model(sample.model, sample.phsp, expression=sample.expression, name=f"{sample.key}_check")
+    got = bridged.intensity(bridged.to_data(sample.data, name=f"{sample.key}_check_data")).numpy()
+    rel = float(np.max(np.abs(got / ref - 1.0)))
+    return (f"Largest relative difference of the intensity, bridged zcache model vs tensorwaves' numpy function "
+            f"(`create_parametrized_function`), over all {len(ref)} data events at ampform's defaults: "
+            f"**{rel:.1e}** (goal {TOL_INTENSITY:g}: {'met' if rel <= TOL_INTENSITY else '**missed**'}).")
+
+
+def _memory(sample: Sample, tw_ok: bool) -> tuple[list[dict], str]:
+    """Peak RSS of each side's all-free first fit, each in a child process."""
+    rows, peaks = [], {}
+    for side in ("zcache", "tensorwaves"):
+        if side == "tensorwaves" and not tw_ok:
+            rows.append({"model": SPECS[sample.key].title, "implementation": "tensorwaves jax",
+                         "peak RSS (MiB)": peers.tensorwaves_status()})
+            continue
+        out = rss.measure(side, sample.key, sample.phsp, sample.data, [s.name for s in sample.free("all")])
+        peaks[side] = out["peak_mib"]
+        rows.append({"model": SPECS[sample.key].title, "implementation": side if side == "zcache" else "tensorwaves jax",
+                     "peak RSS (MiB)": f"{out['peak_mib']:.0f}", "baseline (MiB)": f"{out['baseline_mib']:.0f}",
+                     "peak - baseline (MiB)": f"{out['peak_mib'] - out['baseline_mib']:.0f}",
+                     "first fit in the child (s)": f"{out['seconds']:.2f}", "valid": out["valid"]})
+    text = ""
+    if len(peaks) == 2:
+        text = (f"{SPECS[sample.key].title}: zcache / tensorwaves peak RSS = "
+                f"{verdict(peaks['zcache'] / peaks['tensorwaves'], 1.0)}.")
+    return rows, text
+
+
+def _model_sections(key: str, cfg: Config, tw_ok: bool) -> tuple[list[tuple[str, str]], list[dict], str]:
+    spec = SPECS[key]
+    sample = make_sample(key, cfg, tw_ok)
+    n_c = 2 * len(sample.couplings[1:])
+    n_all = len(sample.free("all")) + len(sample.couplings[1:])
+    scenarios = [("couplings", f"(a) couplings ({n_c} real)")]
+    if key in cfg.all_free:
+        scenarios.append(("all", f"(b) couplings, masses, widths ({n_all} real)"))
+    rows: list[dict] = []
+    notes: list[str] = []
+    for scenario, label in scenarios:
+        rows += _scenario(sample, scenario, label, cfg, tw_ok, notes)
+    text = markdown_table(rows)
+    if key not in cfg.all_free:
+        text += "\n\n(--quick: the fit with masses and widths free is left out for this model.)"
+    text += ("\n\nEach time is one fit (MIGRAD + HESSE; not a median). First fit: a fresh model object's build, "
+             "first value + gradient call (tracing; jax: compiling) and fit; warm fit: a second fit of the same "
+             "object from the same start. Per-evaluation times: medians of interleaved calls at alternating points "
+             f"(every free parameter moves). `doit()` of the model (shared, not in the rows): {sample.doit_s:.2f} s."
+             "\n\n" + "\n\n".join(notes))
+    sections = [(f"{spec.title}: intensity, bridged zcache model vs tensorwaves (numpy)", _intensity_check(sample, tw_ok)),
+                (f"{spec.title}: fits, same start and data", text)]
+    mem_rows, mem_text = _memory(sample, tw_ok) if key in cfg.memory else ([], "")
+    return sections, mem_rows, mem_text
 
 
 def run(quick: bool = False) -> list[tuple[str, str]]:
-    """Run the four tables; returns ``(title, markdown)`` pairs."""
+    """Run the tables of every model; returns ``(title, markdown)`` pairs."""
     cfg = QUICK if quick else FULL
     status = peers.tensorwaves_status()
     tw_ok = status == "ok"
-    model, expression, doit_s = _model()
-    phsp = _columns(model, cfg.n_phsp, cfg.seed, tw_ok)
-    data = _draw_data(model, expression, cfg, tw_ok)
-    couplings = _couplings(model)
-    free_c = couplings[1:]
-    shapes = [s for s in model.parameter_defaults if s.name.startswith(("m_{", "\\Gamma_{"))]
-    names_c = {s.name for s in free_c}
-    names_all = names_c | {s.name for s in shapes}
-    sections = []
-
-    # 4 (setup) and 1 (equality), from the first builds
-    zc = _Zcache(model, expression, phsp, data, sorted(names_c))
-    setup_rows = [{"implementation": "zcache bridge (from_helicity_model + UnbinnedNLL)",
-                   "build (s)": f"{zc.build_s:.2f}", "first value + gradient (s)": f"{zc.first_call_s:.2f}"}]
-    tw_c = None
     if tw_ok:
         import jax
 
         jax.config.update("jax_enable_x64", True)
-        tw_c = _Tensorwaves(model, expression, phsp, data, free_c)
-        setup_rows.append({"implementation": "tensorwaves jax (create_cached_function + transform + UnbinnedNLL)",
-                           "build (s)": f"{tw_c.build_s:.2f}", "first value + gradient (s)": f"{tw_c.first_call_s:.2f}"})
-        from tensorwaves.function.sympy import create_parametrized_function
-
-        full = create_parametrized_function(expression, model.parameter_defaults, backend="numpy")
-        ref = np.asarray(full(data)).real
-        got = zc.bridged.intensity(zc.data).numpy()
-        rel = float(np.max(np.abs(got / ref - 1.0)))
-        equality = (f"Largest relative difference of the intensity, bridged zcache model vs tensorwaves' numpy "
-                    f"function (`create_parametrized_function`), over all {cfg.n_data} data events at ampform's "
-                    f"defaults: **{rel:.1e}** (goal 1e-12: {'met' if rel <= 1e-12 else 'MISSED'}).")
-    else:
-        setup_rows.append({"implementation": "tensorwaves jax", "build (s)": status, "first value + gradient (s)": ""})
-        equality = f"tensorwaves is {status}: no comparison."
-    sections.append(("Intensity: bridged zcache model vs tensorwaves (numpy)", equality))
-
-    # 2: fits
-    rows, ratios, new_vs_old = [], {}, {}
-    scenarios = [("6 couplings (12 real)", names_c, TARGET_COUPLINGS),
-                 ("couplings + 3 masses + 3 widths (18 real)", names_all, TARGET_ALL)]
-    if quick:  # the all-free fit traces a Hessian over every line shape (~35 s): left out of the smoke test
-        scenarios = scenarios[:1]
-    for label, names, target in scenarios:
-        zc.set_floating(names)
-        zcold = zc.fit()
-        zfit = zc.fit()
-        zcall = zc.per_call(cfg.repeats)
-        rows.append(_fit_row(label, "zcache (bridged), first fit", zcold, zcall))
-        rows.append(_fit_row(label, "zcache (bridged), second fit", zfit, zcall))
-        # The old default, MIGRAD + HESSE (its first fit comes after the default's: precompute is shared).
-        mcold = zc.fit(compiled=False)
-        mfit = zc.fit(compiled=False)
-        rows.append(_fit_row(label, "zcache (bridged), compiled=False, first fit", mcold, zcall))
-        rows.append(_fit_row(label, "zcache (bridged), compiled=False, second fit", mfit, zcall))
-        new_vs_old[label] = (zcold["seconds"] / mcold["seconds"], zfit["seconds"] / mfit["seconds"],
-                             zfit["fallback"])
-        if tw_ok:
-            tw = tw_c if names is names_c else _Tensorwaves(model, expression, phsp, data, [*free_c, *shapes])
-            tcold = tw.fit()
-            tfit = tw.fit()
-            tcall = tw.per_call(cfg.repeats)
-            rows.append(_fit_row(label, "tensorwaves jax, first fit", tcold, tcall))
-            rows.append(_fit_row(label, "tensorwaves jax, second fit", tfit, tcall))
-            ratios[label] = (zcold["seconds"] / tcold["seconds"], zfit["seconds"] / tfit["seconds"], target)
-        if names is names_c:  # 3: between the couplings fits and the all-free ones (a scan of a fixed width)
-            width_table = _width_change(model, expression, phsp, data, zc, free_c, tw_ok)
-
-    text = markdown_table(rows)
-    if quick:
-        text += "\n\n(--quick: the fit with masses and widths free is left out.)"
-    text += ("\n\nA first fit includes tracing (zcache: the loss, gradient and Hessian functions of this set of "
-             "floating parameters, and precompute) or compiling (jax: the gradient); a second fit from the same "
-             "start reuses them. Each side's first value + gradient call (table 'Setup') came before.")
-    for label, (cold, warm, fallback) in new_vs_old.items():
-        text += (f"\n\n{label}: fit time with the new default (the compiled fit) / the old (`compiled=False`, "
-                 f"MIGRAD + HESSE) = **{cold:.2f}** first fit, **{warm:.2f}** second fit (the compiled=False first "
-                 "fit runs after the default's two fits and shares their precompute).")
-        if fallback:
-            text += f" The default fell back to MIGRAD: {fallback}."
-    for label, (cold, warm, target) in ratios.items():
-        text += (f"\n\n{label}: zcache / tensorwaves fit time = **{cold:.2f}** first fit, **{warm:.2f}** second "
-                 f"fit (goal <= {target}: {'met' if warm <= target else 'MISSED'} for the second fit, "
-                 f"{'met' if cold <= target else 'MISSED'} for the first).")
-    sections.append(("Full fit, MIGRAD + HESSE, same start and data", text))
-    sections.append(("A fixed parameter changed between fits (f0(980) width x 1.1), couplings free", width_table))
-
-    setup = markdown_table(setup_rows)
-    setup += (f"\n\n`model.expression.doit()` (shared by both, not in the rows): {doit_s:.2f} s. zcache's first call "
-              "traces the loss and its gradient and fills the caches; tensorwaves' first calls jit-compile.")
-    sections.append(("Setup: building the model and the first call", setup))
-    counts = (f"{cfg.n_data} data events, {cfg.n_phsp} phase-space events; per-evaluation times are medians of "
-              f"{cfg.repeats} calls at alternating parameter points (couplings-free rows: couplings move; "
-              "all-free rows: every free parameter moves).")
-    sections.insert(0, ("J/psi -> gamma pi0 pi0 through the bridge: configuration",
+    sections, mem_rows, mem_texts = [], [], []
+    for key in cfg.models:
+        model_sections, rows, text = _model_sections(key, cfg, tw_ok)
+        sections += model_sections
+        mem_rows += rows
+        mem_texts.append(text)
+    memory = (markdown_table(mem_rows) if mem_rows else "_(not run)_") + (
+        "\n\nEach side's all-free first fit (build + first call + fit) in its own child process (`_rss_fit.py`): "
+        "peak RSS = its `VmHWM` at the end (not `ru_maxrss`, which a child inherits from its parent across fork + "
+        "exec); baseline = the resident set after the imports, the model, `doit()` and "
+        "loading the data (before the build). Goal: zcache's peak <= tensorwaves'.\n\n"
+        + "\n\n".join(t for t in mem_texts if t))
+    sections.append(("Memory: peak RSS of the all-free fit", memory))
+    counts = (f"{cfg.n_data} data events, {cfg.n_phsp} phase-space events per model; per-evaluation times are "
+              f"medians of {cfg.repeats} interleaved calls.")
+    sections.insert(0, ("Symbolic models through the bridge vs tensorwaves: configuration",
                         f"{counts} tensorwaves: {status}; {peers.versions()}."))
     return sections
 
 
+def profile(quick: bool = False, top: int = 25) -> None:
+    """cProfile around zcache's first fit (build + first call + fit) of the all-free D0 model; print the top."""
+    import cProfile
+    import pstats
+
+    cfg = QUICK if quick else FULL
+    tw_ok = peers.tensorwaves_status() == "ok"
+    sample = make_sample("dzero", cfg, tw_ok)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    _, fit = zcache_first_fit(sample, "all")
+    profiler.disable()
+    print(f"zcache first fit of the all-free D0 model ({cfg.n_data} + {cfg.n_phsp} events): path {fit['path']}, "
+          f"fallback {fit['fallback']}, valid {fit['valid']}")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+
+
 def main() -> None:
-    """Print the tables (``--quick``: small samples)."""
+    """Print the tables (``--quick``: small samples; ``--profile``: only the profile of one fit)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile zcache's first fit of the all-free D0 model (top 25, cumulative) and exit")
     args = parser.parse_args()
+    if args.profile:
+        profile(args.quick)
+        return
     for title, body in run(args.quick):
         print(f"### {title}\n\n{body}\n")
 

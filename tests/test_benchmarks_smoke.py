@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow  # benchmark smoke tests: 32 s
 #: run_all.py --quick in four groups, so that two test workers share the work (each group's own strings).
 GROUPS = {
     "jit": (["bench_jit"], ["XLA-compiled loss", "| 10,000 | auto |"]),
-    "symbolic": (["bench_symbolic"], []),
+    "symbolic": (["bench_symbolic"], ["D0 -> K- pi+ pi0: fits", "(b) couplings, masses, widths", "(c) `",
+                                      "Memory: peak RSS", "| D0 -> K- pi+ pi0 | zcache |"]),
     "fit": (["bench_fit", "bench_toys"], ["What the numbers say"]),
     "amplitude": (["bench_amplitude", "bench_core", "bench_reliability", "bench_tensorwaves"],
                   ["Cache hit", "What the numbers say"]),
@@ -97,3 +98,24 @@ def test_bench_reliability_toy_loop_quick(monkeypatch):
     assert row["toys where the loss did not descend"] == 0
     for key in ("tf.Variable", "FuncGraph", "graph nodes"):
         assert trend[0][key] == trend[-1][key], key
+
+
+def test_phase_space_kinematics_of_the_d0_topology(monkeypatch):
+    """bench_symbolic's numpy kinematics (the D0 columns without tensorwaves): Dalitz sum, flat helicity angles."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _peers_tensorwaves as peers
+    import numpy as np
+
+    m_parent, masses = 1.86484, (0.493677, 0.13957039, 0.1349768)
+    momenta, kin = peers.phase_space(40_000, 5, m_parent, masses)
+
+    def mass2(p):
+        return p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1)
+
+    m02_sq = mass2(momenta["p0"] + momenta["p2"])
+    np.testing.assert_allclose(kin["m_01"] ** 2 + kin["m_12"] ** 2 + m02_sq, m_parent**2 + sum(m * m for m in masses),
+                               rtol=1e-10)
+    np.testing.assert_allclose(kin["m_01"] ** 2, mass2(momenta["p0"] + momenta["p1"]), rtol=1e-10)
+    for angle in ("theta_0^01", "theta_1^12"):  # flat phase space: cos(helicity angle) uniform on [-1, 1]
+        cos = np.cos(kin[angle])
+        assert abs(cos.mean()) < 0.02 and abs(np.mean(cos**2) - 1 / 3) < 0.02, angle

@@ -1,0 +1,134 @@
+"""Peak memory of one side's first fit of a symbolic model, measured in a child process.
+
+The peak resident set of a process only grows, so each side's fit runs in a fresh process
+(``python _rss_fit.py SIDE MODEL DATA.npz FREE.json``): it imports only its own side (the
+tensorwaves child never imports TensorFlow or zcache), builds the ampform model, computes
+``doit()``, loads the events the parent drew, reads its baseline resident set, then runs the
+first fit (build + first call + fit, as ``bench_symbolic.py`` times it) and reports its peak
+resident set on one line of JSON. :func:`measure` is the parent's side.
+
+The peak is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process image),
+not ``getrusage(RUSAGE_SELF).ru_maxrss``: on Linux ``ru_maxrss`` survives ``fork`` and
+``exec``, so a child of a large parent reports at least the parent's resident set at the
+fork (seen here: both children reported the parent's 1458 MiB). Where /proc is missing
+(macOS), ``ru_maxrss`` is the fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["measure", "current_rss_mib", "peak_rss_mib"]
+
+HERE = Path(__file__).resolve().parent
+_MARK = "RSS-RESULT "
+
+
+def _proc_status_mib(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def current_rss_mib() -> float:
+    """This process's resident set now (``VmRSS``; the peak so far where /proc is missing)."""
+    now = _proc_status_mib("VmRSS")
+    return peak_rss_mib() if now is None else now
+
+
+def peak_rss_mib() -> float:
+    """This process image's peak resident set (``VmHWM``; else ``ru_maxrss``, KiB on Linux, bytes on macOS)."""
+    peak = _proc_status_mib("VmHWM")
+    if peak is not None:
+        return peak
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss / 1024.0 / (1024.0 if sys.platform == "darwin" else 1.0)
+
+
+def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
+            free: list[str]) -> dict[str, Any]:
+    """Run the first fit of ``side`` (``"zcache"`` or ``"tensorwaves"``) in a child process.
+
+    Parameters
+    ----------
+    side : str
+        ``"zcache"`` or ``"tensorwaves"``.
+    model : str
+        A key of ``_peers_tensorwaves.REACTIONS``.
+    phsp, data : dict of str to numpy.ndarray
+        The events, as the parent drew them.
+    free : list of str
+        Names of the free parameters (sympy symbols' names).
+
+    Returns
+    -------
+    dict
+        ``peak_mib``, ``baseline_mib``, ``seconds`` (the first fit in the child), ``valid``, ``path``.
+    """
+    import zcache
+
+    env = dict(os.environ)
+    # the child imports the same zcache as this process (a worktree on PYTHONPATH wins over the editable install)
+    root = str(Path(zcache.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    with tempfile.TemporaryDirectory() as tmp:
+        events = Path(tmp) / "events.npz"
+        np.savez(events, **{f"phsp:{k}": v for k, v in phsp.items()}, **{f"data:{k}": v for k, v in data.items()})
+        names = Path(tmp) / "free.json"
+        names.write_text(json.dumps(free))
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names)],
+                              capture_output=True, text=True, env=env, cwd=HERE.parent)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"_rss_fit.py {side} {model} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len(_MARK):])
+
+
+def _child(side: str, model_key: str, events: str, names: str) -> dict[str, Any]:
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import _peers_tensorwaves as peers
+
+    if side == "zcache":
+        import bench_symbolic as bench  # imports zcache (TensorFlow): before the baseline
+    else:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    _, model = peers.build_model(model_key)
+    expression = model.expression.doit()
+    with np.load(events) as npz:
+        phsp = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("phsp:")}
+        data = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("data:")}
+    free = set(json.loads(Path(names).read_text()))
+    baseline = current_rss_mib()
+    t0 = time.perf_counter()
+    if side == "zcache":
+        zc = bench.ZcacheFit(model, expression, phsp, data, sorted(free), f"{model_key}_rss")
+        fit = zc.fit()
+    else:
+        tw = peers.TensorwavesFit(expression, dict(model.parameter_defaults), phsp, data,
+                                  [s for s in model.parameter_defaults if s.name in free], peers.fit_limits)
+        fit = tw.fit()
+    seconds = time.perf_counter() - t0
+    return {"peak_mib": peak_rss_mib(), "baseline_mib": baseline, "seconds": seconds, "valid": bool(fit["valid"]),
+            "path": fit.get("path", "iminuit MIGRAD"),
+            "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+
+
+if __name__ == "__main__":
+    print(_MARK + json.dumps(_child(*sys.argv[1:5])), flush=True)
