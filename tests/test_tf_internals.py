@@ -390,16 +390,31 @@ def test_a_wrong_fused_gradient_is_found_in_a_graph():
     """wrong_xla_gradient_ops finds a complex SqrtGrad (what zcache.function refuses to compile when the
     fix is off), and not a real one."""
     def grads(dtype):
-        def fn():
+        def fn():  # the fused op as TensorFlow's own gradient would build it (zcache's never does)
             z = tf.constant([0.5, 2.0], dtype)
-            with tf.GradientTape() as tape:
-                tape.watch(z)
-                y = tf.reduce_sum(tf.math.real(tf.sqrt(z)) if dtype.is_complex else tf.sqrt(z))
-            return tape.gradient(y, z)
+            return tf.raw_ops.SqrtGrad(y=tf.sqrt(z), dy=tf.ones_like(z))
         return tf.function(fn, autograph=False).get_concrete_function().graph
 
     assert any("SqrtGrad" in name for name in _tf_internals.wrong_xla_gradient_ops(grads(tf.complex128)))
     assert _tf_internals.wrong_xla_gradient_ops(grads(tf.float64)) == []
+
+
+def test_complex_gradients_are_built_without_the_fused_ops_outside_xla_too():
+    """Issue 26: a function's backward is built once, where it was traced, and reused inside XLA
+    (the bridge's group programs): the plain-op gradient of a complex sqrt / 1/z is built everywhere."""
+    def fn():
+        z = tf.constant([0.5 + 0.1j, 2.0 - 0.3j], tf.complex128)
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = tf.reduce_sum(tf.math.real(tf.sqrt(z) + tf.math.reciprocal(z)))
+        return tape.gradient(y, z)
+
+    graph = tf.function(fn, autograph=False).get_concrete_function().graph
+    assert _tf_internals.wrong_xla_gradient_ops(graph) == []
+    z = np.array([0.5 + 0.1j, 2.0 - 0.3j])
+    # d Re f / d z for a holomorphic f, as TensorFlow defines it: conj(f'(z))
+    np.testing.assert_allclose(tf.function(fn, autograph=False)().numpy(), np.conj(0.5 / np.sqrt(z) - 1.0 / z**2),
+                               rtol=1e-12)
 
 
 def test_without_grappler_is_thread_local_and_restored():

@@ -275,9 +275,12 @@ def xla_calling_graph() -> Any:
 # (TensorFlow 2.21). Every gradient through a complex square root or 1/z (a Breit-Wigner's
 # propagator, a breakup momentum below threshold) was therefore wrong in a compiled graph while
 # values were right: a bridged ampform model with masses and widths floating had a compiled
-# gradient off by O(1) and a Hessian off by factors up to ~2000 (issue 23). Inside an XLA context
-# the gradient of a complex input is built from plain ops (Conj, Mul, Div) instead, which XLA
-# compiles right; real inputs, and every graph outside XLA, keep TensorFlow's own gradient.
+# gradient off by O(1) and a Hessian off by factors up to ~2000 (issue 23). The gradient of a
+# complex input is built from plain ops (Conj, Mul, Div) instead, which XLA compiles right; real
+# inputs keep TensorFlow's own gradient. Always, not only inside an XLA context: a function's
+# backward is built once, where the function was traced, and reused by every caller, compiled or
+# not (the bridge's group programs, issue 26: their backward, built outside XLA, was compiled
+# wrong inside a jit-compiled loss). The plain ops cost a few element-wise kernels more.
 #: op type -> the gradient, from y = op.outputs[0] and the incoming gradient, with conjugates spelled out
 _CONJUGATED_GRADIENTS: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
     "Sqrt": lambda y, grad: (tf.constant(0.5, y.dtype) * grad) / tf.math.conj(y),
@@ -294,7 +297,7 @@ def _conjugating(op_type: str, tf_gradient: Callable[..., Any]) -> Callable[...,
 
     def gradient(op: Any, grad: Any) -> Any:
         y = op.outputs[0]
-        if y.dtype.is_complex and xla_calling_graph() is not None:
+        if y.dtype.is_complex:
             return conjugated(y, grad)
         return tf_gradient(op, grad)
 
