@@ -185,3 +185,32 @@ def complex_line_shape_loss(tag: str) -> tuple:
     model = FunctionPdf(density, space, {"mass": mass, "width": width}, name=f"{tag}_line_shape")
     x = np.random.default_rng(3).uniform(0.3, 1.5, 300)
     return UnbinnedNLL(model, zcache.Data(x, name=f"{tag}_x")), [mass, width]
+
+
+def bridged_line_shape_loss(tag: str) -> tuple:
+    """An NLL of a SymPy coherent sum of two Breit-Wigners through the bridge; masses and widths float.
+
+    Each group's amplitudes are one tf.function (the bridge's group programs, issue 26), whose
+    backward is built once, outside any XLA context, and reused inside compiled losses.
+
+    Returns
+    -------
+    (UnbinnedNLL, [m1, g1, m2, g2])
+    """
+    import sympy as sp
+
+    from zcache.loss import UnbinnedNLL
+    from zcache.symbolic import SymbolicModel
+
+    x, y, m1, g1, m2, g2, c1, c2 = sp.symbols("x y m1 g1 m2 g2 c1 c2")
+    expr = sp.Abs(c1 * sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1) * sp.cos(y)
+                  + c2 * sp.sqrt(m2 * g2) / (m2**2 - x**2 - sp.I * m2 * g2) * sp.sin(y) ** 2) ** 2
+    rng = np.random.default_rng(4)
+    cols = {"x": rng.uniform(0.3, 1.5, 800), "y": rng.uniform(0.0, np.pi, 800)}
+    shapes = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in shapes.items()}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y"], cols, name=f"{tag}_bridged",
+                          floating=[])
+    loss = UnbinnedNLL(model, model.to_data({k: v[:300] for k, v in cols.items()}, name=f"{tag}_bridged_data"))
+    by_name = {p.name: p for p in model.get_params(None)}
+    return loss, [by_name[n] for n in ("m1", "g1", "m2", "g2")]

@@ -21,8 +21,9 @@ model and data, minimized (and MINOS-ed) by iminuit.
   equals iminuit's MINOS of the numpy NLL of that fit; afterwards every parameter and the
   data are exactly as before;
 - a Hessian with line-shape parameters floating (the Gaussian's mean or width, or the mass and
-  width of a line shape computed through complex 1/z and sqrt) compiled with XLA equals the
-  uncompiled one, twice in a row, and leaves every parameter where it was.
+  width of a line shape computed through complex 1/z and sqrt, or the masses and widths of a SymPy
+  model through the bridge's group programs) compiled with XLA equals the uncompiled one, twice in a
+  row, and leaves every parameter where it was.
 
 The model and its loss are built once per process and reset at the start of each sequence
 (traces are reused, as in a session of fits): a sequence then costs its fits, not tracing.
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import iminuit
 import numpy as np
 import pytest
-from helpers import HI, LIMITS, LO, NAMES, complex_line_shape_loss, np_extended_nll
+from helpers import HI, LIMITS, LO, NAMES, bridged_line_shape_loss, complex_line_shape_loss, np_extended_nll
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -125,11 +126,21 @@ _WORLD: _World | None = None
 _LINE_SHAPE: tuple | None = None  # (loss, [mass, width]) of helpers.complex_line_shape_loss, built once
 
 
+_BRIDGED: tuple | None = None  # (loss, [m1, g1, m2, g2]) of helpers.bridged_line_shape_loss, built once
+
+
 def _line_shape() -> tuple:
     global _LINE_SHAPE
     if _LINE_SHAPE is None:
         _LINE_SHAPE = complex_line_shape_loss("fm_line")
     return _LINE_SHAPE
+
+
+def _bridged() -> tuple:
+    global _BRIDGED
+    if _BRIDGED is None:
+        _BRIDGED = bridged_line_shape_loss("fm_bridged")
+    return _BRIDGED
 
 
 def _world() -> _World:
@@ -331,20 +342,24 @@ class FitMachine(RuleBasedStateMachine):
             assert np.any(np.abs(fit.values[0] - lower) < 1e-6 * (1 + np.abs(lower))) or np.any(centre - lower < 1e-3 * errors)
         zcache.set_values([self.p[n] for n in SEARCH], centre)
 
-    @rule(which=st.sampled_from(["gauss", "complex line shape"]), jit=st.sampled_from([True, "auto"]))
+    @rule(which=st.sampled_from(["gauss", "complex line shape", "bridged line shapes"]),
+          jit=st.sampled_from([True, "auto"]))
     def compiled_hessian(self, which: str, jit: bool | str) -> None:
         """The Hessian at the current values with line-shape parameters floating, compiled with XLA
         (three calls: a result that changes between calls is caught) and uncompiled: equal, and no
         parameter moves. ``gauss``: the fit's loss, if its mean or width floats; ``complex line
         shape``: mass and width of a line shape through complex 1/z and sqrt (issue 23: its
-        compiled gradients were wrong)."""
+        compiled gradients were wrong); ``bridged line shapes``: masses and widths of a SymPy model
+        through the bridge, whose group programs' backward is built outside XLA (issue 26)."""
         if which == "gauss":
             loss, params = self.loss, self.loss.params
             if not ({"mu", "sigma"} & set(self.floating())):
                 note("no line-shape parameter of the Gaussian floats: nothing to compare")
                 return
-        else:
+        elif which == "complex line shape":
             loss, params = _line_shape()
+        else:
+            loss, params = _bridged()
         before = [p._current() for p in params]
         plain = loss.hessian_at(before, params).numpy()
         with zcache.set_jit_mode(jit):
