@@ -396,8 +396,7 @@ class _Translator:
     def stack(self, data: Data) -> tf.Tensor:
         """(M, N) complex128: every data-only sub-expression a parameter-dependent node reads (the owner caches it)."""
         memo: dict[Any, Any] = {_INLINE: True}
-        first = self.owner.space.obs[0]
-        n = tf.shape(data[first] if isinstance(data, dict) else self.owner.column(first, data))
+        n = tf.shape(self.column_named(self.owner.space.obs[0], data))
         rows = []
         for node in self.data_points:
             v = self.compute(node, data, memo)
@@ -463,9 +462,11 @@ class _Translator:
         return tf.pow(_tensor(b, complex_), _tensor(e, complex_))
 
     def column(self, symbol: Any, data: Any) -> tf.Tensor:
-        if isinstance(data, dict):  # inside a group program: its column arguments by name
-            return data[self.data_names[symbol]]
-        return self.owner.column(self.data_names[symbol], data)
+        return self.column_named(self.data_names[symbol], data)
+
+    def column_named(self, name: str, data: Any) -> tf.Tensor:
+        """The column ``name`` of ``data``: a Data or tensor (the owner's), or a group program's arguments by name."""
+        return data[name] if isinstance(data, dict) else self.owner.column(name, data)
 
 
 def _numbers_first(args: Sequence[Any]) -> list[Any]:
@@ -659,6 +660,9 @@ class SymbolicModel(Model, CoherentIntensity):
                 self.symbol_params[symbols[n]] = _make_parameter(n, value)
         terms = _coherent_terms(expression, set(complex_symbols))
         self.is_coherent_sum = terms is not None
+        # the traced programs of the data-only columns and of each group (_stack_program, _group_program)
+        self._stack_fn: Any = None
+        self._group_programs: dict[int, tuple[list[Any], Any]] = {}
         self._set_floating(floating, symbols, by_name, complex_symbols, terms)
         self.params = {}
         for obj in self.symbol_params.values():
@@ -801,8 +805,7 @@ class SymbolicModel(Model, CoherentIntensity):
         each group's few hundred element-wise ops were traced once per dataset, again in each
         cache's backward pass and again in every program that recomputes the group.
         """
-        programs = self.__dict__.setdefault("_group_programs", {})
-        found = programs.get(g)
+        found = self._group_programs.get(g)
         if found is not None:
             return found
         symbols = sorted(self._groups[g][0], key=lambda s: s.name)
@@ -816,13 +819,12 @@ class SymbolicModel(Model, CoherentIntensity):
             memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
             return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo)
 
-        found = programs[g] = (symbols, tf.function(group, input_signature=signature, autograph=False))
+        found = self._group_programs[g] = (symbols, tf.function(group, input_signature=signature, autograph=False))
         return found
 
     def _group_terms(self, g: int, data: Any, memo: dict[Any, Any]) -> tf.Tensor:
         _, couplings = self._groups[g]
-        first = self.space.obs[0]
-        n = tf.shape(data[first] if isinstance(data, dict) else self.column(first, data))
+        n = tf.shape(self._translator.column_named(self.space.obs[0], data))
         rows = []
         for t in self._terms:
             cols = []
@@ -841,7 +843,7 @@ class SymbolicModel(Model, CoherentIntensity):
 
     def _stack_program(self) -> Any:
         """The data-only sub-expressions as one ``tf.function`` of the columns, traced once for every dataset."""
-        program = self.__dict__.get("_stack_fn")
+        program = self._stack_fn
         if program is None:
             obs = list(self.space.obs)
 

@@ -161,9 +161,12 @@ class CoherentIntensity(Cachable):
         """
         if self.cache:
             return self._cached_integral_matrix(mc)
-        m = self._columns(mc)
-        n = tf.cast(tf.shape(m)[1], tf.complex128)
-        flat = tf.reshape(m, [-1, sum(self._group_sizes)])
+        return self._integral_of(self._columns(mc))
+
+    def _integral_of(self, columns: tf.Tensor) -> tf.Tensor:
+        r"""(K, K): :math:`\sum_h \langle A_{jh} A_{kh}^* \rangle` of all groups' columns (H, N, K), in one product."""
+        n = tf.cast(tf.shape(columns)[1], tf.complex128)
+        flat = tf.reshape(columns, [-1, sum(self._group_sizes)])
         return tf.linalg.matmul(flat, tf.math.conj(flat), transpose_a=True) / n
 
     @cached(name=lambda self, mc: f"I[{mc.name}]")
@@ -293,10 +296,7 @@ class CoherentIntensity(Cachable):
             with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
                 tape.watch(variables)
                 columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=-1)
-                flat = tf.reshape(columns, [-1, sum(self._group_sizes)])
-                n = tf.cast(tf.shape(columns)[1], tf.complex128)
-                f = self._fractions_of(tf.linalg.matmul(flat, tf.math.conj(flat), transpose_a=True) / n,
-                                       self.coupling_vector())
+                f = self._fractions_of(self._integral_of(columns), self.coupling_vector())
                 entries = [f[a, b] for a, b in pairs]  # sliced on the tape
             rows = {}
             for (a, b), entry in zip(pairs, entries, strict=True):
