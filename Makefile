@@ -7,7 +7,7 @@ BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: test test-fast demo toys bench bench-smoke lint stress clean
+.PHONY: test test-fast demo toys docs bench bench-smoke lint stress clean
 
 # $(call make-venv,DIR): create the virtualenv DIR if missing and install zcache[dev] into it.
 define make-venv
@@ -47,6 +47,14 @@ demo: $(STAMP)
 toys: $(STAMP)
 	$(PY) -m zcache.demos.toys
 
+# The documentation site (Sphinx + numpydoc + sphinx-gallery + MyST, the PyData theme): API reference from the
+# docstrings, the user guide, the migration pages and the example gallery, each example run at build time.
+# Warnings are errors: a broken example, a missing reference or a malformed docstring fails the build.
+# Open docs/_build/html/index.html.
+docs: $(STAMP)
+	rm -rf docs/_build docs/api/generated docs/auto_examples
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+
 lint: $(STAMP)
 	$(PY) -m ruff check zcache tests benchmarks
 	$(PY) -m pytest -q tests/test_docstrings.py
@@ -82,4 +90,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BENCH_VENV) *.egg-info .pytest_cache .hypothesis docs/_build docs/api/generated docs/auto_examples

@@ -1,0 +1,89 @@
+"""Sphinx configuration of zcache's documentation (``make docs``: HTML in docs/_build/html, warnings are errors)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import version as _version
+
+# The package as installed (``pip install -e .[docs]``): the docs show what a user imports.
+import zcache
+
+sys.path.insert(0, os.path.abspath("."))
+
+project = "zcache"
+author = "zcache developers"
+copyright = "2026, zcache developers"
+release = _version("zcache")
+version = ".".join(release.split(".")[:2])
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+    "myst_parser",
+    "sphinx_gallery.gen_gallery",
+]
+
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "examples/README.rst", "**/GALLERY_HEADER.rst"]
+templates_path = ["_templates"]
+myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# One page per public name, generated from each module's ``__all__`` (autosummary respects it).
+autosummary_generate = True
+autosummary_ignore_module_all = False
+autosummary_imported_members = True
+autodoc_default_options = {"members": True, "inherited-members": False, "show-inheritance": True}
+autodoc_typehints = "none"  # numpydoc's Parameters sections carry the types
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_validation_checks: set[str] = set()  # tests/test_docstrings.py validates; here only rendering
+numpydoc_xref_param_type = False
+
+
+sphinx_gallery_conf = {
+    "examples_dirs": "examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "abort_on_example_error": True,  # a broken example fails the build
+    "only_warn_on_example_error": False,
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    "image_scrapers": ("matplotlib",),
+    "reset_modules": ("matplotlib",),
+    "show_memory": False,
+    "min_reported_time": 1,
+}
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"zcache {release}"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "footer_start": ["copyright"],
+}
+html_static_path: list[str] = []
+html_show_sourcelink = False
+
+nitpicky = False
+suppress_warnings = ["config.cache"]
+
+
+def _skip_wrapped_iminuit(app, what, name, obj, skip, options):  # noqa: ARG001 (Sphinx's hook signature)
+    """Leave out ``FitMinuit``'s wrappers of iminuit's methods: iminuit documents them (its docstrings use
+    iminuit's own Sphinx setup), and ``FitMinuit``'s docstring lists which ones restore the fit's state."""
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None and getattr(wrapped, "__module__", "").startswith("iminuit"):
+        return True
+    return None
+
+
+def setup(app):
+    """Connect the hooks above."""
+    app.connect("autodoc-skip-member", _skip_wrapped_iminuit)
