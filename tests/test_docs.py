@@ -1,0 +1,70 @@
+"""The documentation site's sources: every public name has an API page, and the code on the prose pages runs.
+
+``make docs`` builds the site (warnings are errors, the gallery's examples run); these tests keep the sources
+honest without Sphinx: the API index lists every public module and top-level name, and each ```` ```python ````
+block of the user guide and the migration pages runs, in order, in one namespace per page (blocks of other
+libraries' code are fenced ```` ```{code-block} python ```` and are not run).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import types
+
+import pytest
+
+import zcache
+
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+PACKAGE = pathlib.Path(zcache.__file__).resolve().parent
+PAGES = sorted(p for p in DOCS.glob("*/**/*.md") if "_build" not in p.parts)
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def _api_entries() -> set[str]:
+    text = (DOCS / "api" / "index.rst").read_text()
+    return set(re.findall(r"^   (zcache(?:\.\w+)+)\s*$", text, re.M))
+
+
+def test_every_public_module_has_an_api_page():
+    public = {f"zcache.{p.stem}" for p in PACKAGE.glob("*.py") if not p.stem.startswith("_") and not p.stem.startswith("demo")}
+    assert public - _api_entries() == set()
+
+
+def test_every_top_level_name_has_an_api_page():
+    names = {n for n in zcache.__all__ if not isinstance(getattr(zcache, n), types.ModuleType)}
+    assert {f"zcache.{n}" for n in names} - _api_entries() == set()
+
+
+def test_the_api_index_names_only_what_exists():
+    for entry in _api_entries():
+        module, _, name = entry.rpartition(".")
+        try:
+            __import__(entry)
+        except ImportError:
+            assert hasattr(__import__(module, fromlist=[name]), name), entry
+
+
+def test_pages_exist():
+    assert PAGES, f"no .md pages under {DOCS}"
+    assert any("migration" in p.parts for p in PAGES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
+def test_code_on_the_page_runs(page, tmp_path, monkeypatch):
+    """Each page's ```python blocks run in order in one namespace (as a reader pastes them), in an empty folder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    blocks = FENCE.findall(page.read_text())
+    if not blocks:
+        pytest.skip(f"{page.name} has no python blocks")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"docs_page_{page.stem}"}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block, f"{page.relative_to(DOCS)}[block {i + 1}]", "exec"), namespace)
+        except Exception as error:
+            raise AssertionError(f"{page.relative_to(DOCS)}, python block {i + 1} failed:\n{block}") from error
