@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import warnings
@@ -62,3 +63,74 @@ def test_retracing_warning_points_at_the_users_line():
 def test_warn_at_user_code_skips_zcache_frames():
     caught = _caught(lambda: warn_at_user_code("here", ZCacheWarning))
     assert caught[0].filename == __file__ and str(caught[0].message) == "here"
+
+
+def test_version_is_the_distributions():
+    from importlib.metadata import version
+
+    assert zcache.__version__ == version("zcache")
+    assert zcache.__version__ != "0+unknown"
+
+
+_WHEEL_FIT = """
+import pathlib, sys
+import numpy as np
+import zcache
+from zcache.loss import UnbinnedNLL
+from zcache.minimize import Minuit
+from zcache.models import Gaussian, Space
+
+here = pathlib.Path(zcache.__file__).resolve()
+assert here.is_relative_to(pathlib.Path(sys.prefix).resolve()), f"zcache came from {here}, not the new virtualenv"
+from importlib.metadata import version
+assert zcache.__version__ == version("zcache"), zcache.__version__
+space = Space("x", -6.0, 6.0)
+mu = zcache.Parameter("mu", 0.0, lower=-2.0, upper=2.0)
+sigma = zcache.Parameter("sigma", 1.0, lower=0.1, upper=5.0)
+model = Gaussian(space, mu, sigma)
+data = zcache.Data(np.random.default_rng(1).normal(0.3, 1.2, 2000), name="x")
+result = Minuit().minimize(UnbinnedNLL(model, data))
+assert result.valid, result
+assert abs(result.values["mu"] - 0.3) < 5 * result.errors["mu"], result
+print("fit ok", zcache.__version__)
+"""
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_clean_virtualenv_and_fits(tmp_path):
+    """A wheel built from the repository carries every module: installed alone into a new virtualenv, it imports and fits.
+
+    The new virtualenv sees no zcache but the wheel's: its dependencies (TensorFlow, iminuit, ...) are made
+    visible from this environment's site-packages through a ``.pth`` path entry, which adds the folder to
+    ``sys.path`` without running its ``.pth`` files, so this environment's editable zcache stays out. (Installing
+    TensorFlow from the index into the new environment would cost minutes of CI and need a network.)
+    """
+    import sysconfig
+    import venv
+
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(wheels), str(repo)], check=True, timeout=300, cwd=tmp_path)
+    (wheel,) = wheels.glob("zcache-*.whl")
+    assert wheel.name.startswith(f"zcache-{zcache.__version__}-")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    package = pathlib.Path(zcache.__file__).resolve().parent
+    expected = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
+    assert expected - names == set(), "modules missing from the wheel"
+
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    target = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    pathlib.Path(target, "_zcache_test_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+                    "--no-index", str(wheel)], check=True, timeout=300, cwd=tmp_path)
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    done = subprocess.run([str(python), "-c", _WHEEL_FIT], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == f"fit ok {zcache.__version__}"

@@ -96,7 +96,19 @@ from ._engine.parameter import set_values as set_values  # noqa: E402
 from ._engine.precompute import precompute as precompute  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 
-__version__ = "0.1.0"
+
+
+def _installed_version() -> str:
+    """The version of the installed distribution (setup.cfg's, through the package metadata): one source of truth."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zcache")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__: str = _installed_version()
 
 __all__ = [
     # inputs and caches
