@@ -23,8 +23,10 @@ FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
 def _api_entries() -> set[str]:
+    """The names listed in the API index's autosummary tables (relative to ``zcache``, its current module)."""
     text = (DOCS / "api" / "index.rst").read_text()
-    return set(re.findall(r"^   (zcache(?:\.\w+)+)\s*$", text, re.M))
+    assert ".. automodule:: zcache\n" in text
+    return {f"zcache.{name}" for name in re.findall(r"^   (\w+)\s*$", text, re.M)}
 
 
 def test_every_public_module_has_an_api_page():

@@ -5,7 +5,7 @@ gradient for ``B`` parameter points on ``B`` datasets in one XLA-compiled call, 
 :meth:`BatchedLoss.minimize` fits all ``B`` in one compiled program:
 
 - **one toy = one substitution.** Each toy's parameter values and events stand in for the
-  loss's Parameters and Data (:func:`zcache._engine.context.substituted`, the mechanism a cache's
+  loss's Parameters and Data (``zcache._engine.context.substituted``, the mechanism a cache's
   backward pass uses), so the loss is the user's own code, traced once for one toy;
   ``tf.vectorized_map`` turns that graph into a batched one. A model built from zcache's
   building blocks needs no change; one whose ops TensorFlow cannot vectorize is refused with
@@ -20,7 +20,7 @@ gradient for ``B`` parameter points on ``B`` datasets in one XLA-compiled call, 
 - **checks.** Every zcache check of the loss (event ranges, finite values) becomes a per-toy
   flag: a toy that fails one is reported, not raised, and its fit is not valid.
 - **minimizer.** :meth:`BatchedLoss.minimize` compiles its batched value and gradient with
-  the lockstep BFGS of :mod:`zcache._fitting.batched_bfgs` (BFGS for every toy in one
+  the lockstep BFGS of ``zcache._fitting.batched_bfgs`` (BFGS for every toy in one
   ``tf.while_loop``, then HESSE by differences of exact gradients, one Newton step, MIGRAD's
   EDM criterion) into one program; the covariance is :math:`2\,\mathrm{errordef}\,H^{-1}`.
 

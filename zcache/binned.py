@@ -2,8 +2,8 @@ r"""Binned fits: histograms, binned likelihoods, a chi-square and template fits.
 
 A histogram is a :class:`BinnedData`: ``nbins + 1`` edges :math:`e_0 < \dots < e_B`, counts
 :math:`n_i` and variances :math:`\sigma_i^2` (the counts when none were given). Counts and
-variances live in two :class:`zcache.Data` (:attr:`BinnedData.counts_data`,
-:attr:`BinnedData.variances_data`), so :meth:`BinnedData.set_counts` (a toy loop) invalidates
+variances live in two :class:`zcache.Data` (``BinnedData.counts_data``,
+``BinnedData.variances_data``), so :meth:`BinnedData.set_counts` (a toy loop) invalidates
 exactly the caches that read them and never retraces a loss. One observable only.
 
 The losses compare the counts with the model's bin probabilities
@@ -142,8 +142,8 @@ def _obs_name(obs: Any, where: str) -> str | None:
 class BinnedData:
     r"""A one-dimensional histogram: bin edges, counts and their variances.
 
-    The counts and the variances are held in two :class:`zcache.Data` (:attr:`counts_data`,
-    :attr:`variances_data`), so that :meth:`set_counts` invalidates exactly the caches that read
+    The counts and the variances are held in two :class:`zcache.Data` (``counts_data``,
+    ``variances_data``), so that :meth:`set_counts` invalidates exactly the caches that read
     them and never retraces a loss built on this histogram. Counts need not be integers
     (weighted histograms); they may be negative (a background-subtracted histogram for
     :class:`BinnedChi2`), but the likelihood losses refuse negative counts.

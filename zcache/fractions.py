@@ -5,7 +5,7 @@ For a coherent sum :math:`\sum_h |\sum_k c_k A_{kh}|^2` whose couplings come in 
 one resonance's helicity couplings in a :class:`zcache.symbolic.SymbolicModel`), the fit fraction
 of component :math:`a` is its coherent sum alone over the whole, and the interference term of a
 pair :math:`a \ne b` is twice the real part of their cross term (see
-:meth:`zcache._fitting.coherent.CoherentIntensity.fraction_matrix`); the fractions and the
+``zcache._fitting.coherent.CoherentIntensity.fraction_matrix``); the fractions and the
 interference terms add up to one. The errors are the linear propagation
 :math:`\mathrm{cov}_F = J C J^T` of a fit's covariance :math:`C`, with the Jacobian
 :math:`J = \partial F / \partial x` by automatic differentiation (exact also for floating masses
@@ -117,7 +117,7 @@ class FitFractions:
         Parameters
         ----------
         name : str
-            A component's label (one of :attr:`names`).
+            A component's label (one of ``names``).
 
         Returns
         -------

@@ -4,7 +4,7 @@ r"""ampform's helicity kinematics: four-momenta to the kinematic columns of a ``
 columns* (``model.kinematic_variables``: invariant masses and helicity angles), which ampform
 defines as SymPy expressions of the final-state four-momenta ``p0, p1, ...`` (arrays of shape
 (n, 4), :math:`(E, p_x, p_y, p_z)`, in the rest frame of the decaying particle).
-:class:`HelicityKinematics` lambdifies those expressions once per model (with numpy, shared
+:class:`zcache.kinematics.HelicityKinematics` lambdifies those expressions once per model (with numpy, shared
 boosts and rotations computed once, matrix chains contracted pairwise) and turns four-momenta
 into the real float64 columns, checking them first (every final-state momentum, shape (n, 4),
 finite). :func:`phasespace_generator` draws fresh uniform three-body phase space and computes its
@@ -133,7 +133,7 @@ class HelicityKinematics:
     def is_momenta(self, sample: Any) -> bool:
         """Whether ``sample`` holds four-momenta rather than kinematic columns.
 
-        Four-momenta: a mapping with ``p0``-like keys and none of :attr:`names`, a sequence of
+        Four-momenta: a mapping with ``p0``-like keys and none of ``names``, a sequence of
         two-dimensional arrays, or one (n_particles, n, 4) array.
 
         Parameters
@@ -348,7 +348,7 @@ def phasespace_generator(model: Any) -> Any:
     (:meth:`zcache.phasespace.DalitzKinematics.sample_tensor`) with a uniform orientation of
     the decay plane (Euler angles :math:`\alpha, \gamma` uniform, :math:`\cos\beta` uniform):
     uniform three-body phase space. Its four-momenta in the parent's rest frame become the
-    columns by ampform's own ``model.kinematic_variables`` (:class:`HelicityKinematics`).
+    columns by ampform's own ``model.kinematic_variables`` (:class:`zcache.kinematics.HelicityKinematics`).
     Random numbers come from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed`
     reproduces the events and the generator runs in traced samplers (its numpy part as a
     ``tf.numpy_function``: a sampler compiled with XLA falls back to running uncompiled).

@@ -407,7 +407,7 @@ class Minuit:
         Errors and covariance after a valid MIGRAD (always: MIGRAD's own covariance, even
         flagged accurate, is its variable-metric estimate, several % off): ``2 errordef H^-1``
         with ``H`` the exact Hessian of the loss in the parameters themselves at the minimum,
-        what HESSE gives without limits, also next to a limit (see :attr:`FitResult.errors`).
+        what HESSE gives without limits, also next to a limit (see ``FitResult.errors``).
     precompute : bool
         Apply :func:`zcache.precompute` for the fitted parameters and the kind of gradient
         (once per loss and setting; a manual ``precompute`` with other options is replaced:
@@ -434,10 +434,10 @@ class Minuit:
         to MIGRAD's EDM bound (``0.002 tol errordef``), the Hessian at the minimum by forward
         differences of exact gradients (HESSE's definition of the errors; within 3e-5 relative of
         the exact Hessian in the worst case measured, a Crystal Ball's tail) and a last Newton step
-        (:mod:`zcache._fitting.compiled_fit`); it is traced once per loss and set of fitted
+        (``zcache._fitting.compiled_fit``); it is traced once per loss and set of fitted
         parameters, so a loop of ``set_data`` + fit retraces nothing. A fit it cannot take
         to a valid minimum (not converged, a parameter on a limit, a failed check) goes on with
-        MIGRAD from the start, and says so (:attr:`FitResult.path`, :attr:`FitResult.fallback`).
+        MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
         MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created
         when first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
 

@@ -26,7 +26,7 @@ What is cached, and why:
 the caches of nodes that change on every call of a fit, so they cost nothing.
 
 Sampling is exact (inverse CDF) where a model defines ``_sample(n)``, else accept-reject
-(:func:`zcache.sampling.accept_reject`) under an adaptive envelope (:meth:`Model._fmax`).
+(:func:`zcache.sampling.accept_reject`) under an adaptive envelope (``Model._fmax``).
 
 Examples
 --------
@@ -276,7 +276,7 @@ class Model(Cachable):
     (1-D) under an envelope found by ``_fmax()``: the maximum of the density on a grid,
     refined around the grid's highest local maxima, times a safety factor. A proposal
     above the envelope raises it and restarts the sample; when that repeats, sampling
-    raises :class:`ModelError`. A density with structure narrower than the grid can
+    raises :class:`zcache.exceptions.ModelError`. A density with structure narrower than the grid can
     override ``_fmax()`` with a true upper bound, or define ``_sample(n)``.
 
     A model is a :class:`zcache.Cachable`, and :func:`zcache.precompute` takes it as a
@@ -704,7 +704,7 @@ class Model(Cachable):
         ModelError
             ``n`` is not a whole number >= 1 (or missing for a model that is not extended),
             ``data`` has other observables, or accept-reject sampling failed (see
-            :meth:`_accept_reject`).
+            ``_accept_reject``).
         """
         if n is None:
             if not self.is_extended:
@@ -736,7 +736,7 @@ class Model(Cachable):
         """The accept-reject envelope: an upper bound of the unnormalized density (1-D).
 
         ``_FMAX_SAFETY`` times the largest value found by :func:`_grid_maximum`. Sampling
-        checks every proposal against it: see :meth:`_accept_reject`.
+        checks every proposal against it: see ``_accept_reject``.
         """
         return _FMAX_SAFETY * _grid_maximum(self._unnormalized_pdf, self.space.lower[0], self.space.upper[0])
 

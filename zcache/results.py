@@ -159,7 +159,7 @@ class FitResult:
         The report the fit ran with (None without precompute, and in an unpickled result).
     weightcorr : str or None
         How the errors of a fit to weighted data were corrected: ``"asymptotic"`` or
-        ``"sumw2"`` (see :class:`Minuit`); None for unweighted data or no correction.
+        ``"sumw2"`` (see :class:`iminuit.Minuit`); None for unweighted data or no correction.
     path : str
         How the minimum was found: ``"compiled"`` (the whole fit in one compiled program, see
         :class:`zcache.minimize.Minuit`), ``"migrad"`` (iminuit's MIGRAD, call by call) or
@@ -218,7 +218,7 @@ class FitResult:
     def minuit(self) -> Any:
         """The minimizer's object: a :class:`FitMinuit` (MINOS, profiles, plots) or scipy's result.
 
-        From :class:`Minuit`, it may be created when first asked for: a MIGRAD from this fit's
+        From :class:`iminuit.Minuit`, it may be created when first asked for: a MIGRAD from this fit's
         minimum, in this fit's state, without zcache's Hessian (iminuit 2.33's Minuit2 reads a
         user's Hessian at the wrong indices when it fixes a parameter, as MINOS and profiles do).
         """

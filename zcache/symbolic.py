@@ -32,7 +32,7 @@ How the expression becomes a cached graph (each rule in one sentence):
   gives it the translated amplitudes and their grouping);
 - every cache is the model's own (``@zcache.cached`` methods): ``invalidate_caches()`` reaches them;
 - **anything else** is normalized by the mean of the intensity over the phase-space sample,
-  cached per dataset until a parameter changes (:attr:`SymbolicModel.is_coherent_sum` says
+  cached per dataset until a parameter changes (``SymbolicModel.is_coherent_sum`` says
   which was found); sub-expressions over parameters only are scalars, recomputed inline.
 
 Complex parameters (those with a complex value: ampform's couplings) become two real
@@ -741,7 +741,7 @@ class SymbolicModel(Model, CoherentIntensity):
         Parameters
         ----------
         name : str
-            The column (an observable of :attr:`space`).
+            The column (an observable of ``space``).
         data : zcache.Data or tf.Tensor
             The events.
 
@@ -762,7 +762,7 @@ class SymbolicModel(Model, CoherentIntensity):
         Parameters
         ----------
         columns : mapping of str to array_like, or four-momenta
-            At least the model's observables (others are ignored); with :attr:`kinematics` (a
+            At least the model's observables (others are ignored); with ``kinematics`` (a
             bridged ampform model) also four-momenta, ``{"p0": (n, 4), "p1": ..., ...}`` or a
             sequence of (n, 4) arrays in final-state order, whose columns it computes.
         name : str
@@ -859,7 +859,7 @@ class SymbolicModel(Model, CoherentIntensity):
         return self._translator.value(self._root, data, {})
 
     def coupling_vector(self) -> tf.Tensor:
-        """:math:`c`, the couplings of the coherent sum, in the order of :attr:`couplings`.
+        """:math:`c`, the couplings of the coherent sum, in the order of ``couplings``.
 
         Returns
         -------
@@ -982,7 +982,7 @@ class SymbolicModel(Model, CoherentIntensity):
         Raises
         ------
         ModelError
-            The intensity is not a coherent sum (a :class:`SymbolicError`).
+            The intensity is not a coherent sum (a :class:`zcache.exceptions.SymbolicError`).
         FitError
             ``result`` has no covariance or fitted none of this model's parameters.
         """
@@ -1044,7 +1044,7 @@ class SymbolicModel(Model, CoherentIntensity):
     def node_caches(self) -> list[CachedTensor]:
         """Every cache the bridge has built so far (sub-expressions, group matrices, integrals, normalization).
 
-        They are the model's own caches (:func:`zcache._engine.cachable.caches_of` lists them with the
+        They are the model's own caches (``zcache._engine.cachable.caches_of`` lists them with the
         ``pdf`` caches every model has).
         """
         bridge = (self._data_stack, self._cached_root, self._cached_group, self._cached_block,
@@ -1214,7 +1214,7 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     the couplings float except the first one.
 
     The data columns are the keys of ``model.kinematic_variables``. The model's
-    :attr:`~SymbolicModel.kinematics` (a :class:`zcache.kinematics.HelicityKinematics`) computes
+    ``SymbolicModel.kinematics`` (a :class:`zcache.kinematics.HelicityKinematics`) computes
     them from four-momenta with ampform's own expressions, for the phase-space sample and for
     :meth:`~SymbolicModel.to_data` alike, so that data, phase space and generated events go
     through one path; columns computed elsewhere (tensorwaves' ``SympyDataTransformer``) are

@@ -166,7 +166,7 @@ class ToyResult:
         Returns
         -------
         pandas.DataFrame
-            The columns of :attr:`table` (``<name>``, ``<name>_err``, ``<name>_pull`` per parameter,
+            The columns of ``table`` (``<name>``, ``<name>_err``, ``<name>_pull`` per parameter,
             ``valid``, ``fmin``, ``nfcn``, ``nevents``, ``time``, ``refit``), indexed by the toy
             number (index name ``"toy"``); the generating values are in ``df.attrs["truth"]``.
 
@@ -461,7 +461,7 @@ def run_toys(
         Starting values for each fit (default: the generating values).
     seed : int, optional
         The study's seed (see the module docstring); default: drawn at random, and reported in
-        :attr:`ToyResult.seed`.
+        ``ToyResult.seed``.
     progress : bool, optional
         Show a tqdm bar (default: when stderr is a terminal and tqdm is installed).
     batch : int, optional

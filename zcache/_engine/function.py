@@ -60,7 +60,7 @@ _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
 _CHECK_IDS = itertools.count(1)
 
 class Function:
-    """A Python function that the mode policy traces or runs eagerly (made by :func:`function`).
+    """A Python function that the mode policy traces or runs eagerly (made by :func:`zcache.function`).
 
     Parameters
     ----------
@@ -386,7 +386,7 @@ def drop_traces(caches: Any = None) -> None:
 
 
 def clear_graph_cache() -> None:
-    """Drop every graph traced by a :func:`function` and invalidate every cache.
+    """Drop every graph traced by a :func:`zcache.function` and invalidate every cache.
 
     Raises
     ------

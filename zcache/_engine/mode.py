@@ -1,6 +1,6 @@
 """The mode policy: what is traced into a graph, what runs eagerly, which gradients.
 
-Every function decorated with :func:`function` carries an *identifier*
+Every function decorated with :func:`zcache.function` carries an *identifier*
 (``wraps=``). The graph policy maps identifiers to "trace" or "run eagerly":
 
 =========  ======  =======  ======  ===========
@@ -21,7 +21,7 @@ The setters double as context managers, restoring the previous setting on exit::
     with zcache.set_graph_mode(False):
         ...  # everything eager, handy for debugging
 
-The jit policy (:func:`set_jit_mode`, same settings) picks which *traced* functions are
+The jit policy (:func:`zcache.set_jit_mode`, same settings) picks which *traced* functions are
 compiled with XLA; ``'auto'`` compiles ``loss`` only, and the default is ``False``.
 
 Changing the policy inside a trace raises :class:`IllegalInGraphModeError`.
@@ -51,7 +51,7 @@ __all__ = [
     "traces",
 ]
 
-#: Identifiers a :func:`function` may carry, with whether ``'auto'`` traces them.
+#: Identifiers a :func:`zcache.function` may carry, with whether ``'auto'`` traces them.
 IDENTIFIERS: dict[str, bool] = {
     "tensor": True,
     "loss": True,
@@ -129,7 +129,7 @@ def _policy_for(graph: object) -> dict[str, bool]:
 
 
 def set_graph_mode(graph: bool | str | Mapping[str, bool], set_backend: bool | None = None) -> Restorer:
-    """Set which :func:`function`-decorated functions are traced.
+    """Set which :func:`zcache.function`-decorated functions are traced.
 
     Parameters
     ----------
@@ -183,7 +183,7 @@ def set_graph_mode(graph: bool | str | Mapping[str, bool], set_backend: bool | N
 
 
 def get_graph_mode() -> bool | str | dict[str, bool]:
-    """The current graph-mode setting, as it was given to :func:`set_graph_mode`."""
+    """The current graph-mode setting, as it was given to :func:`zcache.set_graph_mode`."""
     setting = _state.graph_setting
     return dict(setting) if isinstance(setting, dict) else setting
 
@@ -246,7 +246,7 @@ def _jit_policy_for(jit: object) -> dict[str, bool]:
 
 
 def set_jit_mode(jit: bool | str | Mapping[str, bool]) -> Restorer:
-    """Set which traced :func:`function`-decorated functions are compiled with XLA.
+    """Set which traced :func:`zcache.function`-decorated functions are compiled with XLA.
 
     A function picks ``jit_compile`` when it is traced (its graphs are kept per setting), so
     a change takes effect at the next call, without ``clear_graph_cache``. Functions that
@@ -299,7 +299,7 @@ def set_jit_mode(jit: bool | str | Mapping[str, bool]) -> Restorer:
 
 
 def get_jit_mode() -> bool | str | dict[str, bool]:
-    """The current jit-mode setting, as it was given to :func:`set_jit_mode`.
+    """The current jit-mode setting, as it was given to :func:`zcache.set_jit_mode`.
 
     Returns
     -------

@@ -44,7 +44,7 @@ class Parameter(TensorLike):
     value : float
         The initial value.
     lower, upper : float, optional
-        Limits; values outside raise :class:`ParameterValueError`.
+        Limits; values outside raise :class:`zcache.exceptions.ParameterValueError`.
     floating : bool, default True
         Whether a fit (and :func:`zcache.precompute`) treats it as free.
 

@@ -21,7 +21,7 @@ floating parameter (the sum itself) changes on every step and stays always dirty
 Cached nodes stay under invalidation: a fixed parameter changed later by the
 user invalidates exactly the cached parts that depend on it.
 
-What a target is evaluated by is a small protocol, :class:`Precomputable` (one
+What a target is evaluated by is a small protocol, :class:`zcache.types.Precomputable` (one
 method, ``__zcache_evaluate__``), which losses and models implement; a
 :class:`~zcache.CachedTensor` or a zero-argument callable is a target too. The last
 report of each target is kept here, weakly keyed by the target (and holding its caches
@@ -60,12 +60,12 @@ CACHED, INNER, FLOATING, DIRTY = "cached", "cached (inner)", "cached (floating)"
 
 @runtime_checkable
 class Precomputable(Protocol):
-    """What :func:`precompute` evaluates a target by: losses and models implement it.
+    """What :func:`zcache.precompute` evaluates a target by: losses and models implement it.
 
     ``__zcache_evaluate__()`` is called eagerly (on this thread), while zcache records the
     zcache objects read at the top level. It computes what a fit of the object reads (a loss
     its value; a model its normalization) and returns the caches a fit reads besides, which
-    need not be computed now (a model's per-dataset ``pdf`` caches). :func:`precompute`
+    need not be computed now (a model's per-dataset ``pdf`` caches). :func:`zcache.precompute`
     classifies the caches recorded and returned, and all their cache ancestors.
 
     Examples
@@ -119,7 +119,7 @@ class NodeReport:
 
 @dataclass
 class PrecomputeReport:
-    """What :func:`precompute` did; ``undo()`` restores the previous setting.
+    """What :func:`zcache.precompute` did; ``undo()`` restores the previous setting.
 
     The report holds its caches weakly: it never keeps a dropped model's caches (and their
     stored values) alive, so :attr:`caches`, :attr:`cached` and :attr:`always_dirty` list the
@@ -159,7 +159,7 @@ class PrecomputeReport:
         return sum(c.nbytes for c in self.cached)
 
     def undo(self) -> None:
-        """Switch every cache back to what it was before :func:`precompute` (drops traced graphs)."""
+        """Switch every cache back to what it was before :func:`zcache.precompute` (drops traced graphs)."""
         forbid_in_trace("PrecomputeReport.undo")
         changed = []
         for ref, was_dirty in self._previous.values():
@@ -190,7 +190,7 @@ _REPORTS: weakref.WeakKeyDictionary[Any, tuple[tuple, PrecomputeReport]] = weakr
 
 
 def precomputed(target: Any) -> PrecomputeReport | None:
-    """The report of the last :func:`precompute` of ``target``.
+    """The report of the last :func:`zcache.precompute` of ``target``.
 
     Parameters
     ----------
@@ -261,7 +261,7 @@ def precompute(
     Parameters
     ----------
     target : loss, model, Precomputable, CachedTensor or callable
-        What a fit evaluates: a loss, a model (any :class:`Precomputable`), a
+        What a fit evaluates: a loss, a model (any :class:`zcache.types.Precomputable`), a
         CachedTensor or a zero-argument callable.
     floating : sequence of Parameter, optional
         The parameters a fit will move; default: those with ``floating=True`` among the
@@ -369,7 +369,7 @@ def precompute(
 
 
 def ensure_precomputed(target: Any, floating: Sequence[Parameter], keep_floating: bool) -> PrecomputeReport:
-    """:func:`precompute` unless ``target`` already has this exact setting (no eager pass, no retrace).
+    """:func:`zcache.precompute` unless ``target`` already has this exact setting (no eager pass, no retrace).
 
     The setting is the floating parameters, ``keep_floating``, ``keep_inner=True`` and the
     dependency graph's version. A target that cannot be weakly referenced is precomputed on
@@ -378,11 +378,11 @@ def ensure_precomputed(target: Any, floating: Sequence[Parameter], keep_floating
     Parameters
     ----------
     target : object
-        As for :func:`precompute`.
+        As for :func:`zcache.precompute`.
     floating : sequence of Parameter
         The parameters the fit moves.
     keep_floating : bool
-        As for :func:`precompute`.
+        As for :func:`zcache.precompute`.
 
     Returns
     -------

@@ -14,7 +14,7 @@ __all__ = ["Restorer"]
 
 
 class Restorer:
-    """A change already made; :meth:`restore` (or leaving a ``with`` block) reverts it, once.
+    """A change already made; :meth:`zcache.types.Restorer.restore` (or leaving a ``with`` block) reverts it, once.
 
     Parameters
     ----------
