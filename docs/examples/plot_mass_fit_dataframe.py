@@ -70,10 +70,9 @@ assert abs(result.values["sigma"] - 0.03) < 5 * result.errors["sigma"]
 # The fit plot
 # ------------
 # :func:`zcache.plot.plot_fit` draws the data with :math:`\sqrt{n}` errors, the model scaled
-# to the fitted yields (its integral over each bin), each component in the same units (they add
-# up to the total),
-# and the pulls :math:`(n_i - \mu_i)/\sqrt{\mu_i}` below. It returns what it drew, so the
-# plot can be restyled or checked: here the pulls must look like a unit Gaussian.
+# to the fitted yields (its integral over each bin), each component in the same units (they
+# add up to the total), and the pulls :math:`(n_i - \mu_i)/\sqrt{\mu_i}` below. It returns
+# what it drew, so the plot can be restyled or checked: no pull may be beyond 5.
 
 drawn = plot_fit(model, data, bins=50)
 drawn.ax.set_xlabel("")
