@@ -1,9 +1,9 @@
-"""
+r"""
 A toy study with pull plots, in batches
 =======================================
 
 Is the fit unbiased, and are its errors right? Generate many datasets from the model at known
-parameter values, fit each, and look at the pulls :math:`(\\hat\\theta - \\theta_0)/\\sigma_{\\hat\\theta}`:
+parameter values, fit each, and look at the pulls :math:`(\hat\theta - \theta_0)/\sigma_{\hat\theta}`:
 for an unbiased fit with correct errors they follow a unit Gaussian. Here 200 toys are fitted
 100 at a time, in one compiled program per batch.
 """
@@ -16,7 +16,6 @@ for an unbiased fit with correct errors they follow a unit Gaussian. Here 200 to
 # truth the toys are generated from; the background slope is fixed.
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 import zcache
 from zcache.loss import ExtendedUnbinnedNLL
@@ -58,7 +57,7 @@ print(toys.to_pandas().head())
 
 names = ["mu", "sigma", "nsig", "nbkg"]
 fig, axes = plt.subplots(2, 2, figsize=(10, 8))
-for ax, name in zip(axes.flat, names):
+for ax, name in zip(axes.flat, names, strict=True):
     drawn = plot_pulls(toys, name, bins=16, ax=ax)
     assert abs(drawn.mean) < 5 * drawn.mean_error, name
     assert abs(drawn.width - 1.0) < 5 * drawn.width_error, name
