@@ -58,7 +58,9 @@ mass_fit = Minuit().minimize(ExtendedUnbinnedNLL(mass_model, mass_data))
 print(mass_fit)
 assert mass_fit.valid
 
-plot_fit(mass_model, mass_data, bins=40).ax_pulls.set_xlabel("mass [GeV]")
+mass_plot = plot_fit(mass_model, mass_data, bins=40)
+mass_plot.ax.set_xlabel("")
+mass_plot.ax_pulls.set_xlabel("mass [GeV]")
 
 # %%
 # The sWeights
