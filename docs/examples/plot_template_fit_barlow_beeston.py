@@ -83,5 +83,5 @@ ax.errorbar(data.centers, data.counts, yerr=np.sqrt(data.counts), fmt="o", color
 ax.set_xlabel("classifier output")
 ax.set_ylabel(f"events / {edges[1] - edges[0]:.2f}")
 ax.set_xlim(edges[0], edges[-1])
-ax.legend(frameon=False, loc="upper center")
+ax.legend(frameon=False, loc="upper right")
 plt.show()
