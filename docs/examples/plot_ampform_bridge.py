@@ -88,14 +88,17 @@ assert abs(fitted.real - true.real) < 5 * errors[0] and abs(fitted.imag - true.i
 # ------------
 # The model's observables are ampform's kinematic variables: invariant masses ``m_01`` (:math:`K^-\pi^+`),
 # ``m_12`` (:math:`\pi^+\pi^0`) and helicity angles. :func:`zcache.plot.plot_projections` projects the model
-# by weighting the phase-space sample with the fitted intensity, so any function of the columns can be
-# plotted: here the two invariant masses squared.
+# by weighting a phase-space sample with the fitted intensity, so any function of the columns can be
+# plotted: here the two invariant masses squared. The fit's phase-space sample would do, but a larger one
+# (50,000 fresh events, their columns computed by the model's
+# :attr:`~zcache.symbolic.SymbolicModel.kinematics` from four-momenta) gives smoother curves.
 obs = list(bridged.space.obs)
 projections = {
     r"$m^2(K^-\pi^+)$ [GeV$^2$]": lambda v: v[:, obs.index("m_01")] ** 2,
     r"$m^2(\pi^+\pi^0)$ [GeV$^2$]": lambda v: v[:, obs.index("m_12")] ** 2,
 }
-drawn = plot_projections(bridged, data, bins=40, mc=bridged.phasespace, variables=projections)
+plot_sample = bridged.to_data(bridged.kinematics.sample_momenta(50_000), name="plot sample")
+drawn = plot_projections(bridged, data, bins=40, mc=plot_sample, variables=projections)
 drawn[0].figure.suptitle(r"$D^0\to K^-\pi^+\pi^0$ (ampform model): data and fit")
 for d in drawn:  # the fitted model describes the data
     assert 0.5 < np.std(d.pulls[np.isfinite(d.pulls)]) < 1.6
