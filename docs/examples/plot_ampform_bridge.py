@@ -90,8 +90,8 @@ assert abs(fitted.real - true.real) < 5 * errors[0] and abs(fitted.imag - true.i
 # ``m_12`` (:math:`\pi^+\pi^0`) and helicity angles. :func:`zcache.plot.plot_projections` projects the model
 # by weighting a phase-space sample with the fitted intensity, so any function of the columns can be
 # plotted: here the two invariant masses squared. The fit's phase-space sample would do, but a larger one
-# (50,000 fresh events, their columns computed by the model's
-# :attr:`~zcache.symbolic.SymbolicModel.kinematics` from four-momenta) gives smoother curves.
+# gives smoother curves: 50,000 fresh events, whose columns the model's ``kinematics``
+# (:class:`zcache.kinematics.HelicityKinematics`, ampform's expressions) computes from four-momenta.
 obs = list(bridged.space.obs)
 projections = {
     r"$m^2(K^-\pi^+)$ [GeV$^2$]": lambda v: v[:, obs.index("m_01")] ** 2,

@@ -46,7 +46,7 @@ pdf = AmplitudePdf(amp, phsp, name="D+ -> K- pi+ pi+")
 # %%
 # Generate and fit
 # ----------------
-# :meth:`~zcache.amplitudes.AmplitudePdf.sample` draws events by accept-reject on :math:`|A|^2`. We then
+# :meth:`~zcache.models.Model.sample` draws events by accept-reject on :math:`|A|^2`. We then
 # move the couplings away from the truth and fit. :class:`zcache.minimize.Minuit` first runs
 # :func:`zcache.precompute`: the per-event amplitude columns :math:`A_k(x_i)` and the :math:`K\times K`
 # phase-space integrals depend on no free parameter, so they are computed once and every call of the fit

@@ -38,7 +38,7 @@ loss.value()
 # %%
 # The graph
 # ---------
-# :func:`zcache.dependency_graph` is the live :class:`networkx.DiGraph`: nodes are parameters, datasets and
+# :func:`zcache.dependency_graph` is the live ``networkx.DiGraph``: nodes are parameters, datasets and
 # caches (attribute ``kind``), an edge ``a -> b`` means that ``b`` was computed from ``a``.
 # :func:`zcache.to_dot` writes it in Graphviz DOT, with each cache's hits and misses, for ``dot -Tpng``.
 graph = zcache.dependency_graph()
@@ -101,8 +101,8 @@ for n, cache in caches.items():
     assert cache.is_valid
 
 # %%
-# What a fit keeps: :func:`zcache.precompute`
-# -------------------------------------------
+# What a fit keeps
+# -----------------
 # In a fit every call moves the floating parameters, so a cache that depends on one would miss on every call
 # and only cost a copy. :func:`zcache.precompute` (which :class:`zcache.minimize.Minuit` runs first) keeps
 # the caches no floating parameter reaches and bypasses the others ("always dirty"). Its report says which
