@@ -136,3 +136,5 @@ bottom.set_ylabel("time per call [ms]")
 bottom.set_ylim(0, None)
 bottom.set_xlabel("call")
 fig.tight_layout()
+
+plt.show()

@@ -113,3 +113,5 @@ for d in drawn:
 fractions = fit_fractions_with_errors(pdf, result=result)
 print(fractions)
 assert abs(fractions.total - 1.0) < 1e-9
+
+plt.show()

@@ -112,3 +112,5 @@ print(report)
 kept = {cache.name for cache in report.cached}
 assert kept == {"Exponential._cached_pdf", "Exponential.normalization", "data in range"}
 report.undo()  # back to every cache active, as before
+
+plt.show()
