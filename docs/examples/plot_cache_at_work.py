@@ -31,7 +31,7 @@ N = 200_000
 
 def draw_events(n):
     """Masses (a peak on a flat background) and uniform decay angles."""
-    m = np.where(rng.uniform(size=n) < 0.3, rng.normal(1.0, 0.05, n), rng.uniform(0.8, 1.2, n))
+    m = np.where(rng.uniform(size=n) < 0.3, rng.normal(1.0, 0.05, n), rng.uniform(0.8, 1.2, n)).clip(0.8, 1.2)
     return m, rng.uniform(-1.0, 1.0, n)
 
 
@@ -62,14 +62,15 @@ angular = zcache.CachedTensor(lambda: legendre_series(cos_theta.value(), tf), na
 @zcache.function(wraps="loss")
 def loss():
     """A negative log-likelihood: signal peak times angular distribution over a flat background."""
-    density = frac.value() * peak.value() * angular.value() / 2.0 + (1.0 - frac.value()) * 1.25 / 2.0
+    # The angular series integrates to 2 over cos(theta); the background is flat over 0.8 < m < 1.2, -1 < cos < 1.
+    density = frac.value() * peak.value() * angular.value() / 2.0 + (1.0 - frac.value()) / (0.4 * 2.0)
     return -tf.reduce_sum(tf.math.log(density))
 
 
 def loss_without_caches():
     """The same formula in numpy, from the current inputs: the reference a cached value must match."""
     g = np.exp(-0.5 * ((m_values - float(mu)) / float(width)) ** 2) / (np.sqrt(2 * np.pi) * float(width))
-    density = float(frac) * g * legendre_series(cos_values, np) / 2.0 + (1.0 - float(frac)) * 1.25 / 2.0
+    density = float(frac) * g * legendre_series(cos_values, np) / 2.0 + (1.0 - float(frac)) / (0.4 * 2.0)
     return -np.sum(np.log(density))
 
 
