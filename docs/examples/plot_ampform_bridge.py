@@ -7,8 +7,8 @@ Build a helicity model of :math:`D^0 \to K^-\pi^+\pi^0` with `qrules <https://qr
 2,000 events, fit the complex coupling, and show a projection and the fit fractions.
 
 Two resonances, :math:`K^*(892)^0 \to K^-\pi^+` and :math:`\rho(770)^+ \to \pi^+\pi^0`, keep the model
-small: qrules finds its transitions in about a second, and the whole page runs in well under 20 s. Larger
-reactions work the same way; only qrules and ``expression.doit()`` take longer.
+small, so that qrules finds its transitions in seconds and the page builds quickly. Larger reactions work the
+same way; qrules, ``expression.doit()`` and the first trace of the fit take longer.
 """
 
 # %%
