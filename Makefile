@@ -56,7 +56,7 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 lint: $(STAMP)
-	$(PY) -m ruff check zcache tests benchmarks
+	$(PY) -m ruff check zcache tests benchmarks docs
 	$(PY) -m pytest -q tests/test_docstrings.py
 	$(VENV)/bin/lint-imports
 

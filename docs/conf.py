@@ -7,7 +7,6 @@ import sys
 from importlib.metadata import version as _version
 
 # The package as installed (``pip install -e .[docs]``): the docs show what a user imports.
-import zcache
 
 sys.path.insert(0, os.path.abspath("."))
 
@@ -76,14 +75,18 @@ html_show_sourcelink = False
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"zcache(\.\w+)*\._\w+.*"),
-    (r"py:.*", r"(iminuit|tensorflow|tf|numpy|np|networkx|nx|scipy|pandas|dask|distributed|sympy|ampform|qrules|hist|uproot|matplotlib)(\..*)?"),
+    (r"py:.*", r"(iminuit|tensorflow|tf|numpy|np|networkx|nx|scipy|pandas|dask|distributed)(\..*)?"),
+    (r"py:.*", r"(sympy|ampform|qrules|hist|uproot|matplotlib)(\..*)?"),
 ]
 suppress_warnings = ["config.cache"]
 
 
 def _skip_wrapped_iminuit(app, what, name, obj, skip, options):  # noqa: ARG001 (Sphinx's hook signature)
-    """Leave out ``FitMinuit``'s wrappers of iminuit's methods: iminuit documents them (its docstrings use
-    iminuit's own Sphinx setup), and ``FitMinuit``'s docstring lists which ones restore the fit's state."""
+    """Leave out ``FitMinuit``'s wrappers of iminuit's methods.
+
+    iminuit documents them (its docstrings use iminuit's own Sphinx setup), and ``FitMinuit``'s docstring
+    lists which ones restore the fit's state.
+    """
     wrapped = getattr(obj, "__wrapped__", None)
     if wrapped is not None and getattr(wrapped, "__module__", "").startswith("iminuit"):
         return True

@@ -97,7 +97,6 @@ from ._engine.precompute import precompute as precompute  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 
 
-
 def _installed_version() -> str:
     """The version of the installed distribution (setup.cfg's, through the package metadata): one source of truth."""
     from importlib.metadata import PackageNotFoundError, version
