@@ -18,7 +18,7 @@ import zcache
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 PACKAGE = pathlib.Path(zcache.__file__).resolve().parent
-PAGES = sorted(p for p in DOCS.glob("*/**/*.md") if "_build" not in p.parts)
+PAGES = sorted(p for p in DOCS.glob("**/*.md") if "_build" not in p.parts and p.name != "changelog.md")
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 
 
