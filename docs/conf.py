@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from importlib.metadata import version as _version
 
-# The package as installed (``pip install -e .[docs]``): the docs show what a user imports.
-
-sys.path.insert(0, os.path.abspath("."))
+# autodoc imports zcache as installed (``pip install -e .[docs]``): the docs show what a user imports.
 
 project = "zcache"
 author = "zcache developers"

@@ -6,7 +6,11 @@ import os
 import pathlib
 import subprocess
 import sys
+import sysconfig
+import venv
 import warnings
+import zipfile
+from importlib.metadata import version
 
 import numpy as np
 import pytest
@@ -66,8 +70,6 @@ def test_warn_at_user_code_skips_zcache_frames():
 
 
 def test_version_is_the_distributions():
-    from importlib.metadata import version
-
     assert zcache.__version__ == version("zcache")
     assert zcache.__version__ != "0+unknown"
 
@@ -105,17 +107,12 @@ def test_wheel_installs_into_a_clean_virtualenv_and_fits(tmp_path):
     ``sys.path`` without running its ``.pth`` files, so this environment's editable zcache stays out. (Installing
     TensorFlow from the index into the new environment would cost minutes of CI and need a network.)
     """
-    import sysconfig
-    import venv
-
     repo = pathlib.Path(__file__).resolve().parent.parent
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(wheels), str(repo)], check=True, timeout=300, cwd=tmp_path)
     (wheel,) = wheels.glob("zcache-*.whl")
     assert wheel.name.startswith(f"zcache-{zcache.__version__}-")
-    import zipfile
-
     names = set(zipfile.ZipFile(wheel).namelist())
     package = pathlib.Path(zcache.__file__).resolve().parent
     expected = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
