@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # benchmark smoke tests: 32 s
 
 
-#: run_all.py --quick in four groups, so that two test workers share the work (each group's own strings).
+#: run_all.py --quick in five groups, so that two test workers share the work (each group's own strings).
 GROUPS = {
     "jit": (["bench_jit"], ["XLA-compiled loss", "| 10,000 | auto |"]),
     "symbolic": (["bench_symbolic"], ["D0 -> K- pi+ pi0: fits", "(b) couplings, masses, widths", "(c) `",
@@ -20,6 +20,8 @@ GROUPS = {
     "fit": (["bench_fit", "bench_toys"], ["What the numbers say"]),
     "amplitude": (["bench_amplitude", "bench_core", "bench_reliability", "bench_tensorwaves"],
                   ["Cache hit", "What the numbers say"]),
+    "large": (["bench_large"], ["Large Dalitz fit: rows", "| UnbinnedNLL (in memory), N = 2e4 | ok |",
+                                "GPU: per-evaluation time"]),
 }
 
 
@@ -36,7 +38,7 @@ def test_the_groups_cover_every_benchmark():
 #: ampform builds that the library's own tests (test_jit, test_amplitudes, test_symbolic) already pay. The "fit"
 #: group (49 s) joined them when CI began to build the documentation; CI keeps bench_fit's single fit and
 #: bench_reliability's toy loop (the tests below), and the report's format through test_the_groups_cover_every_benchmark.
-SMOKE_ONLY = {"jit", "symbolic", "amplitude", "fit"}
+SMOKE_ONLY = {"jit", "symbolic", "amplitude", "fit", "large"}
 
 
 @pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.bench_smoke) if g in SMOKE_ONLY else g
@@ -120,3 +122,31 @@ def test_phase_space_kinematics_of_the_d0_topology(monkeypatch):
     for angle in ("theta_0^01", "theta_1^12"):  # flat phase space: cos(helicity angle) uniform on [-1, 1]
         cos = np.cos(kin[angle])
         assert abs(cos.mean()) < 0.02 and abs(np.mean(cos**2) - 1 / 3) < 0.02, angle
+
+
+def test_large_envelope_sampler_draws_the_density(monkeypatch):
+    """bench_large's event files beyond 1e7: the cell-wise envelope sampler draws the same density as plain
+    accept-reject on uniform phase-space events (a narrow Breit-Wigner band, so that the cells matter)."""
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import _large_events as events
+    from zcache.phasespace import DalitzKinematics
+
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
+
+    def intensity(x):
+        return 0.2 + 1.0 / ((x[:, 0] - 0.8) ** 2 + 0.05**2) + 1.0 / ((x[:, 1] - 0.8) ** 2 + 0.05**2)
+
+    sampler = events.EnvelopeSampler(intensity, kin, cells=(80, 32))
+    drawn = sampler.sample(100_000, np.random.default_rng(1))
+    assert bool(np.all(kin.inside(drawn).numpy()))
+    rng = np.random.default_rng(2)
+    (lo, hi) = kin.s_range("12")
+    uniform = rng.uniform(lo, hi, size=(4_000_000, 2))
+    uniform = uniform[kin.inside(uniform).numpy()]
+    weights = intensity(uniform)
+    reference = uniform[rng.uniform(size=len(weights)) * weights.max() < weights]
+    pulls = events._two_sample(drawn, reference, kin)
+    assert all(abs(v) < 4.0 for k, v in pulls.items() if not k.startswith("chi2")), pulls
+    assert pulls["chi2/ndf (30x30 Dalitz histogram)"] < 1.3, pulls
