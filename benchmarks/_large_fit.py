@@ -23,8 +23,12 @@ says which of them this zcache has.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import statistics
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -252,9 +256,33 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def measure_all(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`measure` for each spec in turn; a spec that raises gives ``status: 'failed: ...'``."""
-    results = []
+def _watch(limit_mib: float, write: Callable[[str], None]) -> None:
+    """Stop this process when its resident set passes ``limit_mib`` (the machine is shared: better a row that
+    says so than other processes killed by the kernel)."""
+    while True:
+        time.sleep(0.25)
+        if current_rss_mib() > limit_mib:
+            write(f"stopped: the resident set passed {limit_mib / 1024:.1f} GiB (--max-rss-gib)")
+            os._exit(3)
+
+
+def measure_all(specs: list[dict[str, Any]], result_path: str | None = None,
+                max_rss_mib: float | None = None) -> list[dict[str, Any]]:
+    """:func:`measure` for each spec in turn; a spec that raises gives ``status: 'failed: ...'``.
+
+    With ``result_path`` the results are written there as JSON (also the rows not done when the resident set
+    passes ``max_rss_mib``: their status says so).
+    """
+    results: list[dict[str, Any]] = []
+
+    def write(stop: str | None = None) -> None:
+        rows = results + [{"label": s["label"], "status": stop, "peak_mib": peak_rss_mib()}
+                          for s in specs[len(results):]] if stop else results
+        if result_path:
+            Path(result_path).write_text(json.dumps(rows))
+
+    if max_rss_mib:
+        threading.Thread(target=_watch, args=(max_rss_mib, write), daemon=True).start()
     for spec in specs:
         try:
             results.append(measure(spec))
@@ -264,4 +292,5 @@ def measure_all(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             traceback.print_exc()
             results.append({"label": spec["label"], "status": f"failed: {type(err).__name__}: {err}"[:300],
                             "peak_mib": peak_rss_mib()})
+    write()
     return results

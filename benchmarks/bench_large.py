@@ -47,6 +47,8 @@ from _large_events import MAX_TRUE, events_file, log, phasespace_file  # noqa: E
 __all__ = ["Config", "FULL", "QUICK", "run", "main"]
 
 ROWS = ("unchunked", "chunked", "budget", "distributed", "gpu")
+#: A row whose process passes this resident set stops (and says so): the machine's 24 GiB are shared.
+MAX_RSS_GIB = 18.0
 GIB = 1024.0
 
 
@@ -83,6 +85,11 @@ class Config:
         The K*(892) mass and width float (else the couplings alone: quick runs, whose tracing is then 3x shorter).
     gpu_sizes : tuple of int
         N of the GPU rows.
+    max_rss_gib : float
+        A child whose resident set passes this stops; its rows say so.
+    reuse : str, optional
+        A JSON file of measured rows: rows found there (same label, completed) are not measured again, new ones
+        are added (so that a long run can go on in parts, and a 1e8 run can sit beside earlier 1e6 and 1e7 rows).
     notes : list of str
         Lines for the setup section (filled by the run).
     """
@@ -100,6 +107,8 @@ class Config:
     max_fit: int = 10**12
     free_mass: bool = True
     gpu_sizes: tuple[int, ...] = (1_000_000, 10_000_000)
+    max_rss_gib: float = MAX_RSS_GIB
+    reuse: str | None = None
     notes: list[str] = field(default_factory=list, compare=False)
 
 
@@ -123,13 +132,15 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_children(specs: list[dict[str, Any]], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def run_children(specs: list[dict[str, Any]], env: dict[str, str] | None = None,
+                 max_rss_gib: float = MAX_RSS_GIB) -> list[dict[str, Any]]:
     """Run ``specs`` in one child process (``--child``); a child that dies gives failed rows."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, result_path = Path(tmp) / "specs.json", Path(tmp) / "results.json"
         spec_path.write_text(json.dumps(specs))
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path),
-                               "--result", str(result_path)], env=_child_env(env), cwd=HERE.parent)
+                               "--result", str(result_path), "--max-rss-gib", str(max_rss_gib)],
+                              env=_child_env(env), cwd=HERE.parent)
         if result_path.exists():
             return json.loads(result_path.read_text())
     return [{"label": s["label"], "status": f"failed: the child exited with status {proc.returncode}"} for s in specs]
@@ -189,7 +200,7 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
         specs = plan(cfg, n, best, has)
         pending += specs
         if not cfg.one_process:
-            results += _run(specs)
+            results += _run(specs, cfg)
             best = _best_chunk(results, n) or best
         extra = []
         if n == cfg.budget_at and "budget" in cfg.rows and has["budget"] and has["chunks"]:
@@ -201,22 +212,47 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
                                fit=n <= min(cfg.max_distributed_fit, cfg.max_fit)))
         pending += extra
         if not cfg.one_process:
-            results += _run(extra)
+            results += _run(extra, cfg)
     if cfg.one_process:
-        results = _run(pending, together=True)
-    return results, has
+        results = _run(pending, cfg, together=True)
+    # rows of earlier runs (--reuse) at these sizes that this run did not plan: for the tables and the checks
+    done = {r["label"] for r in results}
+    results += [r for r in _reused(cfg).values() if r["label"] not in done and r["n"] in cfg.sizes]
+    return sorted(results, key=lambda r: (r["n"], ROWS.index(r["kind"]), r.get("chunk") or 0)), has
 
 
-def _run(specs: list[dict[str, Any]], together: bool = False) -> list[dict[str, Any]]:
+def _reused(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The rows of ``cfg.reuse`` that completed, by label."""
+    if not cfg.reuse or not Path(cfg.reuse).exists():
+        return {}
+    return {r["label"]: r for r in json.loads(Path(cfg.reuse).read_text()) if r.get("status") == "ok"}
+
+
+def _save(cfg: Config, rows: list[dict[str, Any]]) -> None:
+    """Add ``rows`` to ``cfg.reuse`` (a row of the same label is replaced)."""
+    if cfg.reuse:
+        kept = {r["label"]: r for r in (json.loads(Path(cfg.reuse).read_text()) if Path(cfg.reuse).exists() else [])}
+        kept.update({r["label"]: r for r in rows})
+        Path(cfg.reuse).write_text(json.dumps(list(kept.values()), indent=1))
+
+
+def _run(specs: list[dict[str, Any]], cfg: Config, together: bool = False) -> list[dict[str, Any]]:
     out = []
+    reused = _reused(cfg)
+    for spec in [s for s in specs if s["label"] in reused]:
+        log(f"reused from {cfg.reuse}: {spec['label']}")
+        out.append(reused[spec["label"]])
+    specs = [s for s in specs if s["label"] not in reused]
     groups = [specs] if together else [[s] for s in specs]
     for group in groups:
         if not group:
             continue
         log(f"child: {', '.join(s['label'] for s in group)}")
         t0 = time.perf_counter()
-        for spec, result in zip(group, run_children(group), strict=True):
-            out.append({**spec, **result, "kind": "budget" if spec.get("budget_fraction") else spec["kind"]})
+        rows = [{**spec, **result, "kind": "budget" if spec.get("budget_fraction") else spec["kind"]}
+                for spec, result in zip(group, run_children(group, max_rss_gib=cfg.max_rss_gib), strict=True)]
+        _save(cfg, rows)
+        out += rows
         log(f"child done in {time.perf_counter() - t0:.0f} s")
     return out
 
@@ -454,14 +490,13 @@ def run(quick: bool, cfg: Config | None = None) -> list[tuple[str, str]]:
     return sections(cfg, rows)
 
 
-def _child_main(spec_path: str, result_path: str) -> None:
+def _child_main(spec_path: str, result_path: str, max_rss_gib: float) -> None:
     import _large_fit
     import tensorflow  # noqa: F401 - imported before the baseline resident set is read
 
     import zcache  # noqa: F401
 
-    specs = json.loads(Path(spec_path).read_text())
-    Path(result_path).write_text(json.dumps(_large_fit.measure_all(specs)))
+    _large_fit.measure_all(json.loads(Path(spec_path).read_text()), result_path, max_rss_gib * 1024)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -478,15 +513,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="warm calls timed per row")
     parser.add_argument("--rows", default=None, help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown here (default: stdout)")
+    parser.add_argument("--max-rss-gib", type=float, default=MAX_RSS_GIB,
+                        help=f"stop a row whose process passes this resident set (default {MAX_RSS_GIB:g})")
+    parser.add_argument("--reuse", default=None, metavar="JSON",
+                        help="keep the measured rows in this file and reuse the completed ones found there")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child_main(args.child, args.result)
+        _child_main(args.child, args.result, args.max_rss_gib)
         return 0
     cfg = QUICK if args.quick else FULL
     changes = {k: v for k, v in {"sizes": args.sizes, "chunks": args.chunks, "n_mc": args.mc, "repeats": args.repeats,
-                                 "rows": tuple(args.rows.split(",")) if args.rows else None}.items() if v is not None}
+                                 "rows": tuple(args.rows.split(",")) if args.rows else None,
+                                 "max_rss_gib": args.max_rss_gib, "reuse": args.reuse}.items() if v is not None}
     cfg = replace(cfg, **changes)
     start = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
