@@ -188,6 +188,9 @@ class BaseLoss:
     """
 
     errordef = 0.5  # a negative log-likelihood: one sigma is a change of 1/2
+    #: Whether the loss is evaluated part by part (chunks, workers), never as one program: a
+    #: minimizer then calls :meth:`value_gradient_at` and does not trace the whole fit.
+    evaluates_in_parts = False
 
     def __init__(self, constraints: Sequence[GaussianConstraint] | None = None):
         self.constraints = list(constraints or [])
@@ -466,7 +469,7 @@ class BaseLoss:
         params = self._param_list(params)
         return self._at(params)[1](tf.constant(x, tf.float64), self._offset_tensor(offset))
 
-    def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
+    def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None, *, exact: bool | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the Hessian of the loss.
 
         Exact (second-order autodiff, one traced call) when every cache on the path is
@@ -480,6 +483,10 @@ class BaseLoss:
             One value per parameter; the parameters are left there.
         params : sequence of Parameter, optional
             Default: :attr:`params` (the floating parameters now).
+        exact : bool, optional
+            ``False`` forces central differences; ``True`` second-order autodiff, which only a
+            caller that knows every cache on the path is bypassed may ask for (a chunked loss,
+            from its own precompute, for its chunks). Default: decided from this loss's precompute.
 
         Returns
         -------
@@ -487,7 +494,7 @@ class BaseLoss:
             float64, shape (n, n), symmetric.
         """
         params = self._param_list(params)
-        if self._exact_hessian_ok(params):
+        if self._exact_hessian_ok(params) if exact is None else exact:
             return self._at(params)[2](tf.constant(x, tf.float64))
         x = np.array(x, dtype=np.float64).reshape(-1)
         at, zero = self._at(params)[1], tf.constant(0.0, tf.float64)

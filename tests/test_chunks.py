@@ -1,0 +1,263 @@
+"""zcache.chunks: events in chunks, a loss summed chunk by chunk, files read block by block.
+
+References: the unchunked :class:`zcache.loss.UnbinnedNLL` on all events (itself checked against
+scipy elsewhere), scipy.stats for a truncated normal NLL, numpy's own ``np.load`` for the
+files, and the unchunked fit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+
+import zcache
+from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+from zcache.chunks import ChunkedLoss, Chunks, npy_blocks
+from zcache.exceptions import DataError, DataRangeError, DataShapeError, ModelError
+from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
+from zcache.minimize import Minuit
+from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.phasespace import DalitzKinematics
+
+SPACE = Space("x", -5.0, 5.0)
+
+
+def _events(n: int = 3000, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.normal(0.3, 1.0, n // 2), rng.exponential(2.0, n - n // 2)])
+    return x[(x > -5) & (x < 5)]
+
+
+def _gauss_exp(tag: str, extended: bool = True) -> tuple[SumPdf, list[zcache.Parameter]]:
+    mu = zcache.Parameter(f"mu_{tag}", 0.2, lower=-1.0, upper=1.0)
+    sigma = zcache.Parameter(f"sigma_{tag}", 1.2, lower=0.1, upper=3.0)
+    lam = zcache.Parameter(f"lam_{tag}", -0.4, lower=-2.0, upper=-0.01)
+    if extended:
+        yields = [zcache.Parameter(f"ns_{tag}", 1400.0, lower=0.0, upper=1e4),
+                  zcache.Parameter(f"nb_{tag}", 1500.0, lower=0.0, upper=1e4)]
+        model = SumPdf([Gaussian(SPACE, mu, sigma), Exponential(SPACE, lam)], yields=yields)
+    else:
+        frac = zcache.Parameter(f"f_{tag}", 0.5, lower=0.0, upper=1.0)
+        model = SumPdf([Gaussian(SPACE, mu, sigma), Exponential(SPACE, lam)], fracs=[frac])
+    return model, [mu, sigma, lam]
+
+
+def _close(a: np.ndarray, b: np.ndarray, rel: float) -> None:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    np.testing.assert_allclose(a, b, rtol=rel, atol=rel * max(1.0, float(np.abs(b).max())))
+
+
+# -- chunks -------------------------------------------------------------------------------------
+def test_from_array_splits_in_order_with_weights() -> None:
+    x = np.arange(10.0)
+    w = np.linspace(0.5, 1.5, 10)
+    chunks = Chunks.from_array(x, 4, name="a", obs="x", weights=w)
+    assert chunks.sizes == [4, 4, 2] and chunks.nevents == 10 and len(chunks) == 3 and chunks.is_weighted
+    assert [d.name for d in chunks] == ["a[0]", "a[1]", "a[2]"] and chunks[1].obs == ("x",)
+    np.testing.assert_array_equal(chunks.numpy(), x)
+    np.testing.assert_array_equal(np.concatenate([d.weights_data.numpy() for d in chunks]), w)
+    assert "3 chunks, 10 events" in repr(chunks)
+
+
+def test_npy_blocks_and_from_npy_read_the_file_block_by_block(tmp_path) -> None:
+    path = tmp_path / "events.npy"
+    events = np.random.default_rng(0).uniform(size=(1003, 2))
+    np.save(path, events)
+    blocks = list(npy_blocks(path, 250))
+    assert [len(b) for b in blocks] == [250, 250, 250, 250, 3]
+    np.testing.assert_array_equal(np.concatenate(blocks), np.load(path))
+    np.testing.assert_array_equal(np.concatenate(list(npy_blocks(path, 100, start=17, stop=433))), events[17:433])
+    chunks = Chunks.from_npy(path, 400, obs=("a", "b"), start=3)
+    assert chunks.sizes == [400, 400, 200] and chunks.name == "events" and chunks[0].obs == ("a", "b")
+    np.testing.assert_array_equal(chunks.numpy(), events[3:])
+    # other dtypes and the version-2 header
+    ints = tmp_path / "ints.npy"
+    np.save(ints, np.arange(7, dtype=np.int32))
+    assert [b.tolist() for b in npy_blocks(ints, 3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    v2 = tmp_path / "v2.npy"
+    with open(v2, "wb") as f:
+        np.lib.format.write_array(f, events[:5], version=(2, 0))
+    np.testing.assert_array_equal(np.concatenate(list(npy_blocks(v2, 2))), events[:5])
+
+
+def test_bad_files_and_sizes_are_named_errors(tmp_path) -> None:
+    text = tmp_path / "x.npy"
+    text.write_text("not numpy")
+    with pytest.raises(DataError, match="not a .npy file"):
+        list(npy_blocks(text, 10))
+    fortran = tmp_path / "f.npy"
+    np.save(fortran, np.asfortranarray(np.ones((4, 3))))
+    with pytest.raises(DataError, match="Fortran"):
+        list(npy_blocks(fortran, 2))
+    good = tmp_path / "g.npy"
+    np.save(good, np.ones(5))
+    with pytest.raises(DataError, match="outside the 5 rows"):
+        list(npy_blocks(good, 2, start=3, stop=9))
+    truncated = tmp_path / "t.npy"
+    truncated.write_bytes(good.read_bytes()[:-8])
+    with pytest.raises(DataError, match="ended early"):
+        list(npy_blocks(truncated, 2))
+    for size in (0, -3, 2.5, True, "7"):
+        with pytest.raises(DataError, match="positive whole number"):
+            Chunks.from_array(np.ones(5), size)
+    with pytest.raises(DataShapeError, match="one weight per event"):
+        Chunks.from_array(np.ones(5), 2, weights=np.ones(4))
+    with pytest.raises(DataError, match="at least one dataset"):
+        Chunks([])
+    with pytest.raises(DataError, match="zcache.Data"):
+        Chunks([np.ones(3)])
+    with pytest.raises(DataShapeError, match="must be alike"):
+        Chunks([zcache.Data(np.ones(3)), zcache.Data(np.ones((3, 2)))])
+    with pytest.raises(DataShapeError, match="must be alike"):
+        Chunks([zcache.Data(np.ones(3)), zcache.Data(np.ones(3), weights=np.ones(3))])
+
+
+def test_from_root_iterates_the_tree(tmp_path) -> None:
+    uproot = pytest.importorskip("uproot")
+    path = tmp_path / "t.root"
+    rng = np.random.default_rng(5)
+    a, b, w = rng.normal(size=905), rng.normal(size=905), rng.uniform(0.5, 1.5, 905)
+    with uproot.recreate(path) as f:
+        f["events"] = {"a": a, "b": b, "w": w}
+    chunks = Chunks.from_root(path, "events", ["b", "a"], 300, weights="w")
+    assert chunks.sizes == [300, 300, 300, 5] and chunks[0].obs == ("b", "a") and chunks.name == "events"
+    np.testing.assert_array_equal(chunks.numpy(), np.column_stack([b, a]))
+    np.testing.assert_array_equal(np.concatenate([d.weights_data.numpy() for d in chunks]), w)
+    one = Chunks.from_root(path, "events", "a", 1000)
+    np.testing.assert_array_equal(one.numpy(), a)
+    with pytest.raises(DataError, match="no tree"):
+        Chunks.from_root(path, "nope", "a", 10)
+    with pytest.raises(DataError, match="no branch"):
+        Chunks.from_root(path, "events", ["a", "zz"], 10)
+
+
+# -- the loss -------------------------------------------------------------------------------------
+def test_value_matches_scipy_truncated_normal() -> None:
+    x = _events()
+    mu = zcache.Parameter("mu_sp", 0.1)
+    loss = ChunkedLoss(Gaussian(SPACE, mu, 1.3), Chunks.from_array(x, 700))
+    ref = -scipy.stats.truncnorm.logpdf(x, (-5 - 0.1) / 1.3, (5 - 0.1) / 1.3, loc=0.1, scale=1.3).sum()
+    assert float(loss.value()) == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["extended", "weighted", "constrained"])
+def test_value_gradient_hessian_equal_the_unchunked_loss(kind: str) -> None:
+    # three chunks: each traces its own graphs, so more chunks only cost time here
+    x = _events()
+    model, (mu, sigma, _) = _gauss_exp(kind, extended=kind != "constrained")
+    weights = np.random.default_rng(1).uniform(0.2, 1.8, len(x)) if kind == "weighted" else None
+    constraints = [GaussianConstraint([mu, sigma], [0.25, 1.1], [0.1, 0.2])] if kind == "constrained" else None
+    cls = UnbinnedNLL if kind == "constrained" else ExtendedUnbinnedNLL
+    whole = cls(model, zcache.Data(x, weights=weights), constraints=constraints)
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 1000, weights=weights), extended=kind != "constrained",
+                          constraints=constraints)
+    assert [p.name for p in chunked.params] == [p.name for p in whole.params]
+    at = np.array([float(p) for p in whole.params]) * 1.01
+    for offset in (0.0, 123.5):
+        v1, g1 = whole.value_gradient_at(at, offset=offset)
+        v2, g2 = chunked.value_gradient_at(at, offset=offset)
+        _close(v2, v1, 1e-12)
+        _close(g2, g1, 1e-10)
+        assert float(chunked.value_at(at, offset=offset)) == pytest.approx(float(v1), rel=1e-12)
+    if kind != "extended":  # differences of exact gradients (each chunk's own steps), before precompute
+        _close(chunked.hessian_at(at), whole.hessian_at(at), 1e-6)
+    else:  # after precompute every cache on the fitted parameters' path is bypassed: exact Hessians
+        zcache.precompute(whole, floating=whole.params)
+        zcache.precompute(chunked, floating=chunked.params)
+        exact = whole.hessian_at(at)
+        _close(chunked.hessian_at(at), exact, 1e-10)
+        _close(chunked.hessian_at(at, exact=False), exact, 1e-5)
+    assert float(chunked.value()) == pytest.approx(float(whole.value()), rel=1e-12)
+    _close(chunked.value_gradient()[1], whole.value_gradient()[1], 1e-10)
+    if kind == "weighted":
+        terms_whole = whole.weighted_event_terms()[0]
+        terms = chunked.weighted_event_terms()
+        _close(np.concatenate([t.numpy() for t, _ in terms]), terms_whole[0].numpy(), 1e-12)
+        _close(np.concatenate([w.numpy() for _, w in terms]), terms_whole[1].numpy(), 0.0)
+        assert chunked.is_weighted
+
+
+def test_fit_equals_the_unchunked_fit_and_runs_migrad() -> None:
+    x = _events(4000, seed=11)
+    model, _ = _gauss_exp("fit")
+    whole = ExtendedUnbinnedNLL(model, zcache.Data(x))
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 2000), extended=True)
+    start = np.array([float(p) for p in whole.params])
+    r1 = Minuit().minimize(whole)
+    zcache.set_values(whole.params, start)
+    r2 = Minuit().minimize(chunked)
+    assert r2.valid and r2.path == "migrad" and r2.fallback is None  # never a compiled whole-fit program
+    for name in r1.values:
+        assert r2.values[name] == pytest.approx(r1.values[name], abs=1e-4 * r1.errors[name])
+        assert r2.errors[name] == pytest.approx(r1.errors[name], rel=1e-4)
+    assert r2.fmin == pytest.approx(r1.fmin, abs=1e-6)
+    # MINOS on the chunked fit, and a refit with a parameter fixed (floating flag toggled)
+    minos = r2.minos(["mu_fit"])
+    lo, hi, ok = minos["mu_fit"]
+    assert ok and lo < 0 < hi and abs(lo) == pytest.approx(r2.errors["mu_fit"], rel=0.1)
+    lam = next(p for p in chunked.params if p.name == "lam_fit")
+    lam.floating = False
+    try:
+        r3 = Minuit().minimize(chunked)
+        assert "lam_fit" not in r3.values and r3.valid
+    finally:
+        lam.floating = True
+
+
+def test_eager_mode_gives_the_same_numbers() -> None:
+    x = _events(1200)
+    model, _ = _gauss_exp("eager")
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 500), extended=True)
+    at = np.array([float(p) for p in chunked.params])
+    traced = [t.numpy() for t in chunked.value_gradient_at(at)]
+    with zcache.set_graph_mode(False):
+        eager = [t.numpy() for t in chunked.value_gradient_at(at)]
+    _close(eager[0], traced[0], 1e-12)
+    _close(eager[1], traced[1], 1e-10)
+
+
+def test_bad_input_is_refused() -> None:
+    model, _ = _gauss_exp("bad", extended=False)
+    chunks = Chunks.from_array(_events(300), 100)
+    with pytest.raises(ModelError, match="Model"):
+        ChunkedLoss("model", chunks)
+    with pytest.raises(ModelError, match="zcache.chunks.Chunks"):
+        ChunkedLoss(model, zcache.Data(_events(300)))
+    with pytest.raises(ModelError, match="not extended"):
+        ChunkedLoss(model, chunks, extended=True)
+    with pytest.raises(DataRangeError, match="outside"):
+        ChunkedLoss(model, Chunks.from_array(np.array([0.0, 1.0, 7.0]), 2))
+
+
+# -- caches per chunk: an amplitude model -------------------------------------------------------------
+def test_amplitude_caches_are_per_chunk_and_only_moved_columns_recompute() -> None:
+    kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
+    mc = kin.sample(2000, name="phsp_chunks")
+    kst = Resonance(kin, ("12", "13"), 0.8955, 0.0473, 1, name="Kst_chunks")
+    k0 = Resonance(kin, ("12", "13"), 1.425, 0.27, 0, name="K0_chunks")
+    total = CoherentSum([(1.0, NonResonant(kin, name="NR_chunks")),
+                         (ComplexParameter("c_Kst_chunks", 0.3 + 0.2j), kst),
+                         (ComplexParameter("c_K0_chunks", 0.5 - 0.5j), k0)])
+    pdf = AmplitudePdf(total, mc)
+    events = kin.sample(2000, name="data_chunks").numpy()
+    whole = UnbinnedNLL(pdf, zcache.Data(events, name="all"))
+    chunked = ChunkedLoss(pdf, Chunks.from_array(events, 1000, name="part"))
+    at = np.array([float(p) for p in chunked.params])
+    v1, g1 = whole.value_gradient_at(at)
+    v2, g2 = chunked.value_gradient_at(at)
+    _close(v2, v1, 1e-12)
+    _close(g2, g1, 1e-10)
+    # line shapes fixed, couplings float: precompute caches every chunk's columns
+    obj = chunked.objective(precompute=True)
+    names = {c.name for c in obj.report.cached}
+    for amp in (kst, k0):
+        assert {f"{amp.name}[part[{k}]]" for k in range(2)} <= names
+    obj.value_gradient(obj.start)
+    before = {c.name: c.stats["misses"] for c in obj.report.caches}
+    kst.width.set_value(0.05)  # a fixed width moved: that resonance's column recomputes in each chunk, nothing else
+    obj.value_gradient(obj.start)
+    moved = {c.name for c in obj.report.caches if c.stats["misses"] != before[c.name]}
+    assert {f"{kst.name}[part[{k}]]" for k in range(2)} <= moved
+    assert not any(n.startswith(k0.name) for n in moved)
+    _close(chunked.value_gradient_at(at)[0], whole.value_gradient_at(at)[0], 1e-12)
