@@ -238,7 +238,8 @@ def _save(cfg: Config, rows: list[dict[str, Any]]) -> None:
 
 def _run(specs: list[dict[str, Any]], cfg: Config, together: bool = False) -> list[dict[str, Any]]:
     out = []
-    reused = _reused(cfg)
+    reused = {k: r for k, r in _reused(cfg).items() if r.get("fit") or not any(s["label"] == k and s.get("fit")
+                                                                                 for s in specs)}
     for spec in [s for s in specs if s["label"] in reused]:
         log(f"reused from {cfg.reuse}: {spec['label']}")
         out.append(reused[spec["label"]])
@@ -511,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=_sizes, default=None, help="chunk sizes to compare, e.g. 1e6,5e6")
     parser.add_argument("--mc", type=lambda v: int(float(v)), default=None, help="phase-space events")
     parser.add_argument("--repeats", type=int, default=None, help="warm calls timed per row")
+    parser.add_argument("--max-fit", type=lambda v: int(float(v)), default=None,
+                        help="largest N whose rows fit (above: per-call rows only)")
     parser.add_argument("--rows", default=None, help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--out", type=Path, default=None, help="write the Markdown here (default: stdout)")
     parser.add_argument("--max-rss-gib", type=float, default=MAX_RSS_GIB,
@@ -526,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     changes = {k: v for k, v in {"sizes": args.sizes, "chunks": args.chunks, "n_mc": args.mc, "repeats": args.repeats,
                                  "rows": tuple(args.rows.split(",")) if args.rows else None,
-                                 "max_rss_gib": args.max_rss_gib, "reuse": args.reuse}.items() if v is not None}
+                                 "max_rss_gib": args.max_rss_gib, "reuse": args.reuse,
+                                 "max_fit": args.max_fit}.items() if v is not None}
     cfg = replace(cfg, **changes)
     start = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
