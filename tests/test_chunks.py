@@ -7,14 +7,17 @@ files, and the unchunked fit.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import scipy.stats
+import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
 from zcache.chunks import ChunkedLoss, Chunks, npy_blocks
-from zcache.exceptions import DataError, DataRangeError, DataShapeError, ModelError
+from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
@@ -209,6 +212,27 @@ def test_eager_mode_gives_the_same_numbers() -> None:
         eager = [t.numpy() for t in chunked.value_gradient_at(at)]
     _close(eager[0], traced[0], 1e-12)
     _close(eager[1], traced[1], 1e-10)
+
+
+def test_threads_and_traces() -> None:
+    """Two threads fitting at different points get their own sums; a user's tf.function is refused by name."""
+    x = _events(1000)
+    model, _ = _gauss_exp("threads")
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 500), extended=True)
+    base = np.array([float(p) for p in chunked.params])
+    points = [base * (1 + 0.01 * k) for k in range(6)]
+    serial = [chunked.value_gradient_at(p)[1].numpy() for p in points]
+    with ThreadPoolExecutor(2) as pool:
+        threaded = list(pool.map(lambda p: chunked.value_gradient_at(p)[1].numpy(), points * 2))
+    for got, want in zip(threaded, serial * 2, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+    @tf.function
+    def users_function() -> tf.Tensor:
+        return chunked.value()
+
+    with pytest.raises(IllegalInGraphModeError, match="ChunkedLoss"):
+        users_function()
 
 
 def test_bad_input_is_refused() -> None:
