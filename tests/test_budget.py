@@ -287,3 +287,34 @@ def test_no_budget_leaves_stats_as_they_were_and_caches_are_held_weakly(collect)
     with zcache.set_cache_budget(0):
         assert zcache.cache_budget_info().evictions == BUDGET.evictions
         assert c2.stats["nbytes"] == 0 and c2.stats["evictions"] == 0  # bypassed caches hold nothing
+
+
+def test_threads_reading_under_a_small_budget_see_exact_values():
+    """Evictions happen under the engine lock, between calls: threads that read and write never see a stale value."""
+    import threading
+
+    trees = [Tree(f"th{i}") for i in range(2)]
+    losses = [zcache.function(lambda t=t: t.s.value(), wraps="loss") for t in trees]
+    errors = []
+
+    def work(i):
+        tree, loss = trees[i], losses[i]
+        try:
+            for step in range(4):
+                tree.tau.set_value(1.0 + 0.1 * step)
+                value, reference = float(loss()), tree.reference()
+                if not _close(value, reference):
+                    errors.append((i, step, value, reference))
+                tree.a.value()  # an eager read beside the other thread's traced calls
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    with zcache.set_cache_budget(2 * ROW):
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        info = zcache.cache_budget_info()
+        assert info.held_bytes <= 2 * ROW and info.evictions > 0
