@@ -7,14 +7,17 @@ files, and the unchunked fit.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import scipy.stats
+import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
 from zcache.chunks import ChunkedLoss, Chunks, npy_blocks
-from zcache.exceptions import DataError, DataRangeError, DataShapeError, ModelError
+from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
@@ -141,17 +144,15 @@ def test_value_matches_scipy_truncated_normal() -> None:
     assert float(loss.value()) == pytest.approx(ref, rel=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["extended", "weighted", "constrained"])
-def test_value_gradient_hessian_equal_the_unchunked_loss(kind: str) -> None:
-    # three chunks: each traces its own graphs, so more chunks only cost time here
+def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:
+    # extended, weighted and constrained at once (two chunks: each traces its own graphs)
     x = _events()
-    model, (mu, sigma, _) = _gauss_exp(kind, extended=kind != "constrained")
-    weights = np.random.default_rng(1).uniform(0.2, 1.8, len(x)) if kind == "weighted" else None
-    constraints = [GaussianConstraint([mu, sigma], [0.25, 1.1], [0.1, 0.2])] if kind == "constrained" else None
-    cls = UnbinnedNLL if kind == "constrained" else ExtendedUnbinnedNLL
-    whole = cls(model, zcache.Data(x, weights=weights), constraints=constraints)
-    chunked = ChunkedLoss(model, Chunks.from_array(x, 1000, weights=weights), extended=kind != "constrained",
-                          constraints=constraints)
+    model, (mu, sigma, _) = _gauss_exp("equal")
+    weights = np.random.default_rng(1).uniform(0.2, 1.8, len(x))
+    constraints = [GaussianConstraint([mu, sigma], [0.25, 1.1], [0.1, 0.2])]
+    whole = ExtendedUnbinnedNLL(model, zcache.Data(x, weights=weights), constraints=constraints)
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 1500, weights=weights), extended=True, constraints=constraints)
+    assert len(chunked.chunks) == 2 and chunked.is_weighted
     assert [p.name for p in chunked.params] == [p.name for p in whole.params]
     at = np.array([float(p) for p in whole.params]) * 1.01
     for offset in (0.0, 123.5):
@@ -160,22 +161,18 @@ def test_value_gradient_hessian_equal_the_unchunked_loss(kind: str) -> None:
         _close(v2, v1, 1e-12)
         _close(g2, g1, 1e-10)
         assert float(chunked.value_at(at, offset=offset)) == pytest.approx(float(v1), rel=1e-12)
-    if kind != "extended":  # differences of exact gradients (each chunk's own steps), before precompute
-        _close(chunked.hessian_at(at), whole.hessian_at(at), 1e-6)
-    else:  # after precompute every cache on the fitted parameters' path is bypassed: exact Hessians
-        zcache.precompute(whole, floating=whole.params)
-        zcache.precompute(chunked, floating=chunked.params)
-        exact = whole.hessian_at(at)
-        _close(chunked.hessian_at(at), exact, 1e-10)
-        _close(chunked.hessian_at(at, exact=False), exact, 1e-5)
+    # differences of exact gradients (each chunk's own steps), before precompute
+    _close(chunked.hessian_at(at), whole.hessian_at(at), 1e-6)
+    # after precompute every cache on the fitted parameters' path is bypassed: exact Hessians
+    zcache.precompute(whole, floating=whole.params)
+    zcache.precompute(chunked, floating=chunked.params)
+    exact = whole.hessian_at(at)
+    _close(chunked.hessian_at(at), exact, 1e-10)
     assert float(chunked.value()) == pytest.approx(float(whole.value()), rel=1e-12)
-    _close(chunked.value_gradient()[1], whole.value_gradient()[1], 1e-10)
-    if kind == "weighted":
-        terms_whole = whole.weighted_event_terms()[0]
-        terms = chunked.weighted_event_terms()
-        _close(np.concatenate([t.numpy() for t, _ in terms]), terms_whole[0].numpy(), 1e-12)
-        _close(np.concatenate([w.numpy() for _, w in terms]), terms_whole[1].numpy(), 0.0)
-        assert chunked.is_weighted
+    terms_whole = whole.weighted_event_terms()[0]
+    terms = chunked.weighted_event_terms()
+    _close(np.concatenate([t.numpy() for t, _ in terms]), terms_whole[0].numpy(), 1e-12)
+    _close(np.concatenate([w.numpy() for _, w in terms]), terms_whole[1].numpy(), 0.0)
 
 
 def test_fit_equals_the_unchunked_fit_and_runs_migrad() -> None:
@@ -215,6 +212,27 @@ def test_eager_mode_gives_the_same_numbers() -> None:
         eager = [t.numpy() for t in chunked.value_gradient_at(at)]
     _close(eager[0], traced[0], 1e-12)
     _close(eager[1], traced[1], 1e-10)
+
+
+def test_threads_and_traces() -> None:
+    """Two threads fitting at different points get their own sums; a user's tf.function is refused by name."""
+    x = _events(1000)
+    model, _ = _gauss_exp("threads")
+    chunked = ChunkedLoss(model, Chunks.from_array(x, 500), extended=True)
+    base = np.array([float(p) for p in chunked.params])
+    points = [base * (1 + 0.01 * k) for k in range(6)]
+    serial = [chunked.value_gradient_at(p)[1].numpy() for p in points]
+    with ThreadPoolExecutor(2) as pool:
+        threaded = list(pool.map(lambda p: chunked.value_gradient_at(p)[1].numpy(), points * 2))
+    for got, want in zip(threaded, serial * 2, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+    @tf.function
+    def users_function() -> tf.Tensor:
+        return chunked.value()
+
+    with pytest.raises(IllegalInGraphModeError, match="ChunkedLoss"):
+        users_function()
 
 
 def test_bad_input_is_refused() -> None:

@@ -562,14 +562,15 @@ class World:
         raise AssertionError("could not read the dependency graph")
 
     def validity(self):
-        return {uid: c.is_valid for uid, c in self.my_caches().items()}
+        return {uid: (c.is_valid, c.state.evictions) for uid, c in self.my_caches().items()}
 
     def validity_changed(self, before):
         """Caches whose validity differs from ``before`` (caches collected since are skipped: a
-        dropped temporary model may be garbage-collected at any allocation)."""
+        dropped temporary model may be garbage-collected at any allocation; so are caches the
+        cache memory budget evicted since: an eviction may clear a flag after any call)."""
         after = self.validity()
         assert after.keys() <= before.keys(), "new caches appeared"
-        return {uid for uid in after if after[uid] != before[uid]}
+        return {uid for uid in after if after[uid][0] != before[uid][0] and after[uid][1] == before[uid][1]}
 
     def assert_validity_kept(self, before, p, how):
         """After setting ``p`` to its current value, no cache may have been invalidated."""
@@ -1196,6 +1197,7 @@ class CacheMachine(RuleBasedStateMachine):
 
     def teardown(self):
         self._restore_modes()
+        zcache.set_cache_budget(None)
         if self.dropped:  # the traced functions held them in reference cycles
             gc.collect()
             g = zcache.dependency_graph()
@@ -1293,6 +1295,17 @@ class CacheMachine(RuleBasedStateMachine):
     @rule()
     def invalidate_all(self):
         self.world.invalidate_all()
+
+    @rule(fraction=st.sampled_from([None, 0.0, 0.5]))
+    def shrink_budget(self, fraction):
+        """Set the cache memory budget mid-sequence (None, 0, or half of what caches hold now).
+
+        It stays for the steps that follow: evictions between calls must never leave a stale
+        value or a wrong gradient (the invariants after every step).
+        """
+        held = zcache.cache_budget_info().held_bytes
+        zcache.set_cache_budget(None if fraction is None else int(held * fraction))
+        assert fraction is None or zcache.cache_budget_info().held_bytes <= int(held * fraction)
 
     @rule(read_first=st.booleans())
     def clear_graph_cache(self, read_first):

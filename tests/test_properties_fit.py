@@ -178,6 +178,9 @@ class FitMachine(RuleBasedStateMachine):
         self.minimizer = Minuit(tol=TOL)
         self.fitted: list[_Fitted] = []
 
+    def teardown(self) -> None:
+        zcache.set_cache_budget(None)
+
     # -- helpers ------------------------------------------------------------------------
     def values(self) -> dict[str, float]:
         return {n: self.p[n]._current() for n in NAMES}
@@ -264,6 +267,13 @@ class FitMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(NAMES))
     def toggle_floating(self, name: str) -> None:
         self.p[name].floating = not self.p[name].floating
+
+    @rule(fraction=st.sampled_from([None, 0.0, 0.5]))
+    def shrink_budget(self, fraction: float | None) -> None:
+        """The cache memory budget set mid-sequence (None, 0, or half of what caches hold), kept for the
+        fits that follow: evicted caches are recomputed, so every check after it holds as without it."""
+        held = zcache.cache_budget_info().held_bytes
+        zcache.set_cache_budget(None if fraction is None else int(held * fraction))
 
     @precondition(lambda self: any(not q.floating for q in self.p.values()))
     @rule(data=st.data())

@@ -72,6 +72,8 @@ from . import run as run  # noqa: E402
 from . import toys as toys  # noqa: E402
 from . import types as types  # noqa: E402
 from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow hooks, set once at import)
+from ._engine.budget import cache_budget_info as cache_budget_info  # noqa: E402
+from ._engine.budget import set_cache_budget as set_cache_budget  # noqa: E402
 from ._engine.cachable import Cachable as Cachable  # noqa: E402
 from ._engine.cachable import cached as cached  # noqa: E402
 from ._engine.cached_tensor import CachedTensor as CachedTensor  # noqa: E402
@@ -129,6 +131,9 @@ __all__ = [
     # compiled programs on disk
     "compile_cache_info",
     "clear_compile_cache",
+    # the cache memory budget
+    "set_cache_budget",
+    "cache_budget_info",
     # gradients, precompute, the dependency graph
     "gradient",
     "value_and_gradient",

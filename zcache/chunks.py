@@ -62,8 +62,10 @@ import numpy as np
 import tensorflow as tf
 
 from ._engine.cached_tensor import CachedTensor
+from ._engine.context import ENGINE_LOCK
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.trace import forbid_in_trace
 from .exceptions import DataError, DataShapeError, ModelError
 from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
 from .models import Model
@@ -503,12 +505,16 @@ class ChunkedLoss(BaseLoss):
     # -- chunk by chunk -----------------------------------------------------------------------------
     def _each(self, call: Callable[[BaseLoss], Any]) -> list[Any]:
         """``call(part)`` for every chunk and the once-terms, in chunk order (visited alternately forwards and backwards)."""
+        # Python sums of per-chunk calls: inside a trace there would be no numbers to add.
+        forbid_in_trace("ChunkedLoss evaluation (it calls each chunk's traced function from Python)")
         parts: list[BaseLoss] = [*self.parts, *([self._once] if self.extended or self.constraints else [])]
-        order = range(len(parts) - 1, -1, -1) if self._backwards else range(len(parts))
-        self._backwards = not self._backwards
         results: list[Any] = [None] * len(parts)
-        for k in order:
-            results[k] = call(parts[k])
+        # Each chunk's call sets the parameters: no other thread may move them between two chunks.
+        with ENGINE_LOCK:
+            order = range(len(parts) - 1, -1, -1) if self._backwards else range(len(parts))
+            self._backwards = not self._backwards
+            for k in order:
+                results[k] = call(parts[k])
         return results
 
     def value(self) -> tf.Tensor:

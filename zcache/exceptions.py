@@ -32,6 +32,7 @@ __all__ = [
     "GraphModeError",
     "UnknownIdentifierError",
     "CachedValueError",
+    "CacheBudgetError",
     "UncacheableArgumentError",
     "SecondOrderGradientError",
     "ModelError",
@@ -129,6 +130,10 @@ class UnknownIdentifierError(GraphModeError):
 
 class CachedValueError(ZCacheError, ValueError):
     """A cached function returned something that cannot be cached, or changed dtype/rank."""
+
+
+class CacheBudgetError(ZCacheError, ValueError):
+    """A cache memory budget that is not a non-negative number of bytes (an int) or None."""
 
 
 class UncacheableArgumentError(ZCacheError, TypeError):

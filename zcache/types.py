@@ -13,10 +13,20 @@ True
 
 from __future__ import annotations
 
+from ._engine.budget import CacheBudgetInfo
 from ._engine.compile_cache import CompileCacheInfo
 from ._engine.function import Function
 from ._engine.mode import IDENTIFIERS
 from ._engine.precompute import NodeReport, Precomputable, PrecomputeReport
 from ._engine.restorer import Restorer
 
-__all__ = ["IDENTIFIERS", "CompileCacheInfo", "Function", "NodeReport", "PrecomputeReport", "Precomputable", "Restorer"]
+__all__ = [
+    "IDENTIFIERS",
+    "CacheBudgetInfo",
+    "CompileCacheInfo",
+    "Function",
+    "NodeReport",
+    "PrecomputeReport",
+    "Precomputable",
+    "Restorer",
+]

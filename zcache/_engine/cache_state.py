@@ -7,6 +7,9 @@ for the same reason: Python integers for eager reads, Variables for executions o
 traced graphs.
 
 Eager invalidation (:func:`invalidate_eagerly`) clears many flags in one graph call.
+
+The cache memory budget (:mod:`zcache._engine.budget`) keeps its per-cache bookkeeping here
+(bytes it counts, last use, evictions); it is touched only while a budget is set.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ class CacheState:
         self.py_valid = False  # exact until a graph may write the flag (traced)
         self.traced = False
         self.lock = threading.RLock()
+        # The budget's bookkeeping (zcache._engine.budget), kept only while a budget is set:
+        self.held_bytes = 0  # bytes of the stored value as the budget counts them (0 once evicted)
+        self.last_use: tuple[int, int] = (0, 0)  # (tick, rank within the call): least recent first
+        self.evicted = False  # released by the budget and not recomputed since
+        self.graph_uses = 0  # hits + misses of traced graphs when last looked at
+        self.evictions = 0
 
     @property
     def known(self) -> bool:
@@ -60,13 +69,20 @@ class CacheState:
         """Whether the next eager read is a hit."""
         return bool(self.flag.numpy()) if self.traced else self.py_valid
 
-    def stats(self) -> dict[str, int]:
-        """Hits and misses, eager and in executions of traced graphs."""
-        return {"hits": self.py_hits + int(self.hits.numpy()), "misses": self.py_misses + int(self.misses.numpy())}
+    def stats(self, budgeted: bool = False) -> dict[str, int]:
+        """Hits and misses, eager and in executions of traced graphs.
+
+        With ``budgeted`` (a cache memory budget is set), or once the budget evicted this
+        cache, also its evictions and the bytes its stored value holds.
+        """
+        out = {"hits": self.py_hits + int(self.hits.numpy()), "misses": self.py_misses + int(self.misses.numpy())}
+        if budgeted or self.evictions:
+            out.update(evictions=self.evictions, nbytes=self.nbytes())
+        return out
 
     def reset_stats(self) -> None:
-        """Set the hit and miss counters to zero."""
-        self.py_hits = self.py_misses = 0
+        """Set the hit, miss and eviction counters to zero."""
+        self.py_hits = self.py_misses = self.evictions = self.graph_uses = 0
         self.hits.assign(0)
         self.misses.assign(0)
 

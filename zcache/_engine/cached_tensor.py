@@ -27,6 +27,7 @@ from ..exceptions import (
     UndeclaredDependencyWarning,
     warn_at_user_code,
 )
+from .budget import BUDGET, note_traced_read, stamp, stored_eagerly
 from .cache_gradient import with_gradient
 from .cache_state import CacheState, invalidate_eagerly
 from .context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
@@ -150,11 +151,15 @@ class CachedTensor(TensorLike):
 
     @property
     def stats(self) -> dict[str, int]:
-        """Hits and misses so far, counting eager calls and executions of traced graphs."""
-        return self.state.stats()
+        """Hits and misses so far, counting eager calls and executions of traced graphs.
+
+        While a cache memory budget is set (:func:`zcache.set_cache_budget`), or once it evicted
+        this cache, also ``evictions`` and ``nbytes`` (the bytes the stored value holds).
+        """
+        return self.state.stats(budgeted=BUDGET.limit is not None)
 
     def reset_stats(self) -> None:
-        """Set the hit and miss counters to zero."""
+        """Set the hit, miss and eviction counters to zero."""
         self.state.reset_stats()
 
     @property
@@ -227,15 +232,20 @@ class CachedTensor(TensorLike):
         with ENGINE_LOCK:
             hit = self.state.read_eagerly()
             if hit is not None:
+                if BUDGET.limit is not None:
+                    stamp(self)
                 return with_gradient(self, hit)
             out = self._compute()
             self.state.store_eagerly(out)
+            if BUDGET.limit is not None:  # may evict others (or this one: out is returned anyway)
+                stored_eagerly(self, out)
             return out
 
     def _value_in_graph(self) -> tf.Tensor:
         # Trace the miss branch first: the caches it reads (possibly created by it) and their
         # dependencies are then known to the in-graph invalidation below.
         self._miss.trace()
+        note_traced_read(self)
         invalidate_if_mutated_in_trace(self)
         return with_gradient(self, read_in_graph(self.state, self._miss))
 

@@ -36,6 +36,7 @@ import networkx as nx
 import tensorflow as tf
 
 from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
+from .budget import BUDGET, CallCaches
 from .cache_state import invalidate_eagerly
 from .cached_tensor import drop_compiled
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
@@ -112,6 +113,7 @@ class Function:
         self._param_writes: set[int] = set()
         self._data_writes: set[int] = set()
         self._reads: set[int] = set()  # node ids read at the top level of its traces
+        self._budget = CallCaches()  # the caches its graphs touch, for the cache memory budget
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
@@ -186,6 +188,9 @@ class Function:
             call.succeeded()
             if trace_id is not None:
                 self._after_writes(self._traces[int(trace_id)], finals)
+        if BUDGET.limit is not None:  # between calls, never while a graph runs
+            with ENGINE_LOCK:
+                self._budget.after_call(self._reads)
         return out
 
     def _run_checked(self, args: tuple[Any, ...], kwargs: dict[str, Any], jit: bool) -> tuple[Any, Any, Any]:
