@@ -120,7 +120,7 @@ def budget_bytes_held() -> int:
     """Bytes the caches hold now (``zcache.cache_budget_info()``)."""
     import zcache
 
-    return int(zcache.cache_budget_info().held)
+    return int(zcache.cache_budget_info().held_bytes)
 
 
 def budget_info() -> dict[str, Any]:
