@@ -131,6 +131,7 @@ def test_large_envelope_sampler_draws_the_density(monkeypatch):
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import _large_events as events
+
     from zcache.phasespace import DalitzKinematics
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
