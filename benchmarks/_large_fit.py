@@ -222,7 +222,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         out["warm_ms"] = 1e3 * statistics.median(samples)
         out["warm_value"] = float(again[0])
         out["peak_before_fit_mib"] = peak_rss_mib()
-        if spec.get("fit", True):
+        if spec.get("do_fit", True):
             log(f"{spec['label']}: warm value + gradient {out['warm_ms']:.0f} ms; fitting")
             out["fit"] = _fit(loss, params, x0)
             log(f"{spec['label']}: fit {out['fit']['seconds']:.1f} s, {out['fit']['nfcn']} calls, "

@@ -149,7 +149,7 @@ def run_children(specs: list[dict[str, Any]], env: dict[str, str] | None = None,
 def _spec(cfg: Config, label: str, kind: str, n: int, chunk: int | None = None, **more: Any) -> dict[str, Any]:
     return {"label": label, "kind": kind, "n": n, "chunk": chunk, "path": str(events_file(n)),
             "mc_path": str(phasespace_file(cfg.n_mc)), "repeats": cfg.repeats, "workers": cfg.workers,
-            "free_mass": cfg.free_mass, "fit": n <= cfg.max_fit, **more}
+            "free_mass": cfg.free_mass, "do_fit": n <= cfg.max_fit, **more}
 
 
 def _short(n: int) -> str:
@@ -209,7 +209,7 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
         if "distributed" in cfg.rows and has["distributed"]:
             chunk = best or min(cfg.chunks)
             extra.append(_spec(cfg, _label("distributed", n, chunk), "distributed", n, chunk,
-                               fit=n <= min(cfg.max_distributed_fit, cfg.max_fit)))
+                               do_fit=n <= min(cfg.max_distributed_fit, cfg.max_fit)))
         pending += extra
         if not cfg.one_process:
             results += _run(extra, cfg)
@@ -222,10 +222,11 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
 
 
 def _reused(cfg: Config) -> dict[str, dict[str, Any]]:
-    """The rows of ``cfg.reuse`` that completed, by label."""
+    """The rows of ``cfg.reuse`` that completed (or stopped at the memory limit), by label."""
     if not cfg.reuse or not Path(cfg.reuse).exists():
         return {}
-    return {r["label"]: r for r in json.loads(Path(cfg.reuse).read_text()) if r.get("status") == "ok"}
+    return {r["label"]: r for r in json.loads(Path(cfg.reuse).read_text())
+            if r.get("status") == "ok" or str(r.get("status")).startswith("stopped")}
 
 
 def _save(cfg: Config, rows: list[dict[str, Any]]) -> None:
@@ -238,7 +239,7 @@ def _save(cfg: Config, rows: list[dict[str, Any]]) -> None:
 
 def _run(specs: list[dict[str, Any]], cfg: Config, together: bool = False) -> list[dict[str, Any]]:
     out = []
-    reused = {k: r for k, r in _reused(cfg).items() if r.get("fit") or not any(s["label"] == k and s.get("fit")
+    reused = {k: r for k, r in _reused(cfg).items() if r.get("fit") or not any(s["label"] == k and s["do_fit"]
                                                                                  for s in specs)}
     for spec in [s for s in specs if s["label"] in reused]:
         log(f"reused from {cfg.reuse}: {spec['label']}")
@@ -337,7 +338,7 @@ def _targets(cfg: Config, rows: list[dict[str, Any]], reference: float | None) -
     for n, limit in ((100_000_000, 16 * GIB), (10_000_000, 3 * GIB)):
         for row in (r for r in rows if r["kind"] == "chunked" and r["n"] == n):
             if _ok(row):
-                lines.append(f"- {row['label']}: completes {fmt(bool(row.get('fit', {}).get('valid', True)))}; peak RSS "
+                lines.append(f"- {row['label']}: completes {fmt(bool((row.get('fit') or {}).get('valid', True)))}; peak RSS "
                              f"{row['peak_mib'] / GIB:.2f} GiB (target ≤ {limit / GIB:.0f} GiB: "
                              f"{'met' if row['peak_mib'] <= limit else '**missed**'})")
                 if n == 100_000_000 and reference:
@@ -402,7 +403,7 @@ def gpu_section(cfg: Config) -> tuple[str, str]:
         return title, "no GPU visible to TensorFlow on this machine (`tf.config.list_physical_devices('GPU')` is empty)."
     rows = []
     for n in cfg.gpu_sizes:
-        spec = _spec(cfg, f"N = {_short(n)}", "unchunked", n, fit=False)
+        spec = _spec(cfg, f"N = {_short(n)}", "unchunked", n, do_fit=False)
         gpu = run_children([{**spec, "label": spec["label"] + " GPU"}])[0]
         cpu = run_children([{**spec, "label": spec["label"] + " CPU"}], env={"CUDA_VISIBLE_DEVICES": "-1"})[0]
         line = {"N": n, "GPU [ms]": gpu.get("warm_ms", gpu.get("status")), "CPU [ms]": cpu.get("warm_ms", cpu.get("status"))}
