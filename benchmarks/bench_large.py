@@ -308,7 +308,8 @@ def table_rows(rows: list[dict[str, Any]], reference: dict[str, Any] | None) -> 
                 "fit [s]": fit.get("seconds", "—"),
                 "calls (values, gradients, Hessians)": f"{fit['nfcn']}, {fit['ngrad']}, {fit['nhessian']}" if fit else "—",
                 "valid": fit.get("valid", "—"), "fmin": f"{fit['fmin']:.4f}" if fit else "—",
-                "peak RSS [MiB]": row["peak_mib"], "baseline RSS [MiB]": row["baseline_mib"],
+                "peak RSS [MiB]": row["peak_mib"], "peak RSS before the fit [MiB]": row["peak_before_fit_mib"],
+                "baseline RSS [MiB]": row["baseline_mib"],
             })
             if reference:
                 line["per event / in-memory per event"] = (row["warm_ms"] / row["n"]) / (reference["warm_ms"] / reference["n"])
@@ -340,7 +341,8 @@ def _targets(cfg: Config, rows: list[dict[str, Any]], reference: float | None) -
             if _ok(row):
                 lines.append(f"- {row['label']}: completes {fmt(bool((row.get('fit') or {}).get('valid', True)))}; peak RSS "
                              f"{row['peak_mib'] / GIB:.2f} GiB (target ≤ {limit / GIB:.0f} GiB: "
-                             f"{'met' if row['peak_mib'] <= limit else '**missed**'})")
+                             f"{'met' if row['peak_mib'] <= limit else '**missed**'}"
+                             + ("" if row.get("fit") else "; per call only, no fit in this run") + ")")
                 if n == 100_000_000 and reference:
                     lines[-1] += ("; warm value + gradient / (100 × the 1e6 in-memory figure) = "
                                   + verdict(row["warm_ms"] / (100 * reference), 1.2))
