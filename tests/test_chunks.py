@@ -279,3 +279,19 @@ def test_amplitude_caches_are_per_chunk_and_only_moved_columns_recompute() -> No
     assert {f"{kst.name}[part[{k}]]" for k in range(2)} <= moved
     assert not any(n.startswith(k0.name) for n in moved)
     _close(chunked.value_gradient_at(at)[0], whole.value_gradient_at(at)[0], 1e-12)
+    # a cache budget of half what the chunks' caches hold: the same numbers; visiting the chunks
+    # forwards then backwards, the chunk evaluated last is still held when the next call starts
+    reference = obj.value_gradient(obj.start * 1.001)
+    held = zcache.cache_budget_info().held_bytes
+    with zcache.set_cache_budget(held // 2):
+        # what a chunk's loss reads: its amplitude matrix (the columns below it are read to build it)
+        columns = [c for c in obj.report.cached if c.name.startswith("A_k[part")]
+        assert len(columns) == 2
+        for _ in range(3):
+            hits = sum(c.stats["hits"] for c in columns)
+            got = obj.value_gradient(obj.start * 1.001)
+            np.testing.assert_array_equal(got[0], reference[0])
+            np.testing.assert_array_equal(got[1], reference[1])
+            assert zcache.cache_budget_info().held_bytes <= held // 2
+        assert sum(c.stats["hits"] for c in columns) > hits  # the last call read the matrix of a chunk still held
+        assert zcache.cache_budget_info().evictions > 0

@@ -23,7 +23,10 @@ model and data, minimized (and MINOS-ed) by iminuit.
 - a Hessian with line-shape parameters floating (the Gaussian's mean or width, or the mass and
   width of a line shape computed through complex 1/z and sqrt, or the masses and widths of a SymPy
   model through the bridge's group programs) compiled with XLA equals the uncompiled one, twice in a
-  row, and leaves every parameter where it was.
+  row, and leaves every parameter where it was;
+- a fit of the same model as a :class:`zcache.chunks.ChunkedLoss` over two chunks of the current
+  events (split at a drawn point) passes every check of a fit of the whole loss, under whatever cache
+  budget the sequence has set.
 
 The model and its loss are built once per process and reset at the start of each sequence
 (traces are reused, as in a session of fits): a sequence then costs its fits, not tracing.
@@ -33,6 +36,7 @@ The model and its loss are built once per process and reset at the start of each
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import iminuit
 import numpy as np
@@ -44,6 +48,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import zcache
 from zcache.batch import BatchedLoss
+from zcache.chunks import ChunkedLoss, Chunks
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import FitResult, Minuit
@@ -113,6 +118,7 @@ def curvature_errors(x: np.ndarray, at: dict[str, float], floating: list[str] | 
 class _World:
     p: dict[str, zcache.Parameter]
     loss: ExtendedUnbinnedNLL
+    chunked: ChunkedLoss  # the same model over two chunks, whose events the chunked_fit rule sets
 
     def reset(self, x: np.ndarray) -> None:
         for q in self.p.values():
@@ -151,7 +157,8 @@ def _world() -> _World:
         model = SumPdf([Gaussian(space, p["mu"], p["sigma"]), Exponential(space, p["lam"])],
                        yields=[p["nsig"], p["nbkg"]], name="fm_sum")
         data = zcache.Data(np_sample(0, 250, 450), name="fm_data", obs="x")
-        _WORLD = _World(p, ExtendedUnbinnedNLL(model, data))
+        chunks = Chunks([zcache.Data(np_sample(0, 100, 200), name=f"fm_chunk{k}", obs="x") for k in range(2)])
+        _WORLD = _World(p, ExtendedUnbinnedNLL(model, data), ChunkedLoss(model, chunks, extended=True))
     return _WORLD
 
 
@@ -188,15 +195,17 @@ class FitMachine(RuleBasedStateMachine):
     def floating(self) -> list[str]:
         return [n for n in NAMES if self.p[n].floating]
 
-    def _fit(self, minimizer: Minuit) -> None:
+    def _fit(self, minimizer: Minuit, loss: Any = None) -> None:
+        loss = self.loss if loss is None else loss
         before, floating = self.values(), self.floating()
-        note(f"fit {minimizer!r} precompute={minimizer.precompute} floating={floating} from {before}")
+        note(f"fit {minimizer!r} of {type(loss).__name__} precompute={minimizer.precompute} floating={floating} "
+             f"from {before}")
         if not floating:
             with pytest.raises(FitError, match="No floating"):
-                minimizer.minimize(self.loss)
+                minimizer.minimize(loss)
             assert self.values() == before
             return
-        result = minimizer.minimize(self.loss)
+        result = minimizer.minimize(loss)
         after = self.values()
         assert set(result.values) == {self.p[n].name for n in floating}
         for n in NAMES:
@@ -263,6 +272,16 @@ class FitMachine(RuleBasedStateMachine):
     def refit(self) -> None:
         """The last minimizer again, from where the parameters are now."""
         self._fit(self.minimizer)
+
+    @rule(split=st.floats(0.1, 0.9))
+    def chunked_fit(self, split: float) -> None:
+        """The last minimizer on a ChunkedLoss of the same model over two chunks of the current events
+        (``set_data`` on each chunk, at a drawn split): every check of a fit of the whole loss (the numpy +
+        iminuit reference, the errors, the parameters left at the minimum); MINOS rules may use it later."""
+        k = int(split * len(self.x))
+        for chunk, events in zip(self.world.chunked.chunks, (self.x[:k], self.x[k:]), strict=True):
+            chunk.set_data(events)
+        self._fit(self.minimizer, self.world.chunked)
 
     @rule(name=st.sampled_from(NAMES))
     def toggle_floating(self, name: str) -> None:
