@@ -188,6 +188,9 @@ class BaseLoss:
     """
 
     errordef = 0.5  # a negative log-likelihood: one sigma is a change of 1/2
+    #: True for a loss evaluated in parts outside this process (its events elsewhere): a minimizer
+    #: then calls value_at / value_gradient_at / hessian_at only, never a program compiled here.
+    evaluates_in_parts = False
 
     def __init__(self, constraints: Sequence[GaussianConstraint] | None = None):
         self.constraints = list(constraints or [])

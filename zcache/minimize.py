@@ -502,7 +502,7 @@ class Minuit:
         # MIGRAD's first call is at the start and sets the objective's offset (one call fewer per fit).
         obj = _objective(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
         fallback = None
-        if self.compiled and not numerical and traces("loss"):
+        if self.compiled and not numerical and traces("loss") and not loss.evaluates_in_parts:
             outcome = self._compiled(obj)
             if outcome is not None and outcome.reason is None:
                 return self._compiled_result(obj, outcome, start)
