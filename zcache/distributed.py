@@ -296,7 +296,10 @@ class DistributedLoss(BaseLoss):
                 where = self._where[index] = alive[index % len(alive)]
             part = self.parts[index]
             if isinstance(part, np.ndarray):  # shipped once, to the worker that builds it
-                part = self.client.scatter(part, workers=[where], hash=False)
+                try:
+                    part = self.client.scatter(part, workers=[where], hash=False)
+                except (OSError, TimeoutError):  # that worker went away meanwhile: the array goes with the task
+                    pass
             args = (self._build_bytes, part)
         return self.client.submit(_call_part, self._token, index, request, *args, pure=False, workers=[where],
                                   allow_other_workers=True)
