@@ -42,8 +42,8 @@ Examples
 >>> with local_cluster(2) as cluster, distributed.Client(cluster) as client:   # doctest: +SKIP
 ...     with DistributedLoss(build, np.array_split(events, 3), client) as loss:
 ...         result = zcache.minimize.Minuit().minimize(loss)
-...         round(result.values["mu_d"] - events.mean(), 6)
-0.0
+...         bool(abs(result.values["mu_d"] - events.mean()) < 1e-3)    # the MLE of a Gaussian's mean
+True
 """
 
 from __future__ import annotations
