@@ -7,8 +7,9 @@ a seed: nothing but the spec is shipped), and compared with the same loss in thi
 - per call: the median wall time of ``value_gradient_at`` at a fixed point (after warm-up), the
   payload bytes sent and received per call (``DistributedLoss.stats``);
 - per fit: ``Minuit().minimize`` from the same start (MIGRAD + HESSE; the in-process fit with
-  ``compiled=False``, the same algorithm), its wall time and number of calls, and the largest
-  difference of the fitted values in units of their errors.
+  ``compiled=False``, the same algorithm), twice: the first (``first_fit_s``: the parts trace their
+  Hessian) and the second, warm (``fit_s``), its calls (value + gradient and Hessian, one task per
+  part each), and the largest difference of the fitted values in units of their errors.
 
 ``n = 0`` gives parts of 10 events: the protocol's overhead alone (with ``--parts 2 16``: its growth per
 task). ``worker_rss_MB`` is the largest peak RSS of a worker process (TensorFlow itself is ~0.5 GB). Helpers for
@@ -74,24 +75,29 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _median_call(loss: Any, x: np.ndarray, repeats: int) -> float:
+def _calls(loss: Any, x: np.ndarray, repeats: int) -> tuple[float, float]:
+    """Median and fastest wall time of ``value_gradient_at(x)``."""
     loss.value_gradient_at(x)  # warm-up: traces
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         loss.value_gradient_at(x)
         times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(times)), float(np.min(times))
 
 
-def _fit(loss: Any, compiled: bool) -> tuple[Any, float]:
+def _fit(loss: Any, compiled: bool) -> tuple[Any, float, float]:
+    """The fit from START, its first time (tracing the Hessian included) and its time again (warm)."""
     from zcache.minimize import Minuit
 
-    for p in loss.get_params(floating=None):
-        p.set_value(START[p.name])
-    t0 = time.perf_counter()
-    result = Minuit(compiled=compiled).minimize(loss)
-    return result, time.perf_counter() - t0
+    times = []
+    for _ in range(2):
+        for p in loss.get_params(floating=None):
+            p.set_value(START[p.name])
+        t0 = time.perf_counter()
+        result = Minuit(compiled=compiled).minimize(loss)
+        times.append(time.perf_counter() - t0)
+    return result, times[0], times[1]
 
 
 def measure(client: Any, n: int, parts: int, repeats: int = 20, local: bool = True) -> dict[str, Any]:
@@ -124,13 +130,13 @@ def measure(client: Any, n: int, parts: int, repeats: int = 20, local: bool = Tr
         row["build_s"] = time.perf_counter() - t0
         x = np.array([POINT[p.name] for p in loss.params])
         loss.objective()  # precompute the parts, as a fit does
-        row["call_s"] = _median_call(loss, x, repeats)
+        row["call_s"], row["call_min_s"] = _calls(loss, x, repeats)
         before = (loss.stats.calls, loss.stats.bytes_sent, loss.stats.bytes_received)
         loss.value_gradient_at(x)
         row["sent_B"] = loss.stats.bytes_sent - before[1]
         row["received_B"] = loss.stats.bytes_received - before[2]
-        fit, row["fit_s"] = _fit(loss, compiled=True)
-        row["fit_calls"] = loss.stats.calls - before[0] - 1
+        fit, row["first_fit_s"], row["fit_s"] = _fit(loss, compiled=True)
+        row["fit_calls"] = (loss.stats.calls - before[0] - 1) // 2
         row["worker_rss_MB"] = max(client.run(_rss_mb).values())
     if local:
         import zcache
@@ -138,8 +144,8 @@ def measure(client: Any, n: int, parts: int, repeats: int = 20, local: bool = Tr
         here = gauss_exp(np.concatenate([events(*s) for s in specs]))  # the same events in one process
         here_x = np.array([POINT[p.name] for p in here.params])
         zcache.precompute(here)
-        row["local_call_s"] = _median_call(here, here_x, repeats)
-        local_fit, row["local_fit_s"] = _fit(here, compiled=False)
+        row["local_call_s"] = _calls(here, here_x, repeats)[0]
+        local_fit, _, row["local_fit_s"] = _fit(here, compiled=False)
         row["max_diff_sigma"] = max(abs(fit.values[k] - local_fit.values[k]) / local_fit.errors[k] for k in fit.values)
     return row
 
