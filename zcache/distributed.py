@@ -25,7 +25,7 @@ is unchanged. An array part is scattered from the client's copy to the worker th
 (once per build, never with every call). An error raised by a part's loss (a
 :class:`~zcache.exceptions.FitError` for a NaN value, say) comes back as the same exception.
 
-**Cost.** :attr:`DistributedLoss.stats` counts calls, the payload bytes sent and received (the
+**Cost.** ``DistributedLoss.stats`` (a :class:`CallStats`) counts calls, the payload bytes sent and received (the
 pickled arguments and results; Dask's own framing comes on top) and the wall time of each call.
 
 Examples
@@ -237,7 +237,7 @@ class DistributedLoss(BaseLoss):
     -----
     The client holds :class:`zcache.Parameter` mirrors of the parts' parameters (same names,
     values, limits and floating flags as part 0's at construction): fit them, fix them, set them
-    here. :meth:`datasets` is empty (the events are on the workers), so a ``FitResult`` restores
+    here. ``datasets()`` is empty (the events are on the workers), so a ``FitResult`` restores
     parameters only. Gradients, graph and jit modes are those of the worker processes (set them in
     ``build``). ``close()`` (or ``with``) drops the parts from the workers.
     """
@@ -343,9 +343,11 @@ class DistributedLoss(BaseLoss):
                            self._keep_floating))
 
     def close(self) -> None:
-        """Drop the parts from the workers (their data, caches and traced functions)."""
-        if self._token is not None:
-            self.client.run(_drop, self._token)
+        """Drop the parts from the workers (their data, caches and traced functions).
+
+        A call after ``close`` builds the parts again.
+        """
+        self.client.run(_drop, self._token)
 
     def __enter__(self) -> DistributedLoss:
         return self
@@ -403,7 +405,7 @@ class DistributedLoss(BaseLoss):
         Parameters
         ----------
         params : sequence of Parameter, optional
-            The client-side parameters to differentiate by; default :attr:`params`.
+            The client-side parameters to differentiate by; default ``self.params`` (the floating parameters now).
 
         Returns
         -------
@@ -425,9 +427,9 @@ class DistributedLoss(BaseLoss):
         x : array_like
             One value per parameter.
         params : sequence of Parameter, optional
-            Client-side parameters; default :attr:`params`.
+            Client-side parameters; default ``self.params`` (the floating parameters now).
         offset : float, optional
-            Subtracted once from the sum; default :attr:`offset`.
+            Subtracted once from the sum; default ``self.offset``.
 
         Returns
         -------
@@ -448,9 +450,9 @@ class DistributedLoss(BaseLoss):
         x : array_like
             One value per parameter.
         params : sequence of Parameter, optional
-            Client-side parameters; default :attr:`params`.
+            Client-side parameters; default ``self.params`` (the floating parameters now).
         offset : float, optional
-            Subtracted once from the sum; default :attr:`offset`.
+            Subtracted once from the sum; default ``self.offset``.
 
         Returns
         -------
@@ -477,7 +479,7 @@ class DistributedLoss(BaseLoss):
         x : array_like
             One value per parameter; the parameters are left there.
         params : sequence of Parameter, optional
-            Client-side parameters; default :attr:`params`.
+            Client-side parameters; default ``self.params`` (the floating parameters now).
 
         Returns
         -------
@@ -496,7 +498,7 @@ class DistributedLoss(BaseLoss):
         Parameters
         ----------
         params : sequence of Parameter, optional
-            Client-side parameters to fit; default :attr:`params`.
+            Client-side parameters to fit; default ``self.params`` (the floating parameters now).
         precompute : bool
             Precompute each part for ``params`` (``ensure_precomputed`` on its worker).
         keep_floating : bool
