@@ -179,6 +179,8 @@ def test_close_drops_the_parts_from_the_workers(client, events):
 def test_named_errors(client, loss, events):
     with pytest.raises(ModelError, match="not its parameters"):
         loss.value_at([5.0], [zcache.Parameter("mu", 5.0)])
+    with pytest.raises(ModelError, match=r"part 0 has no parameter\(s\) \['nu'\]"):  # the workers check names too
+        loss._call(("value", ["nu"], np.array([1.0]), ["nu"], None))
     with pytest.raises(ModelError, match="must return a zcache loss"):
         DistributedLoss(not_a_loss, [np.zeros(3)], client)
     lock = threading.Lock()
