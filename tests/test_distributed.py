@@ -1,7 +1,8 @@
 """zcache.distributed (issue 28): a likelihood whose events live on Dask workers.
 
 One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
-part from a .npy file (a part is ``(path, start, stop)``) or shipped as an array.
+part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
+shipped as an array (an UnbinnedNLL).
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ def gauss_exp(events):
     from zcache.loss import UnbinnedNLL
     from zcache.models import Exponential, Gaussian, Space, SumPdf
 
-    if isinstance(events, tuple):
-        path, start, stop = events
-        events = np.load(path, mmap_mode="r")[start:stop]
     s = Space("x", 0.0, 10.0)
     mu = zcache.Parameter("mu", START["mu"], lower=3.0, upper=7.0)
     sigma = zcache.Parameter("sigma", START["sigma"], lower=0.1, upper=3.0)
     lam = zcache.Parameter("lam", START["lam"], lower=-2.0, upper=-0.01)
     frac = zcache.Parameter("frac", START["frac"], lower=0.0, upper=1.0)
     model = SumPdf([Gaussian(s, mu, sigma), Exponential(s, lam)], fracs=[frac])
+    if isinstance(events, tuple):  # a range of the file, read on the worker in two chunks (the large-fit path)
+        from zcache.chunks import ChunkedLoss, Chunks
+
+        path, start, stop = events
+        return ChunkedLoss(model, Chunks.from_npy(path, (stop - start + 1) // 2, start=start, stop=stop))
     return UnbinnedNLL(model, zcache.Data(np.array(events)))
 
 
