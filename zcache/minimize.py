@@ -429,17 +429,18 @@ class Minuit:
     compiled : bool
         Run the whole fit in one compiled program first (default), where it applies: zcache's
         gradient (``use_gradient`` and :func:`zcache.set_autograd_mode` on) and the loss traced
-        (:func:`zcache.set_graph_mode`); XLA compiles it where :func:`zcache.set_jit_mode`
-        compiles ``'loss'`` functions. The program is a Hessian at the start, BFGS with limits
-        to MIGRAD's EDM bound (``0.002 tol errordef``), the Hessian at the minimum by forward
-        differences of exact gradients (HESSE's definition of the errors; within 3e-5 relative of
-        the exact Hessian in the worst case measured, a Crystal Ball's tail) and a last Newton step
-        (``zcache._fitting.compiled_fit``); it is traced once per loss and set of fitted
-        parameters, so a loop of ``set_data`` + fit retraces nothing. A fit it cannot take
-        to a valid minimum (not converged, a parameter on a limit, a failed check) goes on with
-        MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
-        MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created
-        when first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
+        (:func:`zcache.set_graph_mode`) in this process (not a loss with ``evaluates_in_parts``, such
+        as :class:`zcache.distributed.DistributedLoss`, whose parts are evaluated elsewhere); XLA
+        compiles it where :func:`zcache.set_jit_mode` compiles ``'loss'`` functions. The program is a
+        Hessian at the start, BFGS with limits to MIGRAD's EDM bound (``0.002 tol errordef``), the
+        Hessian at the minimum by forward differences of exact gradients (HESSE's definition of the
+        errors; within 3e-5 relative of the exact Hessian in the worst case measured, a Crystal
+        Ball's tail) and a last Newton step (``zcache._fitting.compiled_fit``); it is traced once per
+        loss and set of fitted parameters, so a loop of ``set_data`` + fit retraces nothing. A fit it
+        cannot take to a valid minimum (not converged, a parameter on a limit, a failed check) goes
+        on with MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
+        MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created when
+        first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
 
     Raises
     ------

@@ -1,0 +1,228 @@
+"""zcache.distributed (issue 28): a likelihood whose events live on Dask workers.
+
+One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
+part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
+shipped as an array (an UnbinnedNLL).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import zcache
+from zcache.exceptions import DataRangeError, ModelError
+from zcache.minimize import Minuit
+
+distributed = pytest.importorskip("distributed")
+
+from zcache.distributed import DistributedLoss  # noqa: E402
+
+START = {"mu": 5.2, "sigma": 0.8, "lam": -0.25, "frac": 0.35}
+NAMES = tuple(START)
+
+
+def gauss_exp(events):
+    """The loss of ``events`` (an array or a ``(path, start, stop)`` spec): built on a worker or here."""
+    from zcache.loss import UnbinnedNLL
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+    s = Space("x", 0.0, 10.0)
+    mu = zcache.Parameter("mu", START["mu"], lower=3.0, upper=7.0)
+    sigma = zcache.Parameter("sigma", START["sigma"], lower=0.1, upper=3.0)
+    lam = zcache.Parameter("lam", START["lam"], lower=-2.0, upper=-0.01)
+    frac = zcache.Parameter("frac", START["frac"], lower=0.0, upper=1.0)
+    model = SumPdf([Gaussian(s, mu, sigma), Exponential(s, lam)], fracs=[frac])
+    if isinstance(events, tuple):  # a range of the file, read on the worker in two chunks (the large-fit path)
+        from zcache.chunks import ChunkedLoss, Chunks
+
+        path, start, stop = events
+        return ChunkedLoss(model, Chunks.from_npy(path, (stop - start + 1) // 2, start=start, stop=stop))
+    return UnbinnedNLL(model, zcache.Data(np.array(events)))
+
+
+def not_a_loss(part):
+    return part
+
+
+def other_parameters(part):
+    """Part 1 fits a Gaussian only: parameters differ between parts."""
+    from zcache.loss import UnbinnedNLL
+    from zcache.models import Gaussian, Space
+
+    spec, gaussian_only = part
+    if not gaussian_only:
+        return gauss_exp(spec)
+    return UnbinnedNLL(Gaussian(Space("x", 0.0, 10.0), zcache.Parameter("mu", 5.0), 1.0),
+                       zcache.Data(np.linspace(1.0, 9.0, 10)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    from zcache.toys import local_cluster
+
+    cluster = local_cluster(2)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory):
+    """All events, and 3 parts: an array (scattered) and two ``(path, start, stop)`` specs of a .npy file."""
+    rng = np.random.default_rng(3)
+    ev = np.concatenate([rng.normal(5.0, 0.7, 1500), rng.exponential(4.0, 5000)])
+    ev = ev[(ev > 0.0) & (ev < 10.0)]
+    path = tmp_path_factory.mktemp("distributed") / "events.npy"
+    np.save(path, ev)
+    a, b = len(ev) // 3, 2 * len(ev) // 3
+    return ev, [ev[:a].copy(), (str(path), a, b), (str(path), b, len(ev))]
+
+
+@pytest.fixture(scope="module")
+def loss(client, events):
+    with DistributedLoss(gauss_exp, events[1], client, name="three parts") as loss:
+        loss.objective()  # the parts precompute before their first trace (a fit's first call would)
+        yield loss
+
+
+@pytest.fixture(scope="module")
+def local(events):
+    """The same loss on all events in this process."""
+    loss = gauss_exp(events[0])
+    zcache.precompute(loss)
+    return loss
+
+
+def by_name(loss):
+    return {p.name: p for p in loss.get_params(floating=None)}
+
+
+def test_import_zcache_imports_no_dask():
+    code = "import sys, zcache, zcache.distributed; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_value_gradient_and_hessian_equal_the_in_process_loss(loss, local):
+    assert [p.name for p in loss.params] == [p.name for p in local.params]
+    assert loss.datasets() == [] and loss.evaluates_in_parts and not local.evaluates_in_parts
+    x = np.array([{"mu": 5.1, "sigma": 0.7, "lam": -0.3, "frac": 0.3}[p.name] for p in local.params])
+    np.testing.assert_allclose(float(loss.value_at(x, offset=100.0)), float(local.value_at(x, offset=100.0)),
+                               rtol=1e-10)
+    v, g = loss.value_gradient_at(x)
+    v_local, g_local = local.value_gradient_at(x)
+    np.testing.assert_allclose(float(v), float(v_local), rtol=1e-10)
+    np.testing.assert_allclose(g.numpy(), g_local.numpy(), rtol=1e-10)
+    assert [float(p) for p in loss.params] == x.tolist()  # the client's parameters are left at x
+    # Exact Hessians on both sides (precomputed), summed over the parts here.
+    np.testing.assert_allclose(loss.hessian_at(x).numpy(), local.hessian_at(x).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(float(loss.value()), float(local.value()), rtol=1e-10)
+    stats = loss.stats.per_call()
+    assert stats["calls"] == 5 and 0 < stats["bytes_sent"] < 2000 and 0 < stats["bytes_received"] < 2000
+
+
+def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss, local):
+    remote, here = by_name(loss), by_name(local)
+
+    def both_fit(**start):
+        for name in NAMES:  # the same start
+            remote[name].set_value(start.get(name, START[name]))
+            here[name].set_value(start.get(name, START[name]))
+        fit = Minuit().minimize(loss)
+        fit_local = Minuit(compiled=False).minimize(local)  # the distributed fit is MIGRAD's
+        assert fit.path == "migrad" and fit.valid and fit_local.valid
+        assert fit.values.keys() == fit_local.values.keys()
+        for name in fit.values:
+            assert fit.values[name] == pytest.approx(fit_local.values[name], rel=1e-8, abs=1e-10), name
+            assert fit.errors[name] == pytest.approx(fit_local.errors[name], rel=1e-8), name
+        assert fit.fmin == pytest.approx(fit_local.fmin, rel=1e-10)
+        return fit
+
+    free = both_fit()
+    # A fixed parameter moved on the client reaches the workers; a toggled flag changes the fit.
+    for p in (remote["sigma"], here["sigma"]):
+        p.floating = False
+    fixed = both_fit(sigma=0.75)
+    assert "sigma" not in fixed.values and fixed.values["mu"] != free.values["mu"]
+    for p in (remote["sigma"], here["sigma"]):
+        p.floating = True
+    for name in NAMES:
+        remote[name].set_value(START[name])
+    again = Minuit().minimize(loss)
+    assert again.values == pytest.approx(free.values, rel=1e-8) and again.errors == pytest.approx(free.errors, rel=1e-8)
+    minos = free.minos("mu")["mu"]  # through value_at, in the fit's state
+    assert minos.valid and minos.lower < 0 < minos.upper
+
+
+def test_close_drops_the_parts_from_the_workers(client, events):
+    from zcache import distributed as zd
+
+    loss = DistributedLoss(gauss_exp, events[1][1:], client)
+    token = loss._token
+
+    def count(token):
+        from zcache import distributed as zd
+
+        return sum(k[0] == token for k in zd._PARTS)
+
+    assert sum(client.run(count, token).values()) == 2
+    loss.close()
+    assert sum(client.run(count, token).values()) == 0
+    assert zd._PARTS == {}  # nothing was built in the client
+
+
+def test_named_errors(client, loss, events):
+    with pytest.raises(ModelError, match="not its parameters"):
+        loss.value_at([5.0], [zcache.Parameter("mu", 5.0)])
+    with pytest.raises(ModelError, match=r"part 0 has no parameter\(s\) \['nu'\]"):  # the workers check names too
+        loss._call(("value", ["nu"], np.array([1.0]), ["nu"], None))
+    with pytest.raises(ModelError, match="must return a zcache loss"):
+        DistributedLoss(not_a_loss, [np.zeros(3)], client)
+    lock = threading.Lock()
+    with pytest.raises(ModelError, match="cannot be sent to the workers"):
+        DistributedLoss(lambda part: (lock, part), [np.zeros(3)], client)
+    with pytest.raises(ModelError, match="same parameters"):
+        DistributedLoss(other_parameters, [(events[1][1], False), (events[1][2], True)], client)
+    with pytest.raises(DataRangeError, match="outside"):  # a part's own error, as raised on the worker
+        DistributedLoss(gauss_exp, [np.array([1.0, 11.0])], client)
+    with pytest.raises(ModelError, match="at least one part"):
+        DistributedLoss(gauss_exp, [], client)
+
+
+def test_a_worker_killed_mid_fit_is_replaced_and_the_fit_unchanged(client, loss):
+    """The worker holding part 0 (an array) and part 2 (a file spec) is killed at the fit's 3rd
+    call: the parts are rebuilt elsewhere (the array scattered again from the client's copy) and
+    the result is the unkilled fit's."""
+    for p in loss.get_params(floating=None):
+        p.set_value(START[p.name])
+    reference = Minuit().minimize(loss)
+    for p in loss.get_params(floating=None):
+        p.set_value(START[p.name])
+    victim = client.run(os.getpid)[loss._where[0]]
+    calls = []
+    fit_call = loss.value_gradient_at
+
+    def kill_at_third_call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(victim, signal.SIGKILL)
+        return fit_call(*args, **kwargs)
+
+    loss.value_gradient_at = kill_at_third_call
+    try:
+        fit = Minuit().minimize(loss)
+    finally:
+        del loss.value_gradient_at
+    assert len(calls) > 3 and loss.stats.rebuilt >= 2 and victim not in client.run(os.getpid).values()
+    assert fit.valid
+    for name in reference.values:
+        assert fit.values[name] == pytest.approx(reference.values[name], rel=1e-10, abs=1e-12), name
+        assert fit.errors[name] == pytest.approx(reference.errors[name], rel=1e-10), name
