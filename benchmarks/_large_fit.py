@@ -152,8 +152,8 @@ def worker_peak_mib() -> float:
 def distributed_loss(spec: dict[str, Any]) -> tuple[Any, Any]:
     """A ``DistributedLoss`` over ``spec['workers']`` parts of the file, and the client (to close)."""
     from distributed import Client
-    from zcache.distributed import DistributedLoss
 
+    from zcache.distributed import DistributedLoss
     from zcache.toys import local_cluster
 
     client = Client(local_cluster(spec["workers"]))
@@ -247,6 +247,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jsonable(value: Any) -> Any:
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, (list, tuple)) and len(value) > 8 and all(isinstance(v, (int, float)) for v in value):
+        return {"count": len(value), "median": float(np.median(value)), "max": float(np.max(value))}
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
