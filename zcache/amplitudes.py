@@ -796,6 +796,29 @@ class AmplitudePdf(Model):
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
         return self.amplitude.intensity(x)
 
+    @property
+    def factorizes(self) -> bool:
+        r""":math:`|A|^2 / (V \langle|A|^2\rangle)`: one normalization for every event.
+
+        See :attr:`zcache.models.Model.factorizes`.
+        """
+        return True
+
+    def log_unnormalized(self, data: Data) -> tf.Tensor:
+        r""":math:`\log |A(x)|^2` per row of ``data``, through the amplitude's per-dataset caches.
+
+        Parameters
+        ----------
+        data : zcache.Data
+            Events (s12, s13).
+
+        Returns
+        -------
+        tf.Tensor
+            float64, one value per row of ``data.value()``.
+        """
+        return tf.math.log(self.amplitude.intensity(data))
+
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
         r""":math:`\sum_i \log|A(x_i)|^2 - N \log(V \langle|A|^2\rangle)`: no per-event division.
 

@@ -68,7 +68,7 @@ from ._engine.parameter import Parameter
 from ._engine.trace import forbid_in_trace
 from .exceptions import DataError, DataShapeError, ModelError
 from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
-from .models import Model
+from .models import Model, unique_parameters
 
 __all__ = ["Chunks", "ChunkedLoss", "npy_blocks"]
 
@@ -369,15 +369,27 @@ class Chunks(Sequence[Data]):
 
 
 # -- the loss -----------------------------------------------------------------------------------
-class _OnceTerms(BaseLoss):
-    """What a chunked loss adds once, not per chunk: the extended term and the constraints."""
+class _FactorizedPart(UnbinnedNLL):
+    r"""One chunk's :math:`-\sum_i w_i \log f(x_i)` of a model whose density is :math:`f / Z`: no normalization."""
 
-    def __init__(self, model: Model, chunks: Chunks, extended: bool,
+    def _events_term(self) -> tuple[tf.Tensor, tf.Tensor]:
+        log_f = self.model.log_unnormalized(self.data)
+        weights = self.data.weights  # padded data have weights (0 on the padding rows)
+        if weights is None:
+            return -tf.reduce_sum(log_f), tf.cast(self.data.nevents, tf.float64)
+        return -tf.reduce_sum(weights * log_f), tf.reduce_sum(weights)
+
+
+class _OnceTerms(BaseLoss):
+    r"""What a chunked loss adds once, not per chunk: :math:`W \log Z`, the extended term, the constraints."""
+
+    def __init__(self, model: Model, chunks: Chunks, extended: bool, normalization: bool,
                  constraints: Sequence[GaussianConstraint] | None) -> None:
         self.model = model
         self.extended = extended
+        self.normalization = normalization
         super().__init__(constraints)
-        if extended:  # N (or the sum of weights) over all chunks: a data-only cache, computed once
+        if extended or normalization:  # N (or the sum of weights) over all chunks: a data-only cache, computed once
             def count() -> tf.Tensor:
                 return tf.add_n([tf.reduce_sum(d.weights) if d.is_weighted else tf.cast(d.nevents, tf.float64)
                                  for d in chunks])
@@ -385,13 +397,18 @@ class _OnceTerms(BaseLoss):
 
     def _loss_params(self) -> list[Parameter]:
         yield_parameter = [self.model.yield_parameter] if self.extended else []
-        return [p for p in [*yield_parameter, *(q for c in self.constraints for q in c.params)] if p is not None]
+        shape = self.model.get_params(floating=None) if self.normalization else []
+        return unique_parameters([p for p in [*yield_parameter, *shape, *(q for c in self.constraints for q in c.params)]
+                                  if p is not None])
 
     def _value(self) -> tf.Tensor:
-        if not self.extended:
-            return tf.constant(0.0, tf.float64)
-        nu = self.model.get_yield()
-        return nu - self._count.value() * tf.math.log(nu)
+        value = tf.constant(0.0, tf.float64)
+        if self.normalization:  # sum_i w_i log Z: the chunks left it out
+            value = value + self._count.value() * tf.math.log(self.model.normalization())
+        if self.extended:
+            nu = self.model.get_yield()
+            value = value + nu - self._count.value() * tf.math.log(nu)
+        return value
 
 
 class ChunkedLoss(BaseLoss):
@@ -412,11 +429,20 @@ class ChunkedLoss(BaseLoss):
         events, or the sum of weights, of all chunks).
     constraints : sequence of GaussianConstraint, optional
         Penalties, added once.
+    exact_hessian : bool
+        ``False`` (default): the Hessian is central differences of each chunk's exact gradients,
+        whose memory is one gradient's. ``True``: second-order autodiff where precompute allows,
+        faster but holding about one gradient's memory per fitted parameter (vectorized over them).
 
     Attributes
     ----------
     parts : list of zcache.loss.UnbinnedNLL
         One loss per chunk.
+    factorized : bool
+        The model :attr:`~zcache.models.Model.factorizes`: each chunk computes
+        :math:`-\sum_i w_i \log f(x_i)` and :math:`\sum_i w_i \log Z` is added once per evaluation
+        (an amplitude model's integral over its phase-space sample is then computed once, not once
+        per chunk). Otherwise each chunk evaluates the normalized density.
 
     Raises
     ------
@@ -442,7 +468,7 @@ class ChunkedLoss(BaseLoss):
     evaluates_in_parts = True
 
     def __init__(self, model: Model, chunks: Chunks, *, extended: bool = False,
-                 constraints: Sequence[GaussianConstraint] | None = None) -> None:
+                 constraints: Sequence[GaussianConstraint] | None = None, exact_hessian: bool = False) -> None:
         if not isinstance(model, Model):
             raise ModelError(f"ChunkedLoss needs a zcache.models.Model, got {model!r}.")
         if not isinstance(chunks, Chunks):
@@ -452,8 +478,12 @@ class ChunkedLoss(BaseLoss):
         self.model = model
         self.chunks = chunks
         self.extended = bool(extended)
-        self.parts: list[UnbinnedNLL] = [UnbinnedNLL(model, d) for d in chunks]
-        self._once = _OnceTerms(model, chunks, self.extended, constraints)
+        #: Whether the normalization is added once per evaluation (:attr:`zcache.models.Model.factorizes`).
+        self.factorized = bool(model.factorizes)
+        part = _FactorizedPart if self.factorized else UnbinnedNLL
+        self.parts: list[UnbinnedNLL] = [part(model, d) for d in chunks]
+        self._once = _OnceTerms(model, chunks, self.extended, self.factorized, constraints)
+        self.exact_hessian = bool(exact_hessian)
         super().__init__(constraints)
         self._backwards = False
 
@@ -507,7 +537,8 @@ class ChunkedLoss(BaseLoss):
         """``call(part)`` for every chunk and the once-terms, in chunk order (visited alternately forwards and backwards)."""
         # Python sums of per-chunk calls: inside a trace there would be no numbers to add.
         forbid_in_trace("ChunkedLoss evaluation (it calls each chunk's traced function from Python)")
-        parts: list[BaseLoss] = [*self.parts, *([self._once] if self.extended or self.constraints else [])]
+        once = self.extended or self.factorized or self.constraints
+        parts: list[BaseLoss] = [*self.parts, *([self._once] if once else [])]
         results: list[Any] = [None] * len(parts)
         # Each chunk's call sets the parameters: no other thread may move them between two chunks.
         with ENGINE_LOCK:
@@ -605,8 +636,9 @@ class ChunkedLoss(BaseLoss):
         params : sequence of Parameter, optional
             Default: :attr:`params` (the floating parameters now).
         exact : bool, optional
-            As for :meth:`zcache.loss.BaseLoss.hessian_at`; by default exact where precompute
-            of this loss left no cache on a fitted parameter's path.
+            As for :meth:`zcache.loss.BaseLoss.hessian_at`; by default exact only with
+            ``exact_hessian=True`` and where precompute of this loss left no cache on a fitted
+            parameter's path, else central differences of each chunk's exact gradients.
 
         Returns
         -------
@@ -614,7 +646,8 @@ class ChunkedLoss(BaseLoss):
             float64, shape (n, n), symmetric.
         """
         params, x = self._param_list(params), np.asarray(x, dtype=np.float64)
-        exact = self._exact_hessian_ok(params) if exact is None else bool(exact)
+        if exact is None:
+            exact = self.exact_hessian and self._exact_hessian_ok(params)
         hessians = self._each(lambda part: part.hessian_at(x, params, exact=exact).numpy())
         return tf.constant(np.sum(hessians, axis=0))
 

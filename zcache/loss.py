@@ -616,18 +616,19 @@ class UnbinnedNLL(BaseLoss):
 
     def _value(self) -> tf.Tensor:
         checks = require(self._inside.value(), DataRangeError, self._range_message)
-        weights = self.data.weights
         with tf.control_dependencies(checks):
-            if weights is None:
-                nll = -self.model.sum_log_pdf(self.data)
-                n = tf.cast(self.data.nevents, tf.float64)
-            else:  # -sum_i w_i log p_i; the Poisson term counts sum_i w_i events (padding rows: w = 0)
-                nll = -tf.reduce_sum(weights * self.model.log_pdf(self.data, raw=True))
-                n = tf.reduce_sum(weights)
+            nll, n = self._events_term()
         if self.extended:
             nu = self.model.get_yield()
             nll = nll + nu - n * tf.math.log(nu)
         return nll
+
+    def _events_term(self) -> tuple[tf.Tensor, tf.Tensor]:
+        r""":math:`-\sum_i w_i \log p(x_i)` and the events it counts (:math:`\sum_i w_i`; padding rows: w = 0)."""
+        weights = self.data.weights
+        if weights is None:
+            return -self.model.sum_log_pdf(self.data), tf.cast(self.data.nevents, tf.float64)
+        return -tf.reduce_sum(weights * self.model.log_pdf(self.data, raw=True)), tf.reduce_sum(weights)
 
     def weighted_event_terms(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
         r"""Per-event log-likelihood terms :math:`\ell_i` and weights :math:`w_i` of weighted data.

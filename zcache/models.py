@@ -511,6 +511,33 @@ class Model(Cachable):
         # Composite models override this to route datasets to their components' caches.
         return density(self._unnormalized_pdf(self.space.select(data)), self.normalization())
 
+    @property
+    def factorizes(self) -> bool:
+        r"""Whether :math:`p(x) = f(x) / Z` with one normalization :math:`Z` = :meth:`normalization` for every event.
+
+        True for a model that does not override how its density is put together (a single shape);
+        False for mixtures and products, whose components are normalized one by one. A chunked
+        loss (:class:`zcache.chunks.ChunkedLoss`) then adds :math:`\sum_i w_i \log Z` once per
+        evaluation instead of once per chunk.
+        """
+        return type(self)._pdf is Model._pdf
+
+    def log_unnormalized(self, data: Data) -> tf.Tensor:
+        r""":math:`\log f(x)` per row of ``data`` (padding rows included), for a model that :attr:`factorizes`.
+
+        Parameters
+        ----------
+        data : zcache.Data
+            Events.
+
+        Returns
+        -------
+        tf.Tensor
+            float64, one value per row of ``data.value()``: :math:`\log p = \log f - \log Z`
+            (NaN where :math:`f < 0`).
+        """
+        return tf.math.log(self._unnormalized_pdf(self.space.select(data)))
+
     def unnormalized_pdf(self, x: Any) -> tf.Tensor:
         """The unnormalized density at ``x`` (unchecked: it may be negative where the model is).
 
