@@ -62,6 +62,9 @@ SLOW_DOCTESTS = {f"zcache/{name}" for name in (
 #: the documentation build) within its 25 minutes. Seconds are the CPU time of each, measured 2026-11-26 in the full
 #: run; what CI keeps of the same behaviour follows each group.
 EXHAUSTIVE = {
+    # a chunked loss evaluated eagerly (12-16 s loaded): its traced calls are what every other test_chunks test and
+    # the FitMachine's chunked_fit check; eager evaluation of chunk parts is the UnbinnedNLL's, tested in test_loss
+    "tests/test_chunks.py::test_eager_mode_gives_the_same_numbers",
     # padded data: 12 combinations (3 modes x weighted x extended), 66 s; CI keeps eager-unweighted-nll,
     # graph-weighted-extended, auto-weighted-nll and auto-unweighted-extended (every mode, weight and loss kind)
     *(f"tests/test_loss.py::test_padded_data_give_the_unpadded_loss[{c}]" for c in (

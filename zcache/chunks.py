@@ -142,7 +142,7 @@ def _positive(value: Any, what: str) -> int:
 
 
 # -- the chunks -----------------------------------------------------------------------------------
-class Chunks(Sequence[Data]):
+class Chunks:
     """Events split into datasets of at most ``size`` events, each a :class:`zcache.Data`.
 
     Build them with :meth:`from_array`, :meth:`from_npy`, :meth:`from_root` or
@@ -579,7 +579,7 @@ class ChunkedLoss(BaseLoss):
         Parameters
         ----------
         params : sequence of Parameter, optional
-            The parameters to differentiate by; default :attr:`params`.
+            The parameters to differentiate by; default :attr:`zcache.loss.BaseLoss.params`.
 
         Returns
         -------
@@ -599,9 +599,9 @@ class ChunkedLoss(BaseLoss):
         x : array_like
             One value per parameter.
         params : sequence of Parameter, optional
-            Default: :attr:`params` (the floating parameters now).
+            Default: :attr:`zcache.loss.BaseLoss.params` (the floating parameters now).
         offset : float, optional
-            Subtracted once; default :attr:`offset`.
+            Subtracted once; default :attr:`zcache.loss.BaseLoss.offset`.
 
         Returns
         -------
@@ -621,9 +621,9 @@ class ChunkedLoss(BaseLoss):
         x : array_like
             One value per parameter.
         params : sequence of Parameter, optional
-            Default: :attr:`params` (the floating parameters now).
+            Default: :attr:`zcache.loss.BaseLoss.params` (the floating parameters now).
         offset : float, optional
-            Subtracted once; default :attr:`offset`.
+            Subtracted once; default :attr:`zcache.loss.BaseLoss.offset`.
 
         Returns
         -------
@@ -644,7 +644,7 @@ class ChunkedLoss(BaseLoss):
         x : array_like
             One value per parameter; the parameters are left there.
         params : sequence of Parameter, optional
-            Default: :attr:`params` (the floating parameters now).
+            Default: :attr:`zcache.loss.BaseLoss.params` (the floating parameters now).
         exact : bool, optional
             As for :meth:`zcache.loss.BaseLoss.hessian_at`; by default exact only with
             ``exact_hessian=True`` and where precompute of this loss left no cache on a fitted
