@@ -223,7 +223,8 @@ def test_eager_mode_gives_the_same_numbers() -> None:
 
 
 def test_threads_and_traces() -> None:
-    """Two threads fitting at different points get their own sums; a user's tf.function is refused by name."""
+    """Two threads fitting at different points get their own sums; a user's GradientTape sees the chunks; a
+    user's tf.function is refused by name."""
     x = _events(1000)
     model, _ = _gauss_exp("threads")
     chunked = ChunkedLoss(model, Chunks.from_array(x, 500), extended=True)
@@ -234,6 +235,16 @@ def test_threads_and_traces() -> None:
         threaded = list(pool.map(lambda p: chunked.value_gradient_at(p)[1].numpy(), points * 2))
     for got, want in zip(threaded, serial * 2, strict=True):
         np.testing.assert_array_equal(got, want)
+
+    # a user's GradientTape around value() (eager): the chunks' gradients, as for the unchunked loss
+    whole = ExtendedUnbinnedNLL(model, zcache.Data(x))
+    variables = [p.variable for p in chunked.params]
+    with tf.GradientTape() as tape:
+        value = chunked.value()
+    with tf.GradientTape() as tape_whole:
+        value_whole = whole.value()
+    _close(value, value_whole, 1e-12)
+    _close(tape.gradient(value, variables), tape_whole.gradient(value_whole, variables), 1e-10)
 
     @tf.function
     def users_function() -> tf.Tensor:

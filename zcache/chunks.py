@@ -571,7 +571,8 @@ class ChunkedLoss(BaseLoss):
         FitError
             A chunk's value is NaN or infinite.
         """
-        return tf.constant(sum(float(v) for v in self._each(lambda part: part.value())), tf.float64)
+        # tf.add_n, not a Python sum: a user's GradientTape around this call sees each chunk's call
+        return tf.add_n(self._each(lambda part: part.value()))
 
     def value_gradient(self, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """The loss and its gradient, summed chunk by chunk.
