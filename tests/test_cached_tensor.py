@@ -145,6 +145,35 @@ def test_gradient_of_data_only_cache_is_zero_and_free():
     np.testing.assert_allclose(g.numpy(), [np.sum(np.cos(np.linspace(0.0, 1.0, 5)))], rtol=1e-14)
 
 
+def test_gradient_through_caches_read_inside_a_users_cond_and_loop():
+    """Cache reads inside a user's tf.cond and tf.while_loop differentiate exactly on hit and miss (there the
+    backward pass recomputes at the forward pass's values: a control-flow gradient graph cannot capture the
+    inputs' Variables). Before, the loop's gradient failed to build."""
+    x = zcache.Data(np.linspace(0.1, 2.0, 9), name="x_cf")
+    p = zcache.Parameter("p_cf", 0.8)
+    inner = zcache.CachedTensor(lambda: tf.sin(p.value() * x.value()), name="inner_cf")
+    outer = zcache.CachedTensor(lambda: inner.value() * p.value() ** 2, name="outer_cf")
+
+    @tf.function
+    def user(flag):
+        with tf.GradientTape() as tape:
+            y = tf.cond(flag, lambda: tf.reduce_sum(outer.value()), lambda: tf.reduce_sum(inner.value()) * 3.0)
+            y = tf.while_loop(lambda i, acc: i < 2, lambda i, acc: (i + 1, acc + tf.reduce_sum(outer.value())),
+                              (0, y))[1]
+        return y, tape.gradient(y, p.variable)
+
+    def ref(flag):
+        v, xs = p._current(), x.numpy()
+        d_outer = np.sum(np.cos(v * xs) * xs * v**2 + 2 * v * np.sin(v * xs))
+        return (1.0 if flag else 0.0) * d_outer + (0.0 if flag else 3.0 * np.sum(np.cos(v * xs) * xs)) + 2 * d_outer
+
+    for flag in (True, False, True):  # misses, then hits
+        for _ in range(2):
+            np.testing.assert_allclose(user(tf.constant(flag))[1].numpy(), ref(flag), rtol=1e-12)
+        p.set_value(p._current() + 0.1)
+    assert zcache._engine.tf_internals.inside_control_flow() is False
+
+
 def test_second_order_eager_is_exact(model):
     x, p, _, cache, _ = model
 

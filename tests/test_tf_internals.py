@@ -199,6 +199,32 @@ def test_assertion_text_is_recovered():
     assert type(err).__name__ == "ModelError" and str(err) == "must hold"
 
 
+def test_inside_control_flow_sees_cond_branches_and_loop_bodies():
+    """Item 12: a graph being built is told apart as a tf.cond branch or loop body (or inside one)."""
+    seen = {}
+
+    @tf.function(autograph=False)
+    def f(x):
+        seen["function"] = _tf_internals.inside_control_flow()
+
+        def branch():
+            seen["cond"] = _tf_internals.inside_control_flow()
+            return tf.identity(x)
+
+        y = tf.cond(x > 0, branch, lambda: -x)
+
+        def body(i):
+            seen["loop"] = _tf_internals.inside_control_flow()
+            return (i + 1,)
+
+        tf.while_loop(lambda i: i < 2, body, (tf.constant(0),))
+        return y
+
+    f(tf.constant(1.0))
+    assert seen == {"function": False, "cond": True, "loop": True}
+    assert _tf_internals.inside_control_flow() is False
+
+
 def test_second_order_cond_error_is_recognized():
     """The text TensorFlow raises for the second-order gradient of a cond over a shape-relaxed Variable.
 

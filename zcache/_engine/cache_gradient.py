@@ -13,7 +13,10 @@ gradient is asked for.
 If an input changed between the forward and the backward pass (a persistent tape that
 spans a ``set_value``; ``GRAPH.input_changes`` moved), the backward pass recomputes the
 function at the forward pass's inputs instead, substituting every input ancestor by its
-forward value (:func:`zcache._engine.context.substituted`).
+forward value (:func:`zcache._engine.context.substituted`). So it does for a cache read
+inside a user's ``tf.cond`` or loop: the backward pass is then built in a control-flow
+gradient graph, which cannot capture the inputs' Variables
+(:func:`zcache._engine.tf_internals.inside_control_flow`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..exceptions import ZCacheError
 from .context import differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
-from .tf_internals import tie_gradient_to_graph
+from .tf_internals import inside_control_flow, tie_gradient_to_graph
 
 __all__ = ["with_gradient"]
 
@@ -64,6 +67,7 @@ def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
     # gradient registry for good, which would keep this cache, and all it reads, alive.
     ref, name = weakref.ref(cache), cache.name
     uids = [p.node_id for p in params]
+    nested = tf.inside_function() and inside_control_flow()  # see the module docstring
 
     @tf.custom_gradient
     def cached_value(*param_values: tf.Tensor) -> Any:
@@ -74,7 +78,7 @@ def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
                     f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
                     "being differentiated; keep the cache alive as long as its graphs are used."
                 )
-            if GRAPH.input_changes == generation:  # no input changed since the forward pass
+            if GRAPH.input_changes == generation and not nested:  # no input changed since the forward pass
                 with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(variables)
                     with recording():  # reads here are not new dependencies

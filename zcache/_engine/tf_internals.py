@@ -32,6 +32,7 @@ __all__ = [
     "failed_assertion_text",
     "graph_key",
     "is_second_order_cond_error",
+    "inside_control_flow",
     "is_xla_shape_error",
     "keep_conditional",
     "separately_compiled",
@@ -406,3 +407,34 @@ def _copy_config(options: Any) -> Any:
     config = tf.compat.v1.ConfigProto()
     config.ParseFromString(options.config_proto_serialized)
     return config
+
+
+# 12. Whether a graph being built is a branch of tf.cond or a loop body --------------------------
+# The gradient of a tf.cond (or a loop) is built in a graph of its own that may capture only
+# tensors of the forward graphs, not eager tensors: a cache's backward pass that reads its
+# inputs' Variables there (capturing their eager handles) makes TensorFlow fail ("... is in
+# list of internal_captures but not in internal_capture_to_output" for a loop, "Tensor.graph
+# is undefined when eager execution is enabled" for a cond; TensorFlow 2.21). A cache read
+# inside control flow therefore recomputes at its forward pass's values (cache_gradient). No
+# public API says whether a graph is a control-flow branch.
+try:
+    from tensorflow.python.ops.control_flow_v2_func_graphs import ControlFlowFuncGraph as _CONTROL_FLOW_GRAPH
+except ImportError:  # pragma: no cover - another TensorFlow layout
+    _CONTROL_FLOW_GRAPH = None
+    _missing("tensorflow.python.ops.control_flow_v2_func_graphs.ControlFlowFuncGraph",
+             "a gradient through a cache read inside tf.cond or a loop always recomputes its inputs' subtree.")
+
+
+def inside_control_flow() -> bool:
+    """Whether the graph being built is (inside) a ``tf.cond`` branch or a loop body.
+
+    True also where TensorFlow's layout is unknown (the safe answer).
+    """
+    if _CONTROL_FLOW_GRAPH is None:  # pragma: no cover
+        return True
+    graph = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        if isinstance(graph, _CONTROL_FLOW_GRAPH):
+            return True
+        graph = getattr(graph, "outer_graph", None)
+    return False
