@@ -7,6 +7,7 @@ files, and the unchunked fit.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -16,7 +17,8 @@ import tensorflow as tf
 
 import zcache
 from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-from zcache.chunks import ChunkedLoss, Chunks, npy_blocks
+import zcache.chunks
+from zcache.chunks import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
@@ -148,6 +150,39 @@ def test_value_matches_scipy_truncated_normal() -> None:
     dz = 1.3 * (scipy.stats.norm.pdf(-5.1 / 1.3) - scipy.stats.norm.pdf(4.9 / 1.3)) * np.sqrt(2 * np.pi) / 1.3
     assert float(value) == pytest.approx(ref, rel=1e-12)
     assert float(grad[0]) == pytest.approx(-np.sum(x - 0.1) / 1.3**2 + n * dz / z, rel=1e-9)
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not release_freed_memory(), reason="the C library is not glibc")
+def test_freed_heap_memory_goes_back_to_the_system() -> None:
+    """Freed blocks in the middle of glibc's heap stay resident until release_freed_memory returns them."""
+    big = np.ones(8 << 17)  # a freed 8 MiB mapping raises glibc's mmap threshold above 1 MiB
+    del big
+    blocks = [np.ones(1 << 17) for _ in range(300)]  # 300 x 1 MiB, now from the heap
+    keep = blocks[-1]  # the heap's top stays in use: glibc's own trimming cannot reach the rest
+    del blocks
+    before = _resident_mib()
+    release_freed_memory()
+    assert before - _resident_mib() > 150, "the freed 299 MiB stayed resident"
+    assert keep.sum() == 1 << 17
+
+
+def test_each_chunk_returns_its_freed_memory(monkeypatch) -> None:
+    """ChunkedLoss releases freed memory after every chunk (and the once-terms), value and gradient alike."""
+    calls = []
+    monkeypatch.setattr(zcache.chunks, "release_freed_memory", lambda: calls.append(1) or True)
+    mu = zcache.Parameter("mu_release", 0.1)
+    model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
+    loss = ChunkedLoss(model, Chunks.from_array(np.random.default_rng(3).normal(0.2, 1.0, 500), 200))
+    loss.value()
+    assert len(calls) == len(loss.parts) + (1 if model.factorizes else 0)
+    calls.clear()
+    loss.value_gradient_at([0.15], [mu])
+    assert len(calls) == len(loss.parts) + (1 if model.factorizes else 0)
 
 
 def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:

@@ -33,6 +33,10 @@ Design notes
 - The Hessian is the sum of the chunks' Hessians: exact (second-order autodiff per chunk)
   where precompute left no cache on a fitted parameter's path, else central differences of
   each chunk's exact gradients.
+- **Freed memory goes back to the system after each chunk** (:func:`release_freed_memory`,
+  glibc's ``malloc_trim``): TensorFlow's buffers of a few MiB come from glibc's heap once its
+  mmap threshold has grown, and the pages a chunk's evaluation freed would stay in the
+  process's resident set, fragmented, growing call after call.
 
 Examples
 --------
@@ -54,6 +58,7 @@ True
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -71,7 +76,7 @@ from .exceptions import DataError, DataShapeError, ModelError
 from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
 from .models import Model, unique_parameters
 
-__all__ = ["Chunks", "ChunkedLoss", "npy_blocks"]
+__all__ = ["Chunks", "ChunkedLoss", "npy_blocks", "release_freed_memory"]
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -142,6 +147,39 @@ def _positive(value: Any, what: str) -> int:
 
 
 # -- the chunks -----------------------------------------------------------------------------------
+
+def _find_malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc (Linux); absent elsewhere
+    except (AttributeError, OSError):
+        return None
+
+
+_MALLOC_TRIM = _find_malloc_trim()
+
+
+def release_freed_memory() -> bool:
+    """Return the heap memory the process has freed to the operating system (glibc's ``malloc_trim(0)``).
+
+    :class:`ChunkedLoss` calls it after each chunk. Where the C library has no such call (not
+    glibc) it does nothing.
+
+    Returns
+    -------
+    bool
+        Whether the C library has the call (glibc), not whether memory was released.
+
+    Examples
+    --------
+    >>> from zcache.chunks import release_freed_memory
+    >>> isinstance(release_freed_memory(), bool)
+    True
+    """
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
+
 class Chunks:
     """Events split into datasets of at most ``size`` events, each a :class:`zcache.Data`.
 
@@ -556,6 +594,7 @@ class ChunkedLoss(BaseLoss):
             self._backwards = not self._backwards
             for k in order:
                 results[k] = call(parts[k])
+                release_freed_memory()  # else the chunks' freed buffers stay resident, fragmented
         return results
 
     def value(self) -> tf.Tensor:
