@@ -16,8 +16,8 @@ import scipy.stats
 import tensorflow as tf
 
 import zcache
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
 import zcache.chunks
+from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
 from zcache.chunks import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
