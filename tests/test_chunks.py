@@ -172,7 +172,8 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
 
 
 def test_each_chunk_returns_its_freed_memory(monkeypatch) -> None:
-    """ChunkedLoss releases freed memory after every chunk (and the once-terms), value and gradient alike."""
+    """ChunkedLoss releases freed memory after every chunk (and the once-terms), value and gradient alike, and
+    after each chunk of precompute's evaluation."""
     calls = []
     monkeypatch.setattr(zcache.chunks, "release_freed_memory", lambda: calls.append(1) or True)
     mu = zcache.Parameter("mu_release", 0.1)
@@ -183,6 +184,9 @@ def test_each_chunk_returns_its_freed_memory(monkeypatch) -> None:
     calls.clear()
     loss.value_gradient_at([0.15], [mu])
     assert len(calls) == len(loss.parts) + (1 if model.factorizes else 0)
+    calls.clear()
+    loss.__zcache_evaluate__()  # precompute's evaluation, chunk by chunk
+    assert len(calls) == len(loss.parts)
 
 
 def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:

@@ -577,6 +577,7 @@ class ChunkedLoss(BaseLoss):
         with set_cache_budget(0):
             for part in self.parts:
                 part.__zcache_evaluate__()
+                release_freed_memory()  # as after each chunk of a call
             self._once.__zcache_evaluate__()
         return ()
 
