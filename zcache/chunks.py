@@ -146,8 +146,7 @@ def _positive(value: Any, what: str) -> int:
     return int(value)
 
 
-# -- the chunks -----------------------------------------------------------------------------------
-
+# -- memory ---------------------------------------------------------------------------------------
 def _find_malloc_trim() -> Any:
     try:
         return ctypes.CDLL(None).malloc_trim  # glibc (Linux); absent elsewhere
@@ -180,6 +179,8 @@ def release_freed_memory() -> bool:
     _MALLOC_TRIM(0)
     return True
 
+
+# -- the chunks -----------------------------------------------------------------------------------
 class Chunks:
     """Events split into datasets of at most ``size`` events, each a :class:`zcache.Data`.
 

@@ -17,7 +17,7 @@ import contextlib
 import re
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -31,8 +31,8 @@ __all__ = [
     "eager_variable",
     "failed_assertion_text",
     "graph_key",
-    "is_second_order_cond_error",
     "inside_control_flow",
+    "is_second_order_cond_error",
     "is_xla_shape_error",
     "keep_conditional",
     "separately_compiled",
@@ -260,13 +260,19 @@ def xla_calling_graph() -> Any:
     """
     if _IN_XLA is None:  # pragma: no cover - warned at import
         return None
-    graph: Any = tf.compat.v1.get_default_graph()
     found = None
-    while graph is not None:
+    for graph in _enclosing_graphs():
         if _IN_XLA(graph):
             found = graph
-        graph = getattr(graph, "outer_graph", None) if graph.building_function else None
     return found
+
+
+def _enclosing_graphs() -> Iterator[Any]:
+    """The graph being built, then each graph that contains it, out to the eager context's graph."""
+    graph: Any = tf.compat.v1.get_default_graph()
+    while graph is not None:
+        yield graph
+        graph = getattr(graph, "outer_graph", None) if graph.building_function else None
 
 
 # 10. XLA's complex gradients of sqrt, rsqrt and reciprocal ---------------------------------
@@ -432,9 +438,4 @@ def inside_control_flow() -> bool:
     """
     if _CONTROL_FLOW_GRAPH is None:  # pragma: no cover
         return True
-    graph = tf.compat.v1.get_default_graph()
-    while graph is not None:
-        if isinstance(graph, _CONTROL_FLOW_GRAPH):
-            return True
-        graph = getattr(graph, "outer_graph", None)
-    return False
+    return any(isinstance(graph, _CONTROL_FLOW_GRAPH) for graph in _enclosing_graphs())
