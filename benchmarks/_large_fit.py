@@ -164,12 +164,29 @@ def distributed_loss(spec: dict[str, Any]) -> tuple[Any, Any]:
     return DistributedLoss(build_part, parts, client), client
 
 
+def _log_calls(loss: Any, t0: float) -> None:
+    """Log each value, gradient and Hessian call the fit makes (a 1e8 fit runs for an hour or more)."""
+    for name in ("value_at", "value_gradient_at", "hessian_at"):
+        method = getattr(loss, name, None)
+        if method is None:
+            continue
+
+        def logged(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            out = _method(*args, **kwargs)
+            log(f"fit: {_name} {time.perf_counter() - started:.1f} s (at {time.perf_counter() - t0:.0f} s)")
+            return out
+
+        setattr(loss, name, logged)
+
+
 def _fit(loss: Any, params: list[Any], x0: np.ndarray) -> dict[str, Any]:
     import zcache
     from zcache.minimize import Minuit
 
     zcache.set_values(params, x0)
     t0 = time.perf_counter()
+    _log_calls(loss, t0)
     result = Minuit(compiled=False).minimize(loss, params)
     seconds = time.perf_counter() - t0
     return {"seconds": seconds, "valid": bool(result.valid), "fmin": float(result.fmin), "edm": float(result.edm),
