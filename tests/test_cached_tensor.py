@@ -210,6 +210,47 @@ def test_second_order_traced_is_exact(model):
     assert traced.trace_count == 1
 
 
+@pytest.mark.parametrize("pfor", [True, False], ids=["vectorized", "while-loop"])
+def test_users_jacobian_hessian_of_a_likelihood_through_caches(pfor):
+    """A user's own Hessian of an NLL (nested tapes, tape.jacobian) inside a plain tf.function, through a
+    model's caches (the density, its normalization): exact on misses and hits, eagerly too. The jacobian's
+    vectorized body calls a cache's backward pass (the NLL is not linear in the density), which then
+    recomputes at its forward values: before, reading the caches below there failed to vectorize."""
+    import numdifftools as nd
+    import scipy.stats
+
+    from zcache.models import Gaussian, Space
+
+    mu = zcache.Parameter("mu_jac", 0.2, lower=-1.0, upper=1.0)
+    sigma = zcache.Parameter("sigma_jac", 0.9, lower=0.1, upper=3.0)
+    model = Gaussian(Space("x_jac", -3.0, 3.0), mu, sigma)
+    xs = np.random.default_rng(2).normal(0.1, 1.0, 60)
+    xs = xs[np.abs(xs) < 3.0]
+    data = zcache.Data(xs, name="x_jac_data")
+    variables = [mu.variable, sigma.variable]
+    zero = tf.UnconnectedGradients.ZERO
+
+    def hessian():
+        with tf.GradientTape(persistent=not pfor) as outer:
+            with tf.GradientTape() as inner:
+                nll = -tf.reduce_sum(tf.math.log(model.pdf(data)))
+            gradient = tf.stack(inner.gradient(nll, variables, unconnected_gradients=zero))
+        return tf.stack(outer.jacobian(gradient, variables, unconnected_gradients=zero, experimental_use_pfor=pfor))
+
+    def nll_ref(v):
+        m, s = v
+        norm = scipy.stats.norm.cdf(3.0, m, s) - scipy.stats.norm.cdf(-3.0, m, s)
+        return -np.sum(scipy.stats.norm.logpdf(xs, m, s) - np.log(norm))
+
+    traced = tf.function(hessian)
+    for v in ((0.2, 0.9), (0.2, 0.9), (0.3, 1.1)):  # misses, hits, misses
+        mu.set_value(v[0])
+        sigma.set_value(v[1])
+        expected = nd.Hessian(nll_ref)(v)
+        np.testing.assert_allclose(traced().numpy(), expected, rtol=1e-8)
+        np.testing.assert_allclose(hessian().numpy(), expected, rtol=1e-8)
+
+
 @pytest.mark.parametrize("traced", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "traced"])  # 1.6 s
 def test_hessian_helper(model, traced):
     x, p, q, cache, _ = model

@@ -208,6 +208,8 @@ def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:
         assert float(chunked.value_at(at, offset=offset)) == pytest.approx(float(v1), rel=1e-12)
     # differences of exact gradients (each chunk's own steps), before precompute
     _close(chunked.hessian_at(at), whole.hessian_at(at), 1e-6)
+    # exact, through the chunks' valid caches (no precompute), as through the whole loss's
+    _close(chunked.hessian_at(at, exact=True), whole.hessian_at(at, exact=True), 1e-10)
     # after precompute every cache on the fitted parameters' path is bypassed: exact Hessians
     zcache.precompute(whole, floating=whole.params)
     zcache.precompute(chunked, floating=chunked.params)

@@ -4,6 +4,8 @@ outputs of the compiled function, inspected after each call)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -564,26 +566,29 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
 
 
 # -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
-@pytest.mark.parametrize("exact", [False, True], ids=["differences", "exact"])
+@pytest.mark.parametrize("exact", [False, "precompute", "caches"], ids=["differences", "exact", "exact-caches"])
 @pytest.mark.slow  # XLA compiles Hessians of line shapes
 def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
     """hessian_at with a mass and a width floating, through complex 1/z and sqrt: compiled (True and
     'auto', repeated) equals graph mode and eager, which equal central differences of the gradient;
-    ``exact`` (after precompute): the second-order autodiff Hessian in one compiled call."""
+    ``exact`` (after precompute): the second-order autodiff Hessian in one compiled call; ``exact-caches``:
+    the same without precompute, through the valid caches of the line shape (issue 26)."""
     loss, params = complex_line_shape_loss("cls")
-    if exact:
+    if exact == "precompute":
         zcache.precompute(loss)
     x = np.array([0.93, 0.11])
+    hessian_at = functools.partial(loss.hessian_at, exact=True) if exact == "caches" else loss.hessian_at
     with zcache.set_graph_mode(False):
-        eager = loss.hessian_at(x, params).numpy()
+        loss.value()  # valid caches for exact-caches
+        eager = hessian_at(x, params).numpy()
         reference = zcache.hessian(loss.value, params).numpy()  # differences of eager gradients
     np.testing.assert_allclose(eager, reference, rtol=1e-5)
-    graph = loss.hessian_at(x, params).numpy()
+    graph = hessian_at(x, params).numpy()
     np.testing.assert_allclose(graph, eager, rtol=1e-9)
     for jit in (True, "auto"):
         with zcache.set_jit_mode(jit):
             for _ in range(3):  # a result that changes between calls would show here
-                np.testing.assert_allclose(loss.hessian_at(x, params).numpy(), eager, rtol=1e-9)
+                np.testing.assert_allclose(hessian_at(x, params).numpy(), eager, rtol=1e-9)
                 value, grad = loss.value_gradient_at(x * 1.01, params)
                 with zcache.set_jit_mode(False), zcache.set_graph_mode(False):
                     value0, grad0 = loss.value_gradient_at(x * 1.01, params)

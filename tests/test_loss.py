@@ -275,6 +275,21 @@ def test_hessian_at_exact_with_precompute():
         report.undo()
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_hessian_at_exact_through_valid_caches(graph):
+    """hessian_at(exact=True) without precompute: second-order autodiff through the model's caches (valid
+    ones: hits in the forward pass) equals numdifftools; traced, it failed to build before."""
+    with zcache.set_graph_mode(graph):
+        m = simple()
+        ref = lambda v: simple_ref(m.data.numpy(), *v)  # noqa: E731
+        assert not m.loss._exact_hessian_ok(tuple(m.loss.params))  # no precompute: caches on the path
+        for v in ([0.9, 0.7], [0.9, 0.7], [1.1, 0.6]):
+            m.loss.value_at(v)  # the caches are valid at v when the Hessian is asked for
+            hess = m.loss.hessian_at(v, exact=True).numpy()
+            np.testing.assert_allclose(hess, nd.Hessian(ref)(v), rtol=1e-7)
+            np.testing.assert_array_equal(current(m.loss.params), v)
+
+
 # -- combinations ------------------------------------------------------------------------------
 @slow_modes("mode", "graph")  # graph: 4.8 s
 def test_simultaneous_loss(mode):

@@ -225,6 +225,49 @@ def test_inside_control_flow_sees_cond_branches_and_loop_bodies():
     assert _tf_internals.inside_control_flow() is False
 
 
+def test_inside_vectorized_loop_sees_jacobian_and_vectorized_map_bodies():
+    """Item 13: the body of a pfor loop (tape.jacobian, tf.vectorized_map) is told apart, traced or eager;
+    a plain function, a while loop's body and a user's own name scope are not."""
+    seen = {}
+    v = tf.Variable([1.0, 2.0], dtype=tf.float64)
+
+    @tf.custom_gradient
+    def spy(t):
+        def grad(dy):
+            seen.setdefault("jacobian", []).append(_tf_internals.inside_vectorized_loop())
+            return dy * 2.0 * t
+        return t * t, grad
+
+    def jacobian():
+        with tf.GradientTape() as tape:
+            y = spy(v)
+        return tape.jacobian(y, v)
+
+    def mapped(t):
+        seen["vectorized_map"] = _tf_internals.inside_vectorized_loop()
+        return t * 2.0
+
+    @tf.function(autograph=False)
+    def f():
+        seen["function"] = _tf_internals.inside_vectorized_loop()
+        with tf.name_scope("loop"):
+            seen["name scope"] = _tf_internals.inside_vectorized_loop()
+
+        def body(i):
+            seen["while"] = _tf_internals.inside_vectorized_loop()
+            return (i + 1,)
+
+        tf.while_loop(lambda i: i < 2, body, (tf.constant(0),))
+        tf.vectorized_map(mapped, tf.constant([1.0, 2.0]))
+        return jacobian()
+
+    np.testing.assert_array_equal(f().numpy(), np.diag([2.0, 4.0]))
+    np.testing.assert_array_equal(jacobian().numpy(), np.diag([2.0, 4.0]))  # eager: pfor runs in a function
+    assert seen == {"function": False, "name scope": False, "while": False, "vectorized_map": True,
+                    "jacobian": [True, True]}
+    assert _tf_internals.inside_vectorized_loop() is False
+
+
 def test_second_order_cond_error_is_recognized():
     """The text TensorFlow raises for the second-order gradient of a cond over a shape-relaxed Variable.
 

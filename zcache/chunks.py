@@ -30,9 +30,9 @@ Design notes
   needed next (every read a miss); alternating the direction reuses the most recent half.
 - **No compiled whole-fit program** (:attr:`ChunkedLoss.evaluates_in_parts`): it would put every chunk
   into one graph. :class:`zcache.minimize.Minuit` runs MIGRAD on the objective.
-- The Hessian is the sum of the chunks' Hessians: exact (second-order autodiff per chunk)
-  where precompute left no cache on a fitted parameter's path, else central differences of
-  each chunk's exact gradients.
+- The Hessian is the sum of the chunks' Hessians: central differences of each chunk's exact
+  gradients (one gradient's memory), or with ``exact_hessian=True`` second-order autodiff per
+  chunk, through its caches whether or not precompute bypassed them.
 - **Freed memory goes back to the system after each chunk** (:func:`release_freed_memory`,
   glibc's ``malloc_trim``): TensorFlow's buffers of a few MiB come from glibc's heap once its
   mmap threshold has grown, and the pages a chunk's evaluation freed would stay in the
@@ -471,7 +471,7 @@ class ChunkedLoss(BaseLoss):
         Penalties, added once.
     exact_hessian : bool
         ``False`` (default): the Hessian is central differences of each chunk's exact gradients,
-        whose memory is one gradient's. ``True``: second-order autodiff where precompute allows,
+        whose memory is one gradient's. ``True``: second-order autodiff, through the caches,
         faster but holding about one gradient's memory per fitted parameter (vectorized over them).
 
     Attributes
@@ -688,9 +688,9 @@ class ChunkedLoss(BaseLoss):
         params : sequence of Parameter, optional
             Default: :attr:`zcache.loss.BaseLoss.params` (the floating parameters now).
         exact : bool, optional
-            As for :meth:`zcache.loss.BaseLoss.hessian_at`; by default exact only with
-            ``exact_hessian=True`` and where precompute of this loss left no cache on a fitted
-            parameter's path, else central differences of each chunk's exact gradients.
+            As for :meth:`zcache.loss.BaseLoss.hessian_at`; by default ``exact_hessian``:
+            second-order autodiff per chunk, else central differences of each chunk's exact
+            gradients.
 
         Returns
         -------
@@ -699,7 +699,7 @@ class ChunkedLoss(BaseLoss):
         """
         params, x = self._param_list(params), np.asarray(x, dtype=np.float64)
         if exact is None:
-            exact = self.exact_hessian and self._exact_hessian_ok(params)
+            exact = self.exact_hessian
         hessians = self._each(lambda part: part.hessian_at(x, params, exact=exact).numpy())
         return tf.constant(np.sum(hessians, axis=0))
 

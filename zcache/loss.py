@@ -401,8 +401,9 @@ class BaseLoss:
         return tf.constant(self._offset if offset is None else float(offset), tf.float64)
 
     def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
-        # Exact second derivatives: hessian_at calls this only when every cache on the path
-        # is bypassed (precompute with floating parameters always dirty).
+        # Exact second derivatives, vectorized over the parameters (pfor): through bypassed
+        # caches, or valid ones, whose backward pass then recomputes inside the vectorized loop
+        # at its forward values (cache_gradient).
         variables = [p.variable for p in params]
         with tf.GradientTape(watch_accessed_variables=False) as outer:
             outer.watch(variables)
@@ -484,9 +485,9 @@ class BaseLoss:
         params : sequence of Parameter, optional
             Default: :attr:`params` (the floating parameters now).
         exact : bool, optional
-            ``False`` forces central differences; ``True`` second-order autodiff, which only a
-            caller that knows every cache on the path is bypassed may ask for (a chunked loss,
-            from its own precompute, for its chunks). Default: decided from this loss's precompute.
+            ``False`` forces central differences; ``True`` second-order autodiff (one traced
+            call, through the caches, valid or not). Default: exact where precompute bypassed
+            every cache on the fitted parameters' path, else differences (no new graph).
 
         Returns
         -------

@@ -16,7 +16,11 @@ function at the forward pass's inputs instead, substituting every input ancestor
 forward value (:func:`zcache._engine.context.substituted`). So it does for a cache read
 inside a user's ``tf.cond`` or loop: the backward pass is then built in a control-flow
 gradient graph, which cannot capture the inputs' Variables
-(:func:`zcache._engine.tf_internals.inside_control_flow`).
+(:func:`zcache._engine.tf_internals.inside_control_flow`). And so it does inside the
+vectorized loop of ``tape.jacobian`` (a Hessian: the second-order pass calls the backward
+pass again wherever the loss is not linear in the cache), which cannot vectorize the
+``tf.cond`` and store of the caches below
+(:func:`zcache._engine.tf_internals.inside_vectorized_loop`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..exceptions import ZCacheError
 from .context import differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
-from .tf_internals import inside_control_flow, tie_gradient_to_graph
+from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradient_to_graph
 
 __all__ = ["with_gradient"]
 
@@ -78,7 +82,10 @@ def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
                     f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
                     "being differentiated; keep the cache alive as long as its graphs are used."
                 )
-            if GRAPH.input_changes == generation and not nested:  # no input changed since the forward pass
+            # No input changed since the forward pass, and the caches below may be read here: not
+            # inside control flow, nor in a vectorized loop's body (a second derivative with
+            # tape.jacobian, which cannot vectorize a cache's store).
+            if GRAPH.input_changes == generation and not nested and not inside_vectorized_loop():
                 with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
                     tape.watch(variables)
                     with recording():  # reads here are not new dependencies

@@ -32,6 +32,7 @@ __all__ = [
     "failed_assertion_text",
     "graph_key",
     "inside_control_flow",
+    "inside_vectorized_loop",
     "is_second_order_cond_error",
     "is_xla_shape_error",
     "keep_conditional",
@@ -439,3 +440,22 @@ def inside_control_flow() -> bool:
     if _CONTROL_FLOW_GRAPH is None:  # pragma: no cover
         return True
     return any(isinstance(graph, _CONTROL_FLOW_GRAPH) for graph in _enclosing_graphs())
+
+
+# 13. Whether ops being built are the body of a vectorized loop (pfor) ----------------------------
+# tape.jacobian (and batch_jacobian, tf.vectorized_map) builds its loop body once and vectorizes
+# every op built there. A second derivative through a cache calls the cache's backward pass
+# inside that body (when the loss is not linear in the cache: a log-likelihood's 1/pdf), and a
+# backward pass that reads the caches below it builds their tf.cond with its store, which pfor
+# cannot vectorize ("Attempting to slice scalar input" for AssignVariableOp; TensorFlow 2.21):
+# an exact traced Hessian of a loss with valid caches on its path failed. There the backward pass
+# recomputes at its forward pass's values, reading no cache (cache_gradient). pfor builds its body
+# under the name scope "loop_body" (parallel_for/control_flow_ops.py, _pfor_impl), made unique in
+# its graph ("loop_body_1", ...); no public API says whether ops are being built for pfor.
+_PFOR_BODY_SCOPE = re.compile(r"loop_body(_\d+)?")
+
+
+def inside_vectorized_loop() -> bool:
+    """Whether the ops being built are (inside) the body of a ``pfor`` loop (``tape.jacobian``)."""
+    return tf.inside_function() and any(_PFOR_BODY_SCOPE.fullmatch(part)
+                                        for part in tf.get_current_name_scope().split("/"))
