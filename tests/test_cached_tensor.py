@@ -210,6 +210,29 @@ def test_second_order_traced_is_exact(model):
     assert traced.trace_count == 1
 
 
+def test_cache_read_inside_a_users_vectorized_map():
+    """A cache read inside a user's tf.vectorized_map (in a plain tf.function, with a tape) is computed
+    there, as a bypassed cache is: right values and gradients, never stale after set_value. Before, pfor
+    could not vectorize the cache's tf.cond and store and the function failed to build."""
+    xs = np.linspace(0.1, 2.0, 9)
+    x = zcache.Data(xs, name="x_vmap")
+    p = zcache.Parameter("p_vmap", 0.8)
+    cache = zcache.CachedTensor(lambda: tf.sin(p.value() * x.value()), name="c_vmap")
+
+    @tf.function
+    def user(scales):
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(tf.vectorized_map(lambda s: s * tf.reduce_sum(cache.value()), scales))
+        return y, tape.gradient(y, p.variable)
+
+    for v in (0.8, 0.5):
+        p.set_value(v)
+        y, g = user(tf.constant([1.0, 2.0], tf.float64))
+        np.testing.assert_allclose(float(y), 3.0 * np.sum(np.sin(v * xs)), rtol=1e-13)
+        np.testing.assert_allclose(float(g), 3.0 * np.sum(np.cos(v * xs) * xs), rtol=1e-13)
+    np.testing.assert_allclose(cache.value().numpy(), np.sin(0.5 * xs), rtol=1e-13)
+
+
 @pytest.mark.parametrize("pfor", [True, False], ids=["vectorized", "while-loop"])
 def test_users_jacobian_hessian_of_a_likelihood_through_caches(pfor):
     """A user's own Hessian of an NLL (nested tapes, tape.jacobian) inside a plain tf.function, through a

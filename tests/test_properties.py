@@ -337,6 +337,11 @@ def _sum_all(values):
     return tf.add_n([tf.reduce_sum(v) for v in values]) if values else tf.constant(0.0, tf.float64)
 
 
+def _log_sum(values):
+    """A sum that is not linear in the caches' values (as a log-likelihood is not in the density's)."""
+    return tf.add_n([tf.reduce_sum(tf.math.log1p(v * v)) for v in values]) if values else tf.constant(0.0, tf.float64)
+
+
 class World:
     def __init__(self):
         self.uids = itertools.count()
@@ -644,15 +649,17 @@ class World:
         hess = np.array(rows).reshape(len(self.params), len(self.params))
         return 0.5 * (hess + hess.T), tol
 
-    def reference_hessian(self):
-        """The Hessian of the sum of all caches w.r.t. ``params``: nested tapes on constants."""
+    def reference_hessian(self, nonlinear=False):
+        """The Hessian of the sum of all caches (``nonlinear``: of :func:`_log_sum`) w.r.t. ``params``:
+        nested tapes on constants."""
         consts = {uid: tf.constant(v, tf.float64) for uid, v in self.values.items()}
         watched = [consts[p.uid] for p in self.params]
+        combine = _log_sum if nonlinear else _sum_all
         with tf.GradientTape(persistent=True) as outer:
             outer.watch(watched)
             with tf.GradientTape() as inner:
                 inner.watch(watched)
-                total = _sum_all([c.value_in(dict(consts), TF) for c in self.caches])
+                total = combine([c.value_in(dict(consts), TF) for c in self.caches])
             g = _grads(inner.gradient(total, watched), watched)
             rows = [g[i] for i in range(len(watched))]
         return np.array([_grads(outer.gradient(r, watched), watched).numpy() for r in rows]).reshape(
@@ -679,6 +686,54 @@ class World:
                 return values, _grads(tape.gradient(total, variables), variables)
 
             self._checkers[key] = PlainTraced(body, autograph)
+        return self._checkers[key]
+
+    def plain_control_flow_reader(self, kind):
+        """A plain ``tf.function`` whose tape reads every cache inside a ``tf.cond`` branch (once, or
+        twice in the other branch), a ``tf.while_loop`` body (twice) or a ``tf.vectorized_map`` (twice)."""
+        key = self._key("control flow", kind)
+        if key not in self._checkers:
+            caches, params = list(self.caches), list(self.params)
+            variables = [p.obj.variable for p in params]
+
+            def total():
+                return _sum_all([c.read() for c in caches])
+
+            def body(flag):
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(variables)
+                    if kind == "cond":
+                        y = tf.cond(flag, total, lambda: 2.0 * total())
+                    elif kind == "vectorized_map":
+                        y = tf.reduce_sum(tf.vectorized_map(lambda s: s * total(), tf.ones([2], tf.float64)))
+                    else:
+                        y = tf.while_loop(lambda i, acc: i < 2, lambda i, acc: (i + 1, acc + total()),
+                                          (tf.constant(0), tf.constant(0.0, tf.float64)))[1]
+                return y, _grads(tape.gradient(y, variables), variables)
+
+            self._checkers[key] = PlainTraced(body, autograph=False)
+        return self._checkers[key]
+
+    def plain_jacobian_hessian(self, pfor):
+        """A plain ``tf.function`` taking a user's Hessian of :func:`_log_sum` of every cache: nested tapes,
+        the outer one's ``jacobian`` (vectorized with pfor, or a while loop)."""
+        key = self._key("jacobian", pfor)
+        if key not in self._checkers:
+            caches, params = list(self.caches), list(self.params)
+            variables = [p.obj.variable for p in params]
+
+            def body():
+                with tf.GradientTape(persistent=not pfor, watch_accessed_variables=False) as outer:
+                    outer.watch(variables)
+                    with tf.GradientTape(watch_accessed_variables=False) as inner:
+                        inner.watch(variables)
+                        y = _log_sum([c.read() for c in caches])
+                    g = _grads(inner.gradient(y, variables), variables)
+                rows = outer.jacobian(g, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO,
+                                      experimental_use_pfor=pfor)
+                return tf.stack([tf.cast(r, tf.float64) for r in rows], axis=1)
+
+            self._checkers[key] = PlainTraced(body, autograph=False)
         return self._checkers[key]
 
     def tape_across_set_value(self, p, nested):
@@ -1453,6 +1508,33 @@ class CacheMachine(RuleBasedStateMachine):
         w.assert_values(values, how)
         if gradients:
             w.assert_gradient(g_tape, w.reference_gradient(), f"a tape in a {how}", traced=True)
+
+    @precondition(lambda self: self.world.caches and self.world.params)
+    @rule(kind=st.sampled_from(["cond", "while", "vectorized_map"]), flag=st.booleans())
+    def plain_control_flow_gradient(self, kind, flag):
+        """A tape in a plain tf.function reads the caches inside the user's tf.cond, tf.while_loop or
+        tf.vectorized_map: value and gradient are the reference's times the factor, hit or miss (a loop's
+        gradient, and any read in a vectorized map, failed to build before issue 26)."""
+        w = self.world
+        y, g = w.plain_control_flow_reader(kind)(tf.constant(flag))
+        factor = 1.0 if kind == "cond" and flag else 2.0
+        expected = sum(float(np.sum(v)) for v in w.reference_values())
+        np.testing.assert_allclose(float(y), factor * expected, rtol=1e-12, atol=1e-12 * (1.0 + abs(expected)),
+                                   err_msg=f"caches read inside a user's {kind}")
+        w.assert_gradient(g, factor * w.reference_gradient(), f"a tape through a user's {kind}", traced=True)
+
+    @precondition(lambda self: self.world.caches and self.world.params)
+    @rule(pfor=st.booleans())
+    def plain_jacobian_hessian(self, pfor):
+        """A user's Hessian (nested tapes, jacobian) of a function not linear in the caches, in a plain
+        tf.function: the reference's (vectorized, it failed to build through valid caches before issue 26)."""
+        w = self.world
+        got = w.plain_jacobian_hessian(pfor)()
+        hess = w.reference_hessian(nonlinear=True)
+        scale = max(1.0, float(np.max(np.abs(hess), initial=0.0)))
+        np.testing.assert_allclose(_to_np(got), hess, rtol=1e-8, atol=1e-8 * scale,
+                                   err_msg=f"a user's jacobian Hessian ({'pfor' if pfor else 'while loop'}) "
+                                           f"differs from the reference; params {w.params}")
 
     @precondition(lambda self: self.world.caches)
     @rule(autograph=st.booleans(), through_zcache=st.booleans())

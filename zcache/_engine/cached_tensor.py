@@ -33,7 +33,7 @@ from .cache_state import CacheState, invalidate_eagerly
 from .context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
 from .dependencies import CACHE, GRAPH
 from .tensorlike import TensorLike
-from .tf_internals import graph_key
+from .tf_internals import graph_key, inside_vectorized_loop
 from .trace import invalidate_if_mutated_in_trace
 from .traced_cache import MissBranch, read_in_graph
 
@@ -216,7 +216,9 @@ class CachedTensor(TensorLike):
         record_read(self)
         if substituting():  # a backward pass at its forward pass's inputs: the stored value is not theirs
             return self._recomputed()
-        if self._always_dirty:
+        # Inside a vectorized loop's body (a user's tf.vectorized_map) pfor cannot vectorize the
+        # cache's tf.cond and store: computed there, as a bypassed cache is.
+        if self._always_dirty or inside_vectorized_loop():
             return self._bypassed()
         if tf.inside_function():
             return self._value_in_graph()

@@ -449,7 +449,8 @@ def inside_control_flow() -> bool:
 # backward pass that reads the caches below it builds their tf.cond with its store, which pfor
 # cannot vectorize ("Attempting to slice scalar input" for AssignVariableOp; TensorFlow 2.21):
 # an exact traced Hessian of a loss with valid caches on its path failed. There the backward pass
-# recomputes at its forward pass's values, reading no cache (cache_gradient). pfor builds its body
+# recomputes at its forward pass's values, reading no cache (cache_gradient); a cache read in a
+# user's tf.vectorized_map is computed there, as a bypassed cache is (cached_tensor). pfor builds its body
 # under the name scope "loop_body" (parallel_for/control_flow_ops.py, _pfor_impl), made unique in
 # its graph ("loop_body_1", ...); no public API says whether ops are being built for pfor.
 _PFOR_BODY_SCOPE = re.compile(r"loop_body(_\d+)?")
