@@ -23,7 +23,8 @@ model and data, minimized (and MINOS-ed) by iminuit.
 - a Hessian with line-shape parameters floating (the Gaussian's mean or width, or the mass and
   width of a line shape computed through complex 1/z and sqrt, or the masses and widths of a SymPy
   model through the bridge's group programs) compiled with XLA equals the uncompiled one, twice in a
-  row, and leaves every parameter where it was;
+  row, and leaves every parameter where it was; drawn exact (second-order autodiff through the
+  caches, valid or bypassed) or by differences;
 - a fit of the same model as a :class:`zcache.chunks.ChunkedLoss` over two chunks of the current
   events (split at a drawn point) passes every check of a fit of the whole loss, under whatever cache
   budget the sequence has set.
@@ -372,14 +373,16 @@ class FitMachine(RuleBasedStateMachine):
         zcache.set_values([self.p[n] for n in SEARCH], centre)
 
     @rule(which=st.sampled_from(["gauss", "complex line shape", "bridged line shapes"]),
-          jit=st.sampled_from([True, "auto"]))
-    def compiled_hessian(self, which: str, jit: bool | str) -> None:
+          jit=st.sampled_from([True, "auto"]), exact=st.booleans())
+    def compiled_hessian(self, which: str, jit: bool | str, exact: bool) -> None:
         """The Hessian at the current values with line-shape parameters floating, compiled with XLA
         (three calls: a result that changes between calls is caught) and uncompiled: equal, and no
         parameter moves. ``gauss``: the fit's loss, if its mean or width floats; ``complex line
         shape``: mass and width of a line shape through complex 1/z and sqrt (issue 23: its
         compiled gradients were wrong); ``bridged line shapes``: masses and widths of a SymPy model
-        through the bridge, whose group programs' backward is built outside XLA (issue 26)."""
+        through the bridge, whose group programs' backward is built outside XLA (issue 26).
+        ``exact``: second-order autodiff through the caches, valid or bypassed (issue 26), against
+        the differences too (not for the bridge here: its second-order trace is test_symbolic's)."""
         if which == "gauss":
             loss, params = self.loss, self.loss.params
             if not ({"mu", "sigma"} & set(self.floating())):
@@ -389,12 +392,16 @@ class FitMachine(RuleBasedStateMachine):
             loss, params = _line_shape()
         else:
             loss, params = _bridged()
+        exact = exact and which != "bridged line shapes"
         before = [p._current() for p in params]
-        plain = loss.hessian_at(before, params).numpy()
+        plain = loss.hessian_at(before, params, exact=exact).numpy()
+        if exact:
+            differences = loss.hessian_at(before, params, exact=False).numpy()
+            np.testing.assert_allclose(plain, differences, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(plain).max()))
         with zcache.set_jit_mode(jit):
             # the first call after new data may run uncompiled (it stores the caches XLA then reads)
-            calls = [loss.hessian_at(before, params).numpy() for _ in range(3)]
-        note(f"{which}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
+            calls = [loss.hessian_at(before, params, exact=exact).numpy() for _ in range(3)]
+        note(f"{which}{' (exact)' if exact else ''}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
         np.testing.assert_array_equal(calls[2], calls[1])  # compiled twice: the same numbers
         for got in calls:
             # XLA sums in another order: gradients differ by ~1e-13 relative, their differences
