@@ -381,11 +381,9 @@ def _hessians_compiled_and_not(loss, x):
     return found
 
 
-@pytest.mark.slow  # ~25 s: compiles the bridge with XLA (test_jit has a fast plain-model twin)
-def test_jit_hessian_line_shapes_floating_small_bridge():
-    """Issue 23, small: a hand-written coherent sum of two Breit-Wigners (1/z of a complex in the
-    bridge: tf.math.reciprocal), masses and widths floating: the compiled Hessian equals the
-    uncompiled one (it was off by 96 %; XLA dropped the conjugate of the complex 1/z's gradient)."""
+def _small_bridge_loss():
+    """An NLL of a hand-written coherent sum of two Breit-Wigners through the bridge (1/z of a complex:
+    tf.math.reciprocal), masses and widths floating with one complex coupling: six parameters."""
     x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
     bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
     bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
@@ -397,7 +395,40 @@ def test_jit_hessian_line_shapes_floating_small_bridge():
     model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols, name="small_bw")
     loss = UnbinnedNLL(model, model.to_data({k: v[:200] for k, v in cols.items()}, name="small_bw_data"))
     assert len(loss.params) == 6  # four line-shape parameters, one complex coupling
-    _hessians_compiled_and_not(loss, np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
+    return loss
+
+
+@pytest.mark.slow  # ~25 s: compiles the bridge with XLA (test_jit has a fast plain-model twin)
+def test_jit_hessian_line_shapes_floating_small_bridge():
+    """Issue 23, small: a hand-written coherent sum of two Breit-Wigners (1/z of a complex in the
+    bridge: tf.math.reciprocal), masses and widths floating: the compiled Hessian equals the
+    uncompiled one (it was off by 96 %; XLA dropped the conjugate of the complex 1/z's gradient)."""
+    _hessians_compiled_and_not(_small_bridge_loss(), np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
+
+
+@pytest.mark.slow
+def test_exact_hessian_through_the_bridges_caches():
+    """Issue 26: second-order autodiff through the bridge's valid caches (no precompute; group programs,
+    data-only columns) equals numdifftools on the exact gradient, eagerly, traced and compiled with XLA.
+    Traced, it failed to build before (pfor could not vectorize the caches' stores)."""
+    import numdifftools as nd
+
+    loss = _small_bridge_loss()
+    params, x = loss.params, np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45])
+    with zcache.set_graph_mode(False):
+        loss.value()  # every cache valid
+        eager = loss.hessian_at(x, params, exact=True).numpy()
+        gradient = lambda v: loss.value_gradient_at(v, params)[1].numpy()  # noqa: E731
+        reference = nd.Jacobian(gradient, step=nd.step_generators.MaxStepGenerator(1e-4, num_steps=4))(x)
+    scale = np.abs(reference).max()
+    assert np.abs(eager - reference).max() < 1e-8 * scale
+    loss.value_at(x, params)
+    found = {"graph": loss.hessian_at(x, params, exact=True).numpy()}
+    with zcache.set_jit_mode(True):
+        found["jit"] = loss.hessian_at(x, params, exact=True).numpy()
+    for how, hessian in found.items():
+        assert np.abs(hessian - eager).max() < 1e-12 * scale, how
+    assert all(fn.jit_fallback is None for fn in loss.functions())
 
 
 @pytest.mark.slow
