@@ -216,12 +216,12 @@ class CachedTensor(TensorLike):
         record_read(self)
         if substituting():  # a backward pass at its forward pass's inputs: the stored value is not theirs
             return self._recomputed()
-        # Inside a vectorized loop's body (a user's tf.vectorized_map) pfor cannot vectorize the
-        # cache's tf.cond and store: computed there, as a bypassed cache is.
-        if self._always_dirty or inside_vectorized_loop():
+        if self._always_dirty:
             return self._bypassed()
         if tf.inside_function():
-            return self._value_in_graph()
+            # Inside a vectorized loop's body (a user's tf.vectorized_map) pfor cannot vectorize
+            # the cache's tf.cond and store: computed there, as a bypassed cache is.
+            return self._bypassed() if inside_vectorized_loop() else self._value_in_graph()
         return self._value_eagerly()
 
     def _value_eagerly(self) -> tf.Tensor:
