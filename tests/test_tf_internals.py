@@ -58,6 +58,36 @@ def test_stop_recording_pauses_tapes():
     assert float(tape.gradient(z, x)) == 3.0
 
 
+def test_recording_resumed_restarts_paused_tapes_and_forward_accumulators():
+    """Item 14: a thread paused by stop_recording records for no tape or forward accumulator, even one
+    opened afterwards (a JVP then comes out as zero: the silent failure the fused programs must avoid);
+    recording_resumed records again inside and leaves the thread paused afterwards."""
+    assert _tf_internals.can_resume_recording()
+    v = tf.constant(3.0, tf.float64)
+    with _tf_internals.stop_recording():
+        with tf.autodiff.ForwardAccumulator(v, tf.constant(1.0, tf.float64)) as acc:
+            y = v * v
+        assert acc.jvp(y) is None  # TensorFlow's behaviour that item 14 works around
+        with _tf_internals.recording_resumed():
+            with tf.autodiff.ForwardAccumulator(v, tf.constant(1.0, tf.float64)) as acc:
+                y = v * v
+            assert float(acc.jvp(y)) == 6.0
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                z = v ** 3
+            assert float(tape.gradient(z, v)) == 27.0
+        with tf.GradientTape() as tape:  # paused again
+            tape.watch(v)
+            z = v ** 3
+        assert tape.gradient(z, v) is None
+    with _tf_internals.recording_resumed():  # not paused: nothing to resume, nothing paused after
+        pass
+    with tf.GradientTape() as tape:
+        tape.watch(v)
+        z = v ** 3
+    assert float(tape.gradient(z, v)) == 27.0
+
+
 def test_gradient_registry_entry_dies_with_its_graph():
     """tie_gradient_to_graph: the custom gradient's registry entry is weak and removed with the graph."""
     registry = _tf_internals._GRADIENT_REGISTRY

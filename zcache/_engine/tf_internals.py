@@ -35,7 +35,9 @@ __all__ = [
     "inside_vectorized_loop",
     "is_second_order_cond_error",
     "is_xla_shape_error",
+    "can_resume_recording",
     "keep_conditional",
+    "recording_resumed",
     "separately_compiled",
     "stop_recording",
     "tie_gradient_to_graph",
@@ -75,6 +77,51 @@ except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow l
 def stop_recording() -> Any:
     """A context in which no gradient tape on this thread records operations."""
     return _STOP_RECORDING()
+
+
+# 14. Resuming recording paused by item 1 --------------------------------------------------
+# A group's fused program (zcache._fitting.fused) computes its derivatives with forward
+# accumulators while its function is traced, and that trace can happen inside a cache's miss
+# branch, built with every tape paused (item 1). A paused thread records for no accumulator
+# either, even one created afterwards, and their JVPs then come out as zeros: a silently wrong
+# gradient. pywrap_tfe's TFE_Py_TapeSetIsStopped / RestartOnThread / StopOnThread are what
+# record.stop_recording itself calls; no public API resumes recording.
+try:
+    from tensorflow.python import pywrap_tfe as _pywrap_tfe
+
+    _TAPES_STOPPED: Callable[[], bool] = _pywrap_tfe.TFE_Py_TapeSetIsStopped
+    _RESTART_TAPES: Callable[[], None] = _pywrap_tfe.TFE_Py_TapeSetRestartOnThread
+    _STOP_TAPES: Callable[[], None] = _pywrap_tfe.TFE_Py_TapeSetStopOnThread
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _TAPES_STOPPED = None  # type: ignore[assignment]
+    _missing("tensorflow.python.pywrap_tfe.TFE_Py_TapeSet{IsStopped,RestartOnThread,StopOnThread}",
+             "fused amplitude programs cannot be used: SymbolicModel falls back to unfused groups.")
+
+
+def can_resume_recording() -> bool:
+    """Whether :func:`recording_resumed` works (the internals of item 14 were found)."""
+    return _TAPES_STOPPED is not None
+
+
+@contextlib.contextmanager
+def recording_resumed() -> Iterator[None]:
+    """A context in which tapes and forward accumulators record again, if :func:`stop_recording` paused them.
+
+    Raises
+    ------
+    ZCacheError
+        The internals are missing (check :func:`can_resume_recording` first).
+    """
+    if _TAPES_STOPPED is None:  # pragma: no cover - another TensorFlow layout
+        raise ZCacheError("recording_resumed: TensorFlow's tape-set internals are missing.")
+    stopped = _TAPES_STOPPED()
+    if stopped:
+        _RESTART_TAPES()
+    try:
+        yield
+    finally:
+        if stopped:
+            _STOP_TAPES()
 
 
 # 2. Weak gradient-registry entries -----------------------------------------------------

@@ -1,0 +1,184 @@
+"""zcache._fitting.fused: a group's amplitudes as an XLA program forward and backward (issue 26, fused line shapes).
+
+The fused program must equal the plain function in value, gradient and Hessian, eagerly and traced,
+inside pfor (a jacobian) and where tapes are paused; the bridged model built with it must equal the
+one built without it, and both numdifftools.
+"""
+
+from __future__ import annotations
+
+import numdifftools as nd
+import numpy as np
+import pytest
+import sympy as sp
+import tensorflow as tf
+
+import zcache
+from zcache._engine.tf_internals import stop_recording
+from zcache._fitting.fused import fused_program
+from zcache.loss import UnbinnedNLL
+from zcache.symbolic import SymbolicModel
+
+M_X = np.linspace(0.5, 1.2, 40)
+
+
+def _line(stack, columns, values):
+    """A relativistic Breit-Wigner (complex 1/z) with a complex angular factor from ``stack``: (2, N, 2)."""
+    m, g, r = values
+    s = columns[0] ** 2
+    bw = tf.math.reciprocal(tf.complex(m**2 - s, -m * g)) * tf.cast(tf.sqrt(m * g), tf.complex128)
+    ff = tf.cast(1.0 / (1.0 + (r * columns[0]) ** 2), tf.complex128)
+    one = bw * ff * stack[0]
+    two = bw * tf.math.conj(stack[1]) * tf.complex(tf.cos(r * columns[0]), tf.zeros_like(s))
+    return tf.stack([tf.stack([one, two], -1), tf.stack([two * ff, one * one], -1)])
+
+
+SPEC = [tf.TensorSpec([2, None], tf.complex128), [tf.TensorSpec([None], tf.float64)],
+        [tf.TensorSpec([], tf.float64)] * 3]
+STACK = tf.constant(np.stack([np.exp(1j * M_X), 0.5 + 1j * M_X]), tf.complex128)
+X = tf.constant(M_X, tf.float64)
+V0 = np.array([0.8, 0.12, 1.5])
+
+
+def _nll(program, v):
+    """A likelihood-like scalar, not linear in the amplitudes (so a Hessian reads their second derivatives)."""
+    a = program(STACK, [X], [v[0], v[1], v[2]])
+    return -tf.reduce_sum(tf.math.log(tf.reduce_sum(tf.abs(a) ** 2, axis=[0, 2])))
+
+
+def _numpy_nll(v):
+    return float(_nll(_line, tf.constant(v, tf.float64)))
+
+
+def _grad_hess(program, v):
+    v = tf.constant(v, tf.float64)
+    with tf.GradientTape() as outer:
+        outer.watch(v)
+        with tf.GradientTape() as inner:
+            inner.watch(v)
+            y = _nll(program, v)
+        g = inner.gradient(y, v)
+    return y, g, outer.jacobian(g, v)
+
+
+@pytest.fixture(scope="module")
+def fused():
+    return fused_program(_line, SPEC, 3)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    gradient = nd.Gradient(_numpy_nll, step=1e-6)(V0)
+    hessian = nd.Hessian(_numpy_nll, step=nd.step_generators.MaxStepGenerator(1e-3, num_steps=8))(V0)
+    return _numpy_nll(V0), gradient, hessian
+
+
+@pytest.mark.parametrize("how", ["eager", "traced", "traced-while-loop-jacobian"])
+def test_value_gradient_hessian_equal_the_plain_function_and_numdifftools(fused, reference, how):
+    value, gradient, hessian = reference
+    if how == "eager":
+        y, g, h = _grad_hess(fused, V0)
+    elif how == "traced":
+        y, g, h = tf.function(lambda: _grad_hess(fused, V0), autograph=False)()
+    else:
+        def while_loop_hessian():
+            v = tf.constant(V0, tf.float64)
+            with tf.GradientTape() as outer:
+                outer.watch(v)
+                with tf.GradientTape() as inner:
+                    inner.watch(v)
+                    y = _nll(fused, v)
+                g = inner.gradient(y, v)
+            return y, g, outer.jacobian(g, v, experimental_use_pfor=False)
+        y, g, h = tf.function(while_loop_hessian, autograph=False)()
+    plain = tf.function(lambda: _grad_hess(_line, V0), autograph=False)()
+    assert float(y) == pytest.approx(value, rel=1e-13)
+    np.testing.assert_allclose(g.numpy(), plain[1].numpy(), rtol=1e-11)
+    np.testing.assert_allclose(h.numpy(), plain[2].numpy(), rtol=1e-10, atol=1e-10 * np.abs(hessian).max())
+    np.testing.assert_allclose(g.numpy(), gradient, rtol=1e-7)
+    np.testing.assert_allclose(h.numpy(), hessian, rtol=1e-6, atol=1e-6 * np.abs(hessian).max())
+
+
+def test_a_gradient_built_where_tapes_are_paused_is_not_zero(fused):
+    """The backward program traced where recording is paused (as inside a cache's miss branch) still
+    differentiates fn: without tf_internals item 14 its tape recorded nothing and the gradient was zero."""
+    fresh = fused_program(_line, SPEC, 3)  # its backward program not traced yet
+
+    @tf.function(autograph=False)
+    def gradient_taken_while_paused():
+        v = tf.constant(V0, tf.float64)
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = _nll(fresh, v)
+        with stop_recording():
+            return tape.gradient(y, v)
+
+    expected = tf.function(lambda: _grad_hess(_line, V0)[1], autograph=False)()
+    np.testing.assert_allclose(gradient_taken_while_paused().numpy(), expected.numpy(), rtol=1e-11)
+
+
+def test_a_users_vectorized_map_over_the_fused_program(fused):
+    """pfor vectorizes the call (batched toys): per-point values and gradients equal the plain function's."""
+    points = tf.constant(V0 * np.array([[1.0, 1.0, 1.0], [1.01, 0.9, 1.2], [0.97, 1.1, 0.8]]), tf.float64)
+
+    def value_and_gradient(program):
+        def one(v):
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                y = _nll(program, v)
+            return y, tape.gradient(y, v)
+        return tf.function(lambda: tf.vectorized_map(one, points), autograph=False)()
+
+    got, want = value_and_gradient(fused), value_and_gradient(_line)
+    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-13)
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-11)
+
+
+def test_needs_a_value():
+    with pytest.raises(ValueError, match="at least one value"):
+        fused_program(_line, SPEC, 0)
+
+
+def _bridge(fused_groups):
+    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(5)
+    cols = {"x": rng.uniform(0.3, 1.5, 400), "y": rng.uniform(0.3, 1.5, 400), "th": rng.uniform(0, np.pi, 400)}
+    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
+    tag = "fused" if fused_groups else "plain"
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols,
+                          name=f"bw_{tag}", fused=fused_groups)
+    return UnbinnedNLL(model, model.to_data({k: v[:150] for k, v in cols.items()}, name=f"bw_{tag}_data"))
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
+def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
+    """SymbolicModel(fused=True), the default, against fused=False: value, gradient (caches valid, then
+    precomputed) and exact Hessian (eager and graph); the gradient against numdifftools."""
+    losses = {True: _bridge(True), False: _bridge(False)}
+    x = np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45])
+    found = {}
+    for fused_groups, loss in losses.items():
+        params = loss.params
+        assert len(params) == 6
+        with zcache.set_graph_mode(mode != "eager"), zcache.set_jit_mode(mode == "jit"):
+            loss.value()  # every cache valid
+            value, gradient = loss.value_gradient_at(x, params)
+            zcache.precompute(loss)
+            _, precomputed = loss.value_gradient_at(x, params)
+            # (the exact Hessian under XLA: test_symbolic's compiled Hessians, slow; 35 s more here)
+            hessian = loss.hessian_at(x, params, exact=True) if mode != "jit" else tf.zeros([6, 6], tf.float64)
+        found[fused_groups] = float(value), gradient.numpy(), precomputed.numpy(), hessian.numpy()
+    (v1, g1, p1, h1), (v0, g0, _, h0) = found[True], found[False]
+    assert v1 == pytest.approx(v0, rel=1e-13)
+    scale = np.abs(g0).max()
+    np.testing.assert_allclose(g1, g0, rtol=1e-10, atol=1e-12 * scale)
+    np.testing.assert_allclose(p1, g0, rtol=1e-10, atol=1e-12 * scale)
+    np.testing.assert_allclose(h1, h0, rtol=1e-9, atol=1e-11 * np.abs(h0).max())
+    loss = losses[True]
+    with zcache.set_graph_mode(False):
+        reference = nd.Gradient(lambda v: float(loss.value_at(v, loss.params)), step=1e-6)(x)
+    np.testing.assert_allclose(g1, reference, rtol=1e-6, atol=1e-7 * scale)
