@@ -1,11 +1,12 @@
-"""Fused against unfused line shapes (issue 26), side by side: ``PYTHONPATH=. python benchmarks/_fused.py [n] [model]``.
+"""Fused against unfused line shapes (issue 26): ``PYTHONPATH=. python benchmarks/_fused.py [n] [model] [--groups]``.
 
-Builds the bridged model twice from one ampform model and sample, ``fused=True`` (the default) and
-``fused=False``, every parameter free (couplings, masses, widths), ``n`` data and ``n`` phase-space events.
+Builds the bridged model twice from one ampform model and sample, ``fused=True`` and ``fused=False``
+(the default), every parameter free (couplings, masses, widths), ``n`` data and ``n`` phase-space events.
 For each: the first value + gradient call (tracing; XLA compiles for the fused one), then after
 ``zcache.precompute`` (what every fit does) medians of interleaved value and value + gradient calls at
 alternating points (every parameter moves), and the largest difference between the two models' gradients.
-Not in ``make bench`` (``bench_symbolic`` runs the fused default against tensorwaves); RESULTS.md cites it.
+``--groups``: each group's program alone, fused and not (where the time goes). Not in ``make bench``
+(``bench_symbolic`` runs the default, unfused, against tensorwaves); RESULTS.md cites it.
 """
 
 from __future__ import annotations
@@ -70,5 +71,44 @@ def main(n: int = 20_000, key: str = "jpsi", repeats: int = 15) -> None:
     print(f"gradients differ by {diff:.1e} (relative to the largest)")
 
 
+def groups(n: int = 100_000, key: str = "jpsi", repeats: int = 9) -> None:
+    """Each group's program alone on the phase-space sample: value and value + gradient of sum |A|^2."""
+    import tensorflow as tf
+
+    sample = bs.make_sample(key, bs.Config(n_data=n, n_phsp=n, repeats=repeats), tw_ok=False)
+    print("| group (parameters) | groups | forward [ms] | value + gradient [ms] |")
+    print("| --- | --- | ---: | ---: |")
+    for fused in (True, False):
+        model = build(sample, fused)[0].model
+        stack = model._data_stack(model.phasespace)
+        columns = [model.column(o, model.phasespace) for o in model.space.obs]
+        for g in range(len(model._groups)):
+            symbols, program = model._group_program(g)
+            values = [tf.constant(float(model.symbol_params[s].value()), tf.float64) for s in symbols]
+            forward = tf.function(lambda program=program, values=values, stack=stack, columns=columns:
+                                  program(stack, columns, values))
+
+            @tf.function
+            def value_gradient(program=program, values=values, stack=stack, columns=columns):
+                with tf.GradientTape() as tape:
+                    tape.watch(values)
+                    y = tf.reduce_sum(tf.abs(program(stack, columns, values)) ** 2)
+                return y, tape.gradient(y, values)
+
+            forward(), value_gradient()
+            tf_, tg = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                forward().numpy()
+                t1 = time.perf_counter()
+                value_gradient()[0].numpy()
+                tf_.append(t1 - t0)
+                tg.append(time.perf_counter() - t1)
+            print(f"| {g} ({len(symbols)}) | {'fused' if fused else 'unfused'} | {1e3 * np.median(tf_):.1f} | "
+                  f"{1e3 * np.median(tg):.1f} |")
+
+
 if __name__ == "__main__":
-    main(int(float(sys.argv[1])) if len(sys.argv) > 1 else 20_000, sys.argv[2] if len(sys.argv) > 2 else "jpsi")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    run = groups if "--groups" in sys.argv else main
+    run(int(float(args[0])) if args else 20_000, args[1] if len(args) > 1 else "jpsi")

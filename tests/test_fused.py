@@ -156,7 +156,7 @@ def _bridge(fused_groups):
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
 def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
-    """SymbolicModel(fused=True), the default, against fused=False: value, gradient (caches valid, then
+    """SymbolicModel(fused=True) against fused=False (the default): value, gradient (caches valid, then
     precomputed) and exact Hessian (eager and graph); the gradient against numdifftools."""
     losses = {True: _bridge(True), False: _bridge(False)}
     x = np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45])

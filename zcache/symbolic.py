@@ -598,11 +598,12 @@ class SymbolicModel(Model, CoherentIntensity):
         Turns four-momenta into the data columns: ``phasespace`` and :meth:`to_data` then accept
         four-momenta too (:func:`from_helicity_model` gives it).
     fused : bool
-        ``True`` (default): each group's amplitudes (a group of couplings with real parameters)
-        run as one XLA program, and their gradient as another that recomputes and differentiates
-        them in one pass (:mod:`zcache._fitting.fused`; with line shapes floating, value +
-        gradient about 1.7 times faster). Second derivatives stay exact (reverse over reverse through
-        the unfused group). ``False``: each group as a plain ``tf.function``.
+        ``False`` (default): each group's amplitudes are one plain ``tf.function``. ``True``: one
+        XLA program forward and one that recomputes and differentiates them backward
+        (:mod:`zcache._fitting.fused`): exact first and second derivatives, faster value +
+        gradient for small samples (J/psi, all free, 2e4 events: 1.2x) and slower for large ones
+        (1e5 events: 0.93x) on a 2-core CPU, whose XLA backward pass is slower than TensorFlow's
+        kernels (``benchmarks/RESULTS.md``, "Fused line shapes").
 
     Raises
     ------
@@ -626,7 +627,7 @@ class SymbolicModel(Model, CoherentIntensity):
                  floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
                  doit: bool = True, phasespace_volume: float = 1.0,
                  limits: Mapping[str, tuple[float, float]] | None = None, extended: Any = None,
-                 generator: Any = None, kinematics: HelicityKinematics | None = None, fused: bool = True) -> None:
+                 generator: Any = None, kinematics: HelicityKinematics | None = None, fused: bool = False) -> None:
         sp = _sympy()
         expression = sp.sympify(expression)
         if doit:

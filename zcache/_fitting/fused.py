@@ -14,12 +14,15 @@ are those of ``fn``: :math:`\bar v_j = \mathrm{Re} \sum \bar A \, \overline{\par
 Second derivatives stay exact: the backward program has a gradient of its own, reverse over reverse
 through the plain ``fn`` (what TensorFlow computes without fusing), so a Hessian costs what it did.
 
-Measured (``benchmarks/RESULTS.md``, "Fused line shapes"): the J/psi model, all parameters free, 2e4 + 2e4
-events, after precompute: value + gradient 41 ms instead of 69 ms, value 22 ms instead of 38 ms. Tried and
-not kept: derivatives in the forward pass by forward-mode accumulators (the backward pass a contraction):
-TensorFlow's forward-mode ops made the program slower than no fusing (93 ms, value 72 ms); XLA on the
-forward pass alone, TensorFlow differentiating it: 100 ms (the compiled forward pass must return every
-intermediate).
+Measured (``benchmarks/RESULTS.md``, "Fused line shapes"; J/psi model, every parameter free, after
+precompute, interleaved with the unfused model in one process, 2 cores): value + gradient 49.7 ms against
+59.6 ms at 2e4 + 2e4 events, but 233 ms against 216 ms at 1e5 + 1e5; the value alike. Per group at 1e5
+events the compiled forward pass is faster (4.7 ms against 9.0 ms for a two-parameter group) and the
+compiled backward pass slower (35 ms against 19 ms): XLA's CPU code for the complex gradient is slower than
+TensorFlow's kernels. So ``SymbolicModel`` uses it only when asked (``fused=True``). Tried and not kept:
+derivatives in the forward pass by forward-mode accumulators (the backward pass a contraction), slower
+still; XLA on the forward pass alone with TensorFlow differentiating it, which must return every
+intermediate.
 
 Gradients with respect to the data (``stack``, ``columns``) are not propagated: they are event columns,
 which no fit differentiates.
