@@ -214,3 +214,29 @@ def bridged_line_shape_loss(tag: str) -> tuple:
     loss = UnbinnedNLL(model, model.to_data({k: v[:300] for k, v in cols.items()}, name=f"{tag}_bridged_data"))
     by_name = {p.name: p for p in model.get_params(None)}
     return loss, [by_name[n] for n in ("m1", "g1", "m2", "g2")]
+
+
+def small_bridge_loss(fused: bool = False, tag: str = "small_bw", n_phsp: int = 600, n_data: int = 200, seed: int = 1):
+    """An NLL of a hand-written coherent sum of two Breit-Wigners through the SymPy bridge (1/z of a complex:
+    tf.math.reciprocal), masses and widths floating with one complex coupling: six parameters.
+
+    ``fused``: :class:`zcache.symbolic.SymbolicModel`'s option; ``tag`` names the model and its data.
+    """
+    import sympy as sp
+
+    from zcache.loss import UnbinnedNLL
+    from zcache.symbolic import SymbolicModel
+
+    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(seed)
+    cols = {"x": rng.uniform(0.3, 1.5, n_phsp), "y": rng.uniform(0.3, 1.5, n_phsp), "th": rng.uniform(0, np.pi, n_phsp)}
+    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols, name=tag,
+                          fused=fused)
+    loss = UnbinnedNLL(model, model.to_data({k: v[:n_data] for k, v in cols.items()}, name=f"{tag}_data"))
+    assert len(loss.params) == 6  # four line-shape parameters, one complex coupling
+    return loss

@@ -10,14 +10,12 @@ from __future__ import annotations
 import numdifftools as nd
 import numpy as np
 import pytest
-import sympy as sp
 import tensorflow as tf
+from helpers import small_bridge_loss
 
 import zcache
 from zcache._engine.tf_internals import stop_recording
 from zcache._fitting.fused import fused_program
-from zcache.loss import UnbinnedNLL
-from zcache.symbolic import SymbolicModel
 
 M_X = np.linspace(0.5, 1.2, 40)
 
@@ -50,7 +48,7 @@ def _numpy_nll(v):
     return float(_nll(_line, tf.constant(v, tf.float64)))
 
 
-def _grad_hess(program, v):
+def _grad_hess(program, v, pfor=True):
     v = tf.constant(v, tf.float64)
     with tf.GradientTape() as outer:
         outer.watch(v)
@@ -58,7 +56,7 @@ def _grad_hess(program, v):
             inner.watch(v)
             y = _nll(program, v)
         g = inner.gradient(y, v)
-    return y, g, outer.jacobian(g, v)
+    return y, g, outer.jacobian(g, v, experimental_use_pfor=pfor)
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +79,7 @@ def test_value_gradient_hessian_equal_the_plain_function_and_numdifftools(fused,
     elif how == "traced":
         y, g, h = tf.function(lambda: _grad_hess(fused, V0), autograph=False)()
     else:
-        def while_loop_hessian():
-            v = tf.constant(V0, tf.float64)
-            with tf.GradientTape() as outer:
-                outer.watch(v)
-                with tf.GradientTape() as inner:
-                    inner.watch(v)
-                    y = _nll(fused, v)
-                g = inner.gradient(y, v)
-            return y, g, outer.jacobian(g, v, experimental_use_pfor=False)
-        y, g, h = tf.function(while_loop_hessian, autograph=False)()
+        y, g, h = tf.function(lambda: _grad_hess(fused, V0, pfor=False), autograph=False)()
     plain = tf.function(lambda: _grad_hess(_line, V0), autograph=False)()
     assert float(y) == pytest.approx(value, rel=1e-13)
     np.testing.assert_allclose(g.numpy(), plain[1].numpy(), rtol=1e-11)
@@ -139,26 +128,11 @@ def test_needs_a_value():
         fused_program(_line, SPEC, 0)
 
 
-def _bridge(fused_groups):
-    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
-    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
-    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
-    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
-    rng = np.random.default_rng(5)
-    cols = {"x": rng.uniform(0.3, 1.5, 400), "y": rng.uniform(0.3, 1.5, 400), "th": rng.uniform(0, np.pi, 400)}
-    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
-    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
-    tag = "fused" if fused_groups else "plain"
-    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols,
-                          name=f"bw_{tag}", fused=fused_groups)
-    return UnbinnedNLL(model, model.to_data({k: v[:150] for k, v in cols.items()}, name=f"bw_{tag}_data"))
-
-
 @pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
 def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
     """SymbolicModel(fused=True) against fused=False (the default): value, gradient (caches valid, then
     precomputed) and exact Hessian (eager and graph); the gradient against numdifftools."""
-    losses = {True: _bridge(True), False: _bridge(False)}
+    losses = {f: small_bridge_loss(fused=f, tag=f"bw_{f}", n_phsp=400, n_data=150, seed=5) for f in (True, False)}
     x = np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45])
     found = {}
     for fused_groups, loss in losses.items():

@@ -26,6 +26,8 @@ sp = pytest.importorskip("sympy")
 pytest.importorskip("ampform")
 pytest.importorskip("qrules")
 
+from helpers import small_bridge_loss  # noqa: E402
+
 from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
@@ -381,29 +383,12 @@ def _hessians_compiled_and_not(loss, x):
     return found
 
 
-def _small_bridge_loss():
-    """An NLL of a hand-written coherent sum of two Breit-Wigners through the bridge (1/z of a complex:
-    tf.math.reciprocal), masses and widths floating with one complex coupling: six parameters."""
-    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
-    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
-    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
-    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
-    rng = np.random.default_rng(1)
-    cols = {"x": rng.uniform(0.3, 1.5, 600), "y": rng.uniform(0.3, 1.5, 600), "th": rng.uniform(0, np.pi, 600)}
-    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
-    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
-    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y", "th"], cols, name="small_bw")
-    loss = UnbinnedNLL(model, model.to_data({k: v[:200] for k, v in cols.items()}, name="small_bw_data"))
-    assert len(loss.params) == 6  # four line-shape parameters, one complex coupling
-    return loss
-
-
 @pytest.mark.slow  # ~25 s: compiles the bridge with XLA (test_jit has a fast plain-model twin)
 def test_jit_hessian_line_shapes_floating_small_bridge():
     """Issue 23, small: a hand-written coherent sum of two Breit-Wigners (1/z of a complex in the
     bridge: tf.math.reciprocal), masses and widths floating: the compiled Hessian equals the
     uncompiled one (it was off by 96 %; XLA dropped the conjugate of the complex 1/z's gradient)."""
-    _hessians_compiled_and_not(_small_bridge_loss(), np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
+    _hessians_compiled_and_not(small_bridge_loss(), np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
 
 
 @pytest.mark.slow
@@ -413,7 +398,7 @@ def test_exact_hessian_through_the_bridges_caches():
     Traced, it failed to build before (pfor could not vectorize the caches' stores)."""
     import numdifftools as nd
 
-    loss = _small_bridge_loss()
+    loss = small_bridge_loss()
     params, x = loss.params, np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45])
     with zcache.set_graph_mode(False):
         loss.value()  # every cache valid
