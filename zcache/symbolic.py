@@ -601,9 +601,10 @@ class SymbolicModel(Model, CoherentIntensity):
         ``False`` (default): each group's amplitudes are one plain ``tf.function``. ``True``: one
         XLA program forward and one that recomputes and differentiates them backward
         (:mod:`zcache._fitting.fused`): exact first and second derivatives, faster value +
-        gradient for small samples (J/psi, all free, 2e4 events: 1.2x) and slower for large ones
-        (1e5 events: 0.93x) on a 2-core CPU, whose XLA backward pass is slower than TensorFlow's
-        kernels (``benchmarks/RESULTS.md``, "Fused line shapes").
+        gradient depending on the model and sample (all free, 2 cores: D0 -> K pi pi0 1.48x
+        faster at 2e4 events and 1.14x at 1e5; J/psi -> gamma pi0 pi0 1.2x at 2e4 but 0.93x at
+        1e5, where XLA's backward pass of its spin-2 group is slower than TensorFlow's kernels;
+        ``benchmarks/RESULTS.md``, "Fused line shapes").
 
     Raises
     ------
