@@ -187,11 +187,12 @@ def complex_line_shape_loss(tag: str) -> tuple:
     return UnbinnedNLL(model, zcache.Data(x, name=f"{tag}_x")), [mass, width]
 
 
-def bridged_line_shape_loss(tag: str) -> tuple:
+def bridged_line_shape_loss(tag: str, fused: bool = False) -> tuple:
     """An NLL of a SymPy coherent sum of two Breit-Wigners through the bridge; masses and widths float.
 
     Each group's amplitudes are one tf.function (the bridge's group programs, issue 26), whose
-    backward is built once, outside any XLA context, and reused inside compiled losses.
+    backward is built once, outside any XLA context, and reused inside compiled losses. ``fused``:
+    SymbolicModel's option (XLA group programs, zcache._fitting.fused).
 
     Returns
     -------
@@ -210,7 +211,7 @@ def bridged_line_shape_loss(tag: str) -> tuple:
     shapes = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
     params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in shapes.items()}
     model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, ["x", "y"], cols, name=f"{tag}_bridged",
-                          floating=[])
+                          floating=[], fused=fused)
     loss = UnbinnedNLL(model, model.to_data({k: v[:300] for k, v in cols.items()}, name=f"{tag}_bridged_data"))
     by_name = {p.name: p for p in model.get_params(None)}
     return loss, [by_name[n] for n in ("m1", "g1", "m2", "g2")]

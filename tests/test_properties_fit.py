@@ -133,7 +133,7 @@ _WORLD: _World | None = None
 _LINE_SHAPE: tuple | None = None  # (loss, [mass, width]) of helpers.complex_line_shape_loss, built once
 
 
-_BRIDGED: tuple | None = None  # (loss, [m1, g1, m2, g2]) of helpers.bridged_line_shape_loss, built once
+_BRIDGED: dict[bool, tuple] = {}  # fused -> (loss, [m1, g1, m2, g2]) of helpers.bridged_line_shape_loss, built once
 
 
 def _line_shape() -> tuple:
@@ -143,11 +143,10 @@ def _line_shape() -> tuple:
     return _LINE_SHAPE
 
 
-def _bridged() -> tuple:
-    global _BRIDGED
-    if _BRIDGED is None:
-        _BRIDGED = bridged_line_shape_loss("fm_bridged")
-    return _BRIDGED
+def _bridged(fused: bool = False) -> tuple:
+    if fused not in _BRIDGED:
+        _BRIDGED[fused] = bridged_line_shape_loss("fm_fused" if fused else "fm_bridged", fused=fused)
+    return _BRIDGED[fused]
 
 
 def _world() -> _World:
@@ -372,7 +371,7 @@ class FitMachine(RuleBasedStateMachine):
             assert np.any(np.abs(fit.values[0] - lower) < 1e-6 * (1 + np.abs(lower))) or np.any(centre - lower < 1e-3 * errors)
         zcache.set_values([self.p[n] for n in SEARCH], centre)
 
-    @rule(which=st.sampled_from(["gauss", "complex line shape", "bridged line shapes"]),
+    @rule(which=st.sampled_from(["gauss", "complex line shape", "bridged line shapes", "fused bridged line shapes"]),
           jit=st.sampled_from([True, "auto"]), exact=st.booleans())
     def compiled_hessian(self, which: str, jit: bool | str, exact: bool) -> None:
         """The Hessian at the current values with line-shape parameters floating, compiled with XLA
@@ -380,7 +379,9 @@ class FitMachine(RuleBasedStateMachine):
         parameter moves. ``gauss``: the fit's loss, if its mean or width floats; ``complex line
         shape``: mass and width of a line shape through complex 1/z and sqrt (issue 23: its
         compiled gradients were wrong); ``bridged line shapes``: masses and widths of a SymPy model
-        through the bridge, whose group programs' backward is built outside XLA (issue 26).
+        through the bridge, whose group programs' backward is built outside XLA (issue 26); ``fused
+        bridged line shapes``: the same model with ``fused=True`` (XLA group programs, a custom
+        backward with its own second-order gradient, nested inside the compiled Hessian).
         ``exact``: second-order autodiff through the caches, valid or bypassed (issue 26), against
         the differences too (not for the bridge here: its second-order trace is test_symbolic's)."""
         if which == "gauss":
@@ -391,8 +392,8 @@ class FitMachine(RuleBasedStateMachine):
         elif which == "complex line shape":
             loss, params = _line_shape()
         else:
-            loss, params = _bridged()
-        exact = exact and which != "bridged line shapes"
+            loss, params = _bridged(fused=which.startswith("fused"))
+        exact = exact and "bridged" not in which
         before = [p._current() for p in params]
         plain = loss.hessian_at(before, params, exact=exact).numpy()
         if exact:
