@@ -80,11 +80,11 @@ def stop_recording() -> Any:
 
 
 # 14. Resuming recording paused by item 1 --------------------------------------------------
-# A group's fused program (zcache._fitting.fused) computes its derivatives with forward
-# accumulators while its function is traced, and that trace can happen inside a cache's miss
-# branch, built with every tape paused (item 1). A paused thread records for no accumulator
-# either, even one created afterwards, and their JVPs then come out as zeros: a silently wrong
-# gradient. pywrap_tfe's TFE_Py_TapeSetIsStopped / RestartOnThread / StopOnThread are what
+# A fused group's backward program (zcache._fitting.fused) differentiates its function with a
+# GradientTape inside its own trace, and that trace can be made where every tape is paused (item 1:
+# a gradient taken inside a cache's miss branch). A paused thread records for no tape (nor forward
+# accumulator), even one opened afterwards, and the gradient then comes out as zeros: silently
+# wrong. pywrap_tfe's TFE_Py_TapeSetIsStopped / RestartOnThread / StopOnThread are what
 # record.stop_recording itself calls; no public API resumes recording.
 try:
     from tensorflow.python import pywrap_tfe as _pywrap_tfe

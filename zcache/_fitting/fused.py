@@ -102,12 +102,17 @@ def fused_program(fn: Callable[[tf.Tensor, list[tf.Tensor], list[tf.Tensor]], tf
     forward = tf.function(fn, jit_compile=True, autograph=False)
     backward = tf.function(vjp, jit_compile=True, autograph=False)
 
+    def split(flat: Sequence[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
+        # custom_gradient takes tensors only: (stack, *columns, *values) back into fn's arguments
+        n_columns = len(flat) - 1 - n_values
+        return flat[0], list(flat[1:1 + n_columns]), list(flat[1 + n_columns:])
+
     def body(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> tf.Tensor:
         n_columns = len(columns)
 
         @tf.custom_gradient
         def fused(*flat: tf.Tensor) -> Any:
-            st, cols, vals = flat[0], list(flat[1:1 + n_columns]), list(flat[1 + n_columns:])
+            st, cols, vals = split(flat)
 
             def grad(da: tf.Tensor) -> tuple:
                 bar = cotangents(da, st, *cols, *vals)
@@ -122,8 +127,8 @@ def fused_program(fn: Callable[[tf.Tensor, list[tf.Tensor], list[tf.Tensor]], tf
         # Local copies: custom_gradient hands this function the caller's tensors (of another graph), and
         # its own backward pass may be built in a graph that reaches only tensors made here.
         da, *flat = [tf.identity(t) for t in (da, *flat)]
-        n_columns = len(flat) - 1 - n_values
-        st, cols, vals = flat[0], list(flat[1:1 + n_columns]), list(flat[1 + n_columns:])
+        st, cols, vals = split(flat)
+        n_columns = len(cols)
 
         def second_order(u: tf.Tensor) -> tuple:
             # reverse over reverse through the plain fn (as without fusing)
