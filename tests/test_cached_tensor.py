@@ -54,6 +54,28 @@ def test_hit_miss_and_never_stale(model, traced, graph_mode):
         assert read.trace_count == (0 if graph_mode is False else 1)
 
 
+@pytest.mark.parametrize("capacity", [None, 16], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("traced", [False, True], ids=["direct", "via-function"])
+def test_a_cache_that_only_counts_events_is_recomputed_by_set_data(capacity, traced, mode):
+    # an extended loss keeps N as a data-only cache (ChunkedLoss did): counting the events, reading
+    # the mask or slicing to the events is a read of the data, or set_data leaves N stale
+    x = zcache.Data(np.arange(5.0), name="counted", capacity=capacity)
+    count = zcache.CachedTensor(lambda: tf.cast(x.nevents, tf.float64), name="count")
+    masked = zcache.CachedTensor(lambda: tf.reduce_sum(x.mask) if capacity else tf.constant(0.0, tf.float64),
+                                 name="masked")
+    sliced = zcache.CachedTensor(lambda: tf.reduce_sum(x.unpadded(tf.ones_like(x.variable))), name="sliced")
+    caches = (count, masked, sliced)
+    read = zcache.function(lambda: [c.value() for c in caches]) if traced else (lambda: [c.value() for c in caches])
+    expected = [[5.0, 5.0 if capacity else 0.0, 5.0], [9.0, 9.0 if capacity else 0.0, 9.0],
+                [2.0, 2.0 if capacity else 0.0, 2.0]]
+    for n, want in zip((5, 9, 2), expected, strict=True):
+        if n != 5:
+            x.set_data(np.arange(float(n)))
+        assert [float(v) for v in read()] == want
+        assert [float(v) for v in read()] == want  # the hit
+    assert count.stats == {"hits": 3, "misses": 3}
+
+
 def test_eager_and_traced_share_the_cache(model):
     _, p, _, cache, reference = model
     traced = zcache.function(lambda: cache.value())

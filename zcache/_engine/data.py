@@ -195,15 +195,28 @@ class Data(TensorLike):
     @property
     def nevents(self) -> Any:
         """Number of events (an int eagerly, a scalar tensor inside a trace); padding not counted."""
-        n = tf.shape(self._var, out_type=tf.int64)[0] if self._n_var is None else self._n_var.read_value()
+        n = self._count()
         return n if tf.inside_function() else int(n)
+
+    def _count(self) -> tf.Tensor:
+        """The number of events as an int64 tensor, recorded as a read of the data.
+
+        A cache whose function counts events depends on the data as much as one that reads
+        them: an extended loss's :math:`N` computed once and kept must be recomputed by
+        ``set_data`` (it was not, before the read was recorded here).
+        """
+        record_read(self)
+        if self._n_var is not None:
+            return self._n_var.read_value()
+        stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's events
+        return tf.shape(self._var if stand_in is None else stand_in, out_type=tf.int64)[0]
 
     @property
     def mask(self) -> tf.Tensor | None:
         """1.0 for each event and 0.0 for each padding row of padded data (float64); None if not padded."""
         if self._n_var is None:
             return None
-        return tf.cast(tf.range(tf.shape(self._var, out_type=tf.int64)[0]) < self._n_var.read_value(), tf.float64)
+        return tf.cast(tf.range(tf.shape(self._var, out_type=tf.int64)[0]) < self._count(), tf.float64)
 
     def value(self) -> tf.Tensor:
         """The stored data as a tensor (recorded as a read): of padded data, ``capacity`` rows.
@@ -245,7 +258,7 @@ class Data(TensorLike):
         """
         if self._n_var is None:
             return values
-        return values[: self._n_var.read_value()]
+        return values[: self._count()]
 
     @property
     def is_weighted(self) -> bool:
