@@ -60,7 +60,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
-            free: list[str]) -> dict[str, Any]:
+            free: list[str], fused: bool = False) -> dict[str, Any]:
     """Run the first fit of ``side`` (``"zcache"`` or ``"tensorwaves"``) in a child process.
 
     Parameters
@@ -73,6 +73,8 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         The events, as the parent drew them.
     free : list of str
         Names of the free parameters (sympy symbols' names).
+    fused : bool
+        zcache only: the bridged model with ``fused=True`` (XLA group programs).
 
     Returns
     -------
@@ -90,7 +92,8 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         np.savez(events, **{f"phsp:{k}": v for k, v in phsp.items()}, **{f"data:{k}": v for k, v in data.items()})
         names = Path(tmp) / "free.json"
         names.write_text(json.dumps(free))
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names)],
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
+                               "fused" if fused else "plain"],
                               capture_output=True, text=True, env=env, cwd=HERE.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
     if proc.returncode or not lines:
@@ -98,7 +101,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     return json.loads(lines[-1][len(_MARK):])
 
 
-def _child(side: str, model_key: str, events: str, names: str) -> dict[str, Any]:
+def _child(side: str, model_key: str, events: str, names: str, variant: str = "plain") -> dict[str, Any]:
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import _peers_tensorwaves as peers
@@ -118,7 +121,8 @@ def _child(side: str, model_key: str, events: str, names: str) -> dict[str, Any]
     baseline = current_rss_mib()
     t0 = time.perf_counter()
     if side == "zcache":
-        zc = bench.ZcacheFit(model, expression, phsp, data, sorted(free), f"{model_key}_rss")
+        zc = bench.ZcacheFit(model, expression, phsp, data, sorted(free), f"{model_key}_rss",
+                               fused=variant == "fused")
         fit = zc.fit()
     else:
         tw = peers.TensorwavesFit(expression, dict(model.parameter_defaults), phsp, data,
@@ -131,4 +135,4 @@ def _child(side: str, model_key: str, events: str, names: str) -> dict[str, Any]
 
 
 if __name__ == "__main__":
-    print(_MARK + json.dumps(_child(*sys.argv[1:5])), flush=True)
+    print(_MARK + json.dumps(_child(*sys.argv[1:6])), flush=True)

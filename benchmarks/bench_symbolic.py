@@ -177,13 +177,14 @@ def make_sample(key: str, cfg: Config, tw_ok: bool) -> Sample:
 class ZcacheFit:
     """A fresh bridged model, its data and loss; building it times the build and the first call."""
 
-    def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, floating: list[str], name: str) -> None:
+    def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, floating: list[str], name: str,
+                 fused: bool = False) -> None:
         t0 = time.perf_counter()
         bounds = {s.name: (v, peers.fit_limits(s.name)) for s, v in model.parameter_defaults.items()}
         bounded = {name: {"value": float(v), "lower": lim[0], "upper": lim[1]} for name, (v, lim) in bounds.items()
                    if lim}
         self.bridged = from_helicity_model(model, phsp, expression=expression, floating=floating, name=name,
-                                           parameters=bounded)
+                                           parameters=bounded, fused=fused)
         self.data = self.bridged.to_data(data, name=f"{name}_data")
         self.loss = UnbinnedNLL(self.bridged, self.data)
         self.build_s = time.perf_counter() - t0
