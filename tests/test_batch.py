@@ -210,7 +210,8 @@ def test_an_amplitude_model_batches_and_its_integrals_are_served():
     batched = BatchedLoss(loss, params)
     f, g, ok = batched.value_and_gradient(x, np.stack(toys))
     served = batched.served_caches
-    assert {c.name for c in served} >= {"I[Kst_b,K0_b]", "I[K0_b,K0_b]"}
+    # the integral matrix is served whole (the entries below it are read through it)
+    assert "I[mc_b]" in {c.name for c in served}
     misses = [c.stats["misses"] for c in served]
     batched.value_and_gradient(x[::-1], np.stack(toys))
     assert [c.stats["misses"] for c in served] == misses

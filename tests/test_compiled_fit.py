@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import networkx as nx
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -301,6 +302,40 @@ def test_a_loop_of_fits_traces_once():
         assert result.valid and result.path == "compiled", result.fallback
         fit = CompiledFit.of(loss, tuple(loss.params))
     assert fit.traces == 1
+
+
+def test_the_first_fit_of_a_fresh_loss_evaluates_it_only_in_its_program():
+    """A fit that is the loss's first evaluation: every cache's dependencies are discovered by the
+    search for the caches no fitted parameter reaches (no extra evaluation of the loss before the
+    program); those are served, each computed once through its cache; the others are computed in
+    the program only (no miss of their caches), and the fit equals MIGRAD's."""
+    space = Space("x", 0.0, 10.0)
+    mu, sigma = P("mu_fresh", 5.2, 3.0, 7.0), P("sigma_fresh", 0.7, 0.1, 2.0)
+    lam = zcache.Parameter("lam_fresh", -0.3, lower=-2.0, upper=-0.01, floating=False)
+    nsig, nbkg = P("nsig_fresh", 250.0, 0.0, 5000.0), P("nbkg_fresh", 700.0, 0.0, 5000.0)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
+    rng = np.random.default_rng(4)
+    bkg = rng.exponential(1 / 0.3, 1400)
+    x = np.concatenate([rng.normal(5.0, 0.6, 300), bkg[bkg < 10.0][:700]])
+    loss = ExtendedUnbinnedNLL(model, zcache.Data(x, obs="x"))
+    start = [float(p) for p in loss.params]
+    result = Minuit(precompute=False).minimize(loss)  # (precompute would evaluate the loss: test_precompute)
+    assert result.valid and result.path == "compiled", result.fallback
+    fit = CompiledFit.of(loss, tuple(loss.params))
+    graph = zcache.dependency_graph()
+    caches = {graph.nodes[n]["ref"]() for p in [mu, sigma, lam, nsig, nbkg] for n in nx.descendants(graph, p.node_id)}
+    fitted = {p.node_id for p in loss.params}
+    invariant = {c for c in caches if fitted.isdisjoint(nx.ancestors(graph, c.node_id))}
+    served = {ref() for ref in fit._invariants[1]}
+    # the background's density (lambda fixed) and the data's range check; not what is below the density
+    assert {c.name for c in served} == {"Exponential._cached_pdf", "data in range"}
+    assert served & caches <= invariant
+    for cache in caches:  # served (and below them): computed once through the caches; the others in the program only
+        assert cache.stats["misses"] == (1 if cache in invariant else 0), cache.name
+    zcache.set_values(loss.params, start)
+    reference = Minuit(compiled=False, tol=1e-4).minimize(loss)
+    for name, value in reference.values.items():
+        assert result.values[name] == pytest.approx(value, abs=1e-3 * reference.errors[name])
 
 
 @pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)

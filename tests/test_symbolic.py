@@ -458,7 +458,8 @@ def test_compiled_mode_and_toys(dzero):
         assert np.max(np.abs(batched.table[name] - toys.table[name]) / toys.table[f"{name}_err"]) < 1e-3
     from zcache.batch import BatchedLoss
 
-    assert any(c.name.startswith("I[group") for c in BatchedLoss.of(loss, loss.params).served_caches)
+    # the integral matrix over the phase-space sample, served whole (its group blocks are read through it)
+    assert "I[phasespace]" in {c.name for c in BatchedLoss.of(loss, loss.params).served_caches}
 
 
 # -- sampling: independent events (issue 23, symptom 7) --------------------------------------------

@@ -264,7 +264,6 @@ class BatchedLoss:
         running the loss's Python code eagerly for toy 0 with its inputs substituted.
         """
         if self._invariants is None or self._invariants[0] != GRAPH.version:
-            self.loss.value()  # every cache computed once: its dependencies are known
             fixed = self._fixed_values()
             sub = self._substitutes(tf.constant(x0), tf.constant(events0), tf.constant(weights0), fixed, {})
             # The loss's own Python code, run eagerly (a traced graph would read the Variables).

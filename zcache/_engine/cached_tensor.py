@@ -30,7 +30,16 @@ from ..exceptions import (
 from .budget import BUDGET, note_traced_read, stamp, stored_eagerly
 from .cache_gradient import with_gradient
 from .cache_state import CacheState, invalidate_eagerly
-from .context import CONTEXT, ENGINE_LOCK, evaluation, record_read, recording, substitute, substituting
+from .context import (
+    CONTEXT,
+    ENGINE_LOCK,
+    evaluation,
+    outside_substitution,
+    record_read,
+    recording,
+    substitute,
+    substituting,
+)
 from .dependencies import CACHE, GRAPH
 from .tensorlike import TensorLike
 from .tf_internals import graph_key, inside_vectorized_loop
@@ -94,6 +103,8 @@ class CachedTensor(TensorLike):
         # set_always_dirty); set by zcache.precompute for nodes that change on every call.
         self._always_dirty = False
         self._miss = MissBranch(self._compute_and_store)
+        #: ``func`` ran once (eagerly, traced or recomputed): its dependencies are known
+        self._discovered = False
         self.node_id = GRAPH.add_node(self, CACHE, self.name)
         if self._declared:
             self._add_deps(self._declared)
@@ -261,10 +272,26 @@ class CachedTensor(TensorLike):
         if stand_in is not None:
             return stand_in
         serving = CONTEXT.serving
-        if serving is not None and serving[1].isdisjoint(GRAPH.ancestor_inputs(self.node_id)):
+        if serving is not None and self._discovered and self._invariant(serving[1]):
+            # no varying input reaches it: its value is the cache's own (a hit when valid), and
+            # nothing below it needs recomputing (finding_invariants)
             serving[0].append(self)
-        with recording():  # reads here are not new dependencies
-            return self.state.checked(self._func(), stored=False)
+            with outside_substitution():
+                return self.value()
+        mark = None if serving is None else len(serving[0])
+        with recording() as reads:  # reads here are not dependencies of the caller
+            out = self.state.checked(self._func(), stored=False)
+        if not self._discovered:
+            # never computed: what it reads is known now (reads at substituted inputs are reads
+            # of the same objects), so a fit need not evaluate the loss once before it starts
+            self._note_reads(reads)
+            if serving is not None and self._invariant(serving[1]):
+                del serving[0][mark:]  # served whole: not the caches found below it
+                serving[0].append(self)
+        return out
+
+    def _invariant(self, varying: frozenset[int]) -> bool:
+        return varying.isdisjoint(GRAPH.ancestor_inputs(self.node_id))
 
     def _bypassed(self) -> tf.Tensor:
         # Always dirty: computed directly, once per evaluation. A bypassed node read by several
@@ -300,6 +327,11 @@ class CachedTensor(TensorLike):
         finally:
             stack.pop()
         out = self.state.checked(out)
+        self._note_reads(reads)
+        return out
+
+    def _note_reads(self, reads: set[Any]) -> None:
+        """Add what ``func`` read as dependencies (warning once about reads outside declared deps)."""
         reads.discard(self)
         if self._declared is not None and not self._warned:
             missing = [r for r in reads if not _is_ancestor(r, self._deps)]
@@ -312,7 +344,7 @@ class CachedTensor(TensorLike):
                     UndeclaredDependencyWarning,
                 )
         self._add_deps(reads)
-        return out
+        self._discovered = True
 
     def _drop_compiled(self) -> None:
         self._miss.drop()

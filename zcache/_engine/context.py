@@ -45,6 +45,7 @@ __all__ = [
     "differentiating",
     "evaluation",
     "finding_invariants",
+    "outside_substitution",
     "record_read",
     "recording",
     "run_eagerly",
@@ -130,7 +131,10 @@ def finding_invariants(varying: set[int]) -> Iterator[list[Any]]:
     A batched evaluation (:mod:`zcache.batch`) substitutes each toy's parameters and events
     (``varying``; its fixed parameters are substituted too, but are the same for every toy):
     a cache that no varying input reaches has one value for every toy, so it is read once,
-    outside the batch, and stands in for itself (see ``CachedTensor._recomputed``).
+    outside the batch, and stands in for itself (see ``CachedTensor._recomputed``). Inside
+    the block such a cache is read through itself (:func:`outside_substitution`), and a cache
+    whose dependencies were never discovered is discovered by its recomputation here: no
+    earlier evaluation of the loss is needed.
     """
     found: list[Any] = []
     CONTEXT.serving = (found, frozenset(varying))
@@ -138,6 +142,22 @@ def finding_invariants(varying: set[int]) -> Iterator[list[Any]]:
         yield found
     finally:
         CONTEXT.serving = None
+
+
+@contextlib.contextmanager
+def outside_substitution() -> Iterator[None]:
+    """Inside the block, no :func:`substituted` or :func:`finding_invariants` block is open.
+
+    :func:`finding_invariants` reads a cache that no varying input reaches through the cache
+    itself (a hit, or computed and stored at the current inputs), not recomputed at the
+    substituted ones: its value is the same either way.
+    """
+    stack, serving = CONTEXT.substitutes, CONTEXT.serving
+    CONTEXT.substitutes, CONTEXT.serving = [], None
+    try:
+        yield
+    finally:
+        CONTEXT.substitutes, CONTEXT.serving = stack, serving
 
 
 def substitute(uid: Any) -> Any:

@@ -282,10 +282,10 @@ class CompiledFit:
         """The caches no fitted parameter reaches, each read through its cache (a hit when valid).
 
         Which caches they are is found once (and again after the dependency graph changed) by
-        running the loss's Python code eagerly with the fitted parameters substituted.
+        running the loss's Python code eagerly with the fitted parameters substituted (caches
+        never computed before are discovered there; the invariant ones are read, not recomputed).
         """
         if self._invariants is None or self._invariants[0] != GRAPH.version:
-            self.loss.value()  # every cache computed once: its dependencies are known
             varying = {p.node_id for p in self.params}
             sub = {p.node_id: tf.constant(v, tf.float64) for p, v in zip(self.params, x0, strict=True)}
             with run_eagerly(), substituted(sub), finding_invariants(varying) as found, collecting():
