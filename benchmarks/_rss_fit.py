@@ -60,7 +60,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
-            free: list[str], fused: bool = False) -> dict[str, Any]:
+            free: list[str], fused: bool | str = "auto") -> dict[str, Any]:
     """Run the first fit of ``side`` (``"zcache"`` or ``"tensorwaves"``) in a child process.
 
     Parameters
@@ -73,8 +73,8 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         The events, as the parent drew them.
     free : list of str
         Names of the free parameters (sympy symbols' names).
-    fused : bool
-        zcache only: the bridged model with ``fused=True`` (XLA group programs).
+    fused : bool or "auto"
+        zcache only: the bridged model's ``fused`` option (default ``"auto"``, zcache's default).
 
     Returns
     -------
@@ -93,7 +93,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         names = Path(tmp) / "free.json"
         names.write_text(json.dumps(free))
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
-                               "fused" if fused else "plain"],
+                               {True: "fused", False: "plain"}.get(fused, "auto")],
                               capture_output=True, text=True, env=env, cwd=HERE.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
     if proc.returncode or not lines:
@@ -101,7 +101,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     return json.loads(lines[-1][len(_MARK):])
 
 
-def _child(side: str, model_key: str, events: str, names: str, variant: str = "plain") -> dict[str, Any]:
+def _child(side: str, model_key: str, events: str, names: str, variant: str = "auto") -> dict[str, Any]:
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import _peers_tensorwaves as peers
@@ -122,7 +122,7 @@ def _child(side: str, model_key: str, events: str, names: str, variant: str = "p
     t0 = time.perf_counter()
     if side == "zcache":
         zc = bench.ZcacheFit(model, expression, phsp, data, sorted(free), f"{model_key}_rss",
-                               fused=variant == "fused")
+                               fused={"fused": True, "plain": False}.get(variant, "auto"))
         fit = zc.fit()
     else:
         tw = peers.TensorwavesFit(expression, dict(model.parameter_defaults), phsp, data,

@@ -178,7 +178,7 @@ class ZcacheFit:
     """A fresh bridged model, its data and loss; building it times the build and the first call."""
 
     def __init__(self, model: Any, expression: Any, phsp: dict, data: dict, floating: list[str], name: str,
-                 fused: bool = False) -> None:
+                 fused: bool | str = "auto") -> None:
         t0 = time.perf_counter()
         bounds = {s.name: (v, peers.fit_limits(s.name)) for s, v in model.parameter_defaults.items()}
         bounded = {name: {"value": float(v), "lower": lim[0], "upper": lim[1]} for name, (v, lim) in bounds.items()

@@ -156,3 +156,31 @@ def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
     with zcache.set_graph_mode(False):
         reference = nd.Gradient(lambda v: float(loss.value_at(v, loss.params)), step=1e-6)(x)
     np.testing.assert_allclose(g1, reference, rtol=1e-6, atol=1e-7 * scale)
+
+
+def test_auto_fuses_the_groups_that_float_and_equals_plain(mode):
+    """SymbolicModel(fused="auto"), the default: a group whose line shape floats when its program is
+    first built is fused, a fixed one stays plain; value and gradient equal the plain model's."""
+    losses = {f: small_bridge_loss(fused=f, tag=f"auto_{f}_{mode}", n_phsp=300, n_data=100, seed=6)
+              for f in ("auto", False)}
+    for loss in losses.values():
+        for p in loss.model.get_params(None):
+            if p.name.endswith(("m2", "g2")):
+                p.floating = False  # the second Breit-Wigner fixed before the first evaluation
+        assert len(loss.params) == 4
+    found = {}
+    for f, loss in losses.items():
+        value, gradient = loss.value_gradient()
+        found[f] = float(value), gradient.numpy()
+    assert losses["auto"].model.fused_groups == [0] and losses[False].model.fused_groups == []
+    assert losses["auto"].model.coupling_groups[0][0][0].endswith("g1")
+    assert found["auto"][0] == pytest.approx(found[False][0], rel=1e-13)
+    np.testing.assert_allclose(found["auto"][1], found[False][1], rtol=1e-10, atol=1e-12 * np.abs(found[False][1]).max())
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_fused_takes_true_false_or_auto(bad):
+    from zcache.exceptions import SymbolicError
+
+    with pytest.raises(SymbolicError, match="fused= must be True, False or 'auto'"):
+        small_bridge_loss(fused=bad, tag=f"bad_fused_{bad}")

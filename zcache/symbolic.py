@@ -597,14 +597,18 @@ class SymbolicModel(Model, CoherentIntensity):
     kinematics : zcache.kinematics.HelicityKinematics, optional
         Turns four-momenta into the data columns: ``phasespace`` and :meth:`to_data` then accept
         four-momenta too (:func:`from_helicity_model` gives it).
-    fused : bool
-        ``False`` (default): each group's amplitudes are one plain ``tf.function``. ``True``: one
-        XLA program forward and one that recomputes and differentiates them backward
-        (:mod:`zcache._fitting.fused`): exact first and second derivatives, faster value +
-        gradient depending on the model and sample (all free, 2 cores: D0 -> K pi pi0 1.48x
-        faster at 2e4 events and 1.14x at 1e5; J/psi -> gamma pi0 pi0 1.2x at 2e4 but 0.93x at
-        1e5, where XLA's backward pass of its spin-2 group is slower than TensorFlow's kernels;
-        ``benchmarks/RESULTS.md``, "Fused line shapes").
+    fused : bool or "auto"
+        How each group's amplitudes run. ``False``: one plain ``tf.function``. ``True``: one XLA
+        program forward and one that recomputes and differentiates them backward
+        (:mod:`zcache._fitting.fused`), with exact first and second derivatives; nothing but the
+        inputs is kept for the backward pass. ``"auto"`` (default): fused for a group with a
+        floating parameter when its program is first built (the first evaluation), plain for a
+        group whose line shapes are fixed (computed once and cached: XLA's compile would cost
+        about a second and save nothing). Measured with masses and widths floating, 1e5 + 1e5
+        events on 2 cores: first fit 1.6x (J/psi -> gamma pi0 pi0) and 1.2x (D0 -> K pi pi0)
+        faster than plain, half the peak memory (3.7 against 7.5 GB; 1.6 against 2.4 GB), warm
+        fit 0.92x and 1.31x (``benchmarks/RESULTS.md``, "Fused line shapes"). :attr:`fused_groups`
+        says which groups are fused.
 
     Raises
     ------
@@ -628,7 +632,7 @@ class SymbolicModel(Model, CoherentIntensity):
                  floating: Iterable[Any] | None = None, name: str | None = None, cache: bool = True,
                  doit: bool = True, phasespace_volume: float = 1.0,
                  limits: Mapping[str, tuple[float, float]] | None = None, extended: Any = None,
-                 generator: Any = None, kinematics: HelicityKinematics | None = None, fused: bool = False) -> None:
+                 generator: Any = None, kinematics: HelicityKinematics | None = None, fused: bool | str = "auto") -> None:
         sp = _sympy()
         expression = sp.sympify(expression)
         if doit:
@@ -651,7 +655,9 @@ class SymbolicModel(Model, CoherentIntensity):
                 )
         self.expression = expression
         self.cache = bool(cache)
-        self.fused = bool(fused)
+        if not (isinstance(fused, (bool, np.bool_)) or (isinstance(fused, str) and fused == "auto")):
+            raise SymbolicError(f"fused= must be True, False or 'auto', got {fused!r}.")
+        self.fused: bool | str = "auto" if isinstance(fused, str) else bool(fused)
         self.generator = generator
         self.kinematics = kinematics
         self.phasespace_volume = float(phasespace_volume)
@@ -674,6 +680,7 @@ class SymbolicModel(Model, CoherentIntensity):
         # the traced programs of the data-only columns and of each group (_stack_program, _group_program)
         self._stack_fn: Any = None
         self._group_programs: dict[int, tuple[list[Any], Any]] = {}
+        self._fused_groups: set[int] = set()
         self._set_floating(floating, symbols, by_name, complex_symbols, terms)
         self.params = {}
         for obj in self.symbol_params.values():
@@ -831,9 +838,12 @@ class SymbolicModel(Model, CoherentIntensity):
             return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo)
 
         # fused: XLA forward and backward programs (zcache._fitting.fused); real parameters only (its
-        # backward pass returns real cotangents), and not where TensorFlow's tape internals are missing
-        if self.fused and symbols and all(spec.dtype == tf.float64 for spec in specs) and can_resume_recording():
+        # backward pass returns real cotangents), and not where TensorFlow's tape internals are missing.
+        # "auto": only a group that a floating parameter moves (a fixed group is computed once and cached)
+        wanted = self.fused is True or (self.fused == "auto" and any(self.symbol_params[s].floating for s in symbols))
+        if wanted and symbols and all(spec.dtype == tf.float64 for spec in specs) and can_resume_recording():
             program = fused_program(group, signature, len(symbols))
+            self._fused_groups.add(g)
         else:
             program = tf.function(group, input_signature=signature, autograph=False)
         found = self._group_programs[g] = (symbols, program)
@@ -1056,6 +1066,16 @@ class SymbolicModel(Model, CoherentIntensity):
         if not self.is_coherent_sum:
             return []
         return [(sorted(s.name for s in key), [c.name for c in cs]) for key, cs in self._groups]
+
+    @property
+    def fused_groups(self) -> list[int]:
+        """Indices into :attr:`coupling_groups` of the groups whose programs are fused (see ``fused``).
+
+        A group's program is chosen when it is first built (the first evaluation that needs it),
+        so this lists the groups built so far. A group fixed then and floated later stays plain
+        (exact all the same); build a new model with ``fused=True`` to fuse it.
+        """
+        return sorted(self._fused_groups)
 
     @property
     def node_caches(self) -> list[CachedTensor]:
