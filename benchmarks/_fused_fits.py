@@ -19,24 +19,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 MARK = "FUSED-FIT "
 
 
 def _child(key: str, events: str, names: str, variant: str) -> dict:
     sys.path.insert(0, str(HERE))
-    import _peers_tensorwaves as peers
     import _rss_fit as rss
     import bench_symbolic as bench
 
-    _, model = peers.build_model(key)
-    expression = model.expression.doit()
-    with np.load(events) as npz:
-        phsp = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("phsp:")}
-        data = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("data:")}
-    free = sorted(json.loads(Path(names).read_text()))
+    model, expression, phsp, data, free = rss.read_inputs(key, events, names)
     baseline = rss.current_rss_mib()
     t0 = time.perf_counter()
     zc = bench.ZcacheFit(model, expression, phsp, data, free, f"{key}_{variant}", fused=variant == "fused")
@@ -51,6 +43,7 @@ def _child(key: str, events: str, names: str, variant: str) -> dict:
 
 def main() -> None:
     sys.path.insert(0, str(HERE))
+    import _rss_fit as rss
     import bench_symbolic as bench
 
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -66,10 +59,8 @@ def main() -> None:
         sample = bench.make_sample(key, cfg, tw_ok=False)
         for scenario in ("couplings", "all"):
             with tempfile.TemporaryDirectory() as tmp:
-                events, names = Path(tmp) / "events.npz", Path(tmp) / "free.json"
-                np.savez(events, **{f"phsp:{k}": v for k, v in sample.phsp.items()},
-                         **{f"data:{k}": v for k, v in sample.data.items()})
-                names.write_text(json.dumps([s.name for s in sample.free(scenario)]))
+                events, names = rss.write_inputs(Path(tmp), sample.phsp, sample.data,
+                                                 [s.name for s in sample.free(scenario)])
                 for variant in ("plain", "fused"):
                     proc = subprocess.run([sys.executable, __file__, "--child", key, str(events), str(names), variant],
                                           capture_output=True, text=True, env=env)

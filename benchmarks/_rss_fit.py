@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["measure", "current_rss_mib", "peak_rss_mib"]
+__all__ = ["measure", "current_rss_mib", "peak_rss_mib", "read_inputs", "write_inputs"]
 
 HERE = Path(__file__).resolve().parent
 _MARK = "RSS-RESULT "
@@ -88,10 +88,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     root = str(Path(zcache.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     with tempfile.TemporaryDirectory() as tmp:
-        events = Path(tmp) / "events.npz"
-        np.savez(events, **{f"phsp:{k}": v for k, v in phsp.items()}, **{f"data:{k}": v for k, v in data.items()})
-        names = Path(tmp) / "free.json"
-        names.write_text(json.dumps(free))
+        events, names = write_inputs(Path(tmp), phsp, data, free)
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
                                {True: "fused", False: "plain"}.get(fused, "auto")],
                               capture_output=True, text=True, env=env, cwd=HERE.parent)
@@ -99,6 +96,27 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     if proc.returncode or not lines:
         raise RuntimeError(f"_rss_fit.py {side} {model} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len(_MARK):])
+
+
+def write_inputs(folder: Path, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
+                 free: list[str]) -> tuple[Path, Path]:
+    """The events (``events.npz``) and the free parameters' names (``free.json``) for a child, in ``folder``."""
+    events, names = folder / "events.npz", folder / "free.json"
+    np.savez(events, **{f"phsp:{k}": v for k, v in phsp.items()}, **{f"data:{k}": v for k, v in data.items()})
+    names.write_text(json.dumps(free))
+    return events, names
+
+
+def read_inputs(model_key: str, events: str, names: str) -> tuple[Any, Any, dict, dict, list[str]]:
+    """In a child: the ampform model, its ``doit()`` expression, the events and the sorted free names."""
+    import _peers_tensorwaves as peers
+
+    _, model = peers.build_model(model_key)
+    expression = model.expression.doit()
+    with np.load(events) as npz:
+        phsp = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("phsp:")}
+        data = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("data:")}
+    return model, expression, phsp, data, sorted(set(json.loads(Path(names).read_text())))
 
 
 def _child(side: str, model_key: str, events: str, names: str, variant: str = "auto") -> dict[str, Any]:
@@ -112,16 +130,11 @@ def _child(side: str, model_key: str, events: str, names: str, variant: str = "a
         import jax
 
         jax.config.update("jax_enable_x64", True)
-    _, model = peers.build_model(model_key)
-    expression = model.expression.doit()
-    with np.load(events) as npz:
-        phsp = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("phsp:")}
-        data = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("data:")}
-    free = set(json.loads(Path(names).read_text()))
+    model, expression, phsp, data, free = read_inputs(model_key, events, names)
     baseline = current_rss_mib()
     t0 = time.perf_counter()
     if side == "zcache":
-        zc = bench.ZcacheFit(model, expression, phsp, data, sorted(free), f"{model_key}_rss",
+        zc = bench.ZcacheFit(model, expression, phsp, data, free, f"{model_key}_rss",
                                fused={"fused": True, "plain": False}.get(variant, "auto"))
         fit = zc.fit()
     else:
