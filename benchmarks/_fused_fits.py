@@ -12,7 +12,6 @@ start), and reports the times, the minimum and its peak resident set (``VmHWM``)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -50,11 +49,7 @@ def main() -> None:
     n = int(float(sys.argv[sys.argv.index("--events") + 1])) if "--events" in sys.argv else 100_000
     keys = [a for a in args if a in bench.SPECS] or ["jpsi", "dzero"]
     cfg = bench.Config(n_data=n, n_phsp=n, repeats=1)
-    import zcache
-
-    env = dict(os.environ)
-    root = str(Path(zcache.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env = rss.child_env()
     for key in keys:
         sample = bench.make_sample(key, cfg, tw_ok=False)
         for scenario in ("couplings", "all"):

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["measure", "current_rss_mib", "peak_rss_mib", "read_inputs", "write_inputs"]
+__all__ = ["measure", "child_env", "current_rss_mib", "peak_rss_mib", "read_inputs", "write_inputs"]
 
 HERE = Path(__file__).resolve().parent
 _MARK = "RSS-RESULT "
@@ -81,12 +81,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     dict
         ``peak_mib``, ``baseline_mib``, ``seconds`` (the first fit in the child), ``valid``, ``path``.
     """
-    import zcache
-
-    env = dict(os.environ)
-    # the child imports the same zcache as this process (a worktree on PYTHONPATH wins over the editable install)
-    root = str(Path(zcache.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env = child_env()
     with tempfile.TemporaryDirectory() as tmp:
         events, names = write_inputs(Path(tmp), phsp, data, free)
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
@@ -96,6 +91,19 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     if proc.returncode or not lines:
         raise RuntimeError(f"_rss_fit.py {side} {model} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len(_MARK):])
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with the zcache it imported first on ``PYTHONPATH``.
+
+    The child then imports the same zcache (a worktree on ``PYTHONPATH`` wins over the editable install).
+    """
+    import zcache
+
+    env = dict(os.environ)
+    root = str(Path(zcache.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 def write_inputs(folder: Path, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
