@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import cmath
 import difflib
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from numbers import Integral
@@ -833,7 +834,16 @@ class SymbolicModel(Model, CoherentIntensity):
         signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
                      [tf.TensorSpec([None], tf.float64) for _ in obs], specs]
 
-        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> tf.Tensor:
+        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], widen: bool = False) -> tf.Tensor:
+            if widen:
+                # each parameter as a per-event vector: in reverse mode a scalar that enters many
+                # element-wise ops is reduced over the events once per use (~40 reductions in the
+                # J/psi model's spin-2 group), a widened one once. Measured on that group's XLA
+                # backward program at 1e5 events: 25.6 ms -> 9.6 ms. Fused programs only: in plain
+                # TensorFlow the parameter-only sub-expressions (m**2, m**7) would become kernels
+                # over the events.
+                zeros = tf.zeros_like(columns[0])
+                values = [v + zeros for v in values]
             memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
             return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo)
 
@@ -842,7 +852,7 @@ class SymbolicModel(Model, CoherentIntensity):
         # "auto": only a group that a floating parameter moves (a fixed group is computed once and cached)
         wanted = self.fused is True or (self.fused == "auto" and any(self.symbol_params[s].floating for s in symbols))
         if wanted and symbols and all(spec.dtype == tf.float64 for spec in specs) and can_resume_recording():
-            program = fused_program(group, signature, len(symbols))
+            program = fused_program(functools.partial(group, widen=True), signature, len(symbols))
             self._fused_groups.add(g)
         else:
             program = tf.function(group, input_signature=signature, autograph=False)

@@ -11,6 +11,10 @@ XLA program that recomputes ``fn`` and differentiates it in the same loop (remat
 but the inputs is kept between the two, and each is one pass over memory. The parameters' cotangents
 are those of ``fn``: :math:`\bar v_j = \mathrm{Re} \sum \bar A \, \overline{\partial A / \partial v_j}`.
 
+A caller whose parameters enter many element-wise ops should broadcast them over the events inside
+``fn`` (``SymbolicModel`` does): the backward program then reduces each parameter's cotangent over the
+events once, not once per use.
+
 Second derivatives stay exact: the backward program has a gradient of its own, reverse over reverse
 through the plain ``fn`` (what TensorFlow computes without fusing), so a Hessian costs what it did.
 
