@@ -22,10 +22,11 @@ Measured (``benchmarks/RESULTS.md``, "Fused line shapes"; J/psi model, every par
 precompute, interleaved with the unfused model in one process, 2 cores): value + gradient 49.7 ms against
 59.6 ms at 2e4 + 2e4 events, but 233 ms against 216 ms at 1e5 + 1e5; the value alike (for the D0 model
 faster at both sizes: 6.2 against 9.2 ms and 25.9 against 29.6 ms). Per J/psi group at 1e5
-events the compiled forward pass is faster (4.7 ms against 9.0 ms for a two-parameter group) and the
-compiled backward pass slower (35 ms against 19 ms): XLA's CPU code for the complex gradient is slower than
-TensorFlow's kernels. The outcome depends on the model and size, so ``SymbolicModel`` uses it only when
-asked (``fused=True``). Tried and not kept:
+events the compiled forward pass was faster (4.7 ms against 9.0 ms for a two-parameter group) and the
+compiled backward pass slower (35 ms against 19 ms), until the parameters were widened over the events
+(above: the spin-2 group's backward program 25.6 ms -> 9.6 ms). Whole fits in fresh processes favour
+fusing wherever line shapes float ("Fused line shapes: fits"), so ``SymbolicModel``'s default
+``fused="auto"`` fuses exactly those groups. Tried and not kept:
 derivatives in the forward pass by forward-mode accumulators (the backward pass a contraction), slower
 still; XLA on the forward pass alone with TensorFlow differentiating it, which must return every
 intermediate.
