@@ -551,7 +551,7 @@ class CoherentSum(CoherentIntensity):
 
     The columns, integrals, normalization and fit fractions are those of the coherent-sum core
     (one group per amplitude, one helicity): each amplitude caches its column per dataset, the
-    sum the stacked (N, K) matrix ``A_k[data]``, each entry ``I[R_j,R_k]`` and the matrix.
+    sum the stacked (K, N) matrix ``A_k[data]``, each entry ``I[R_j,R_k]`` and the matrix.
 
     Parameters
     ----------
@@ -570,7 +570,7 @@ class CoherentSum(CoherentIntensity):
     """
 
     _caches_groups = False  # each Amplitude caches its own column (shared by every sum it is in)
-    _stacks_groups = True  # a coupling change costs one (N, K) product over the events
+    _stacks_groups = True  # a coupling change costs one (K, N) product over the events
 
     def __init__(self, components: Sequence[tuple[Any, Amplitude]], *, cache: bool = True):
         if not components:
@@ -645,13 +645,13 @@ class CoherentSum(CoherentIntensity):
             column = amplitude.column(data) if self.cache else amplitude._compute(self.kinematics.space.select(data))
         else:
             column = amplitude._compute(tf.convert_to_tensor(data, tf.float64))
-        return column[None, :, None]
+        return column[None, None, :]
 
     def _block_name(self, a: int, b: int, mc: Data) -> str:
         return f"I[{self.amplitudes[a].name},{self.amplitudes[b].name}]"
 
     def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
-        return self.amplitudes[g]._compute(self.kinematics.space.select(data))[None, :, None]
+        return self.amplitudes[g]._compute(self.kinematics.space.select(data))[None, None, :]
 
     # -- per event ----------------------------------------------------------------------
     def amplitude_matrix(self, data: Any) -> tf.Tensor:
@@ -667,7 +667,7 @@ class CoherentSum(CoherentIntensity):
         tf.Tensor
             complex128, shape (N, K).
         """
-        return self._columns(data)[0]
+        return tf.transpose(self._columns(data)[0])
 
     def amplitude(self, data: Any) -> tf.Tensor:
         r""":math:`A(x_i) = \sum_k c_k A_k(x_i)`.

@@ -23,7 +23,7 @@ How the expression becomes a cached graph (each rule in one sentence):
 - **coherent sums**: an intensity :math:`\sum_h |\sum_k c_k A_{kh}|^2` whose couplings
   :math:`c_k` are complex parameters appearing as linear factors (ampform's form) is split into
   the coupling-free amplitudes :math:`A_{kh}`, grouped by the parameters they read (one group
-  per resonance, typically); per dataset each group is one cached (H, N, K_g) tensor that only
+  per resonance, typically); per dataset each group is one cached (H, K_g, N) tensor that only
   its own parameters (mass, width, radius) invalidate, and the normalization uses cached blocks
   of :math:`I_{jk} = \sum_h \langle A_{jh} A_{kh}^*\rangle` over the phase-space sample, one
   cache per pair of groups: a coupling change costs :math:`O(N K)` on the data and
@@ -802,7 +802,7 @@ class SymbolicModel(Model, CoherentIntensity):
 
     # -- the coherent-sum core's hooks: the translated amplitudes of each group -------------------
     def _group_now(self, g: int, data: Any) -> tf.Tensor:
-        """(H, N, K_g): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent).
+        """(H, K_g, N): the coupling-free amplitudes of group ``g`` (zero where a coupling is absent).
 
         On a cached model and a :class:`zcache.Data`, one call of the group's program
         (:meth:`_group_program`): the parameters and the stacked data-only columns are read
@@ -813,7 +813,8 @@ class SymbolicModel(Model, CoherentIntensity):
         symbols, program = self._group_program(g)
         columns = [self.column(name, data) for name in self.space.obs]
         values = [self.symbol_params[s].value() for s in symbols]
-        return program(self._data_stack(data), columns, values)
+        out = program(self._data_stack(data), columns, values)  # (H K_g, N) when fused
+        return tf.reshape(out, [len(self._terms), len(self._groups[g][1]), -1])
 
     def _group_program(self, g: int) -> tuple[list[Any], Any]:
         """Group ``g``'s amplitudes as one ``tf.function`` of (data-only stack, columns, parameter values).
@@ -834,8 +835,8 @@ class SymbolicModel(Model, CoherentIntensity):
         signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
                      [tf.TensorSpec([None], tf.float64) for _ in obs], specs]
 
-        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], widen: bool = False) -> tf.Tensor:
-            if widen:
+        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], fused: bool = False) -> Any:
+            if fused:
                 # each parameter as a per-event vector: in reverse mode a scalar that enters many
                 # element-wise ops is reduced over the events once per use (~40 reductions in the
                 # J/psi model's spin-2 group), a widened one once. Measured on that group's XLA
@@ -845,33 +846,35 @@ class SymbolicModel(Model, CoherentIntensity):
                 zeros = tf.zeros_like(columns[0])
                 values = [v + zeros for v in values]
             memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
-            return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo)
+            # fused: the rows as a list, which fused_program stacks outside XLA
+            return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo, rows=fused)
 
         # fused: XLA forward and backward programs (zcache._fitting.fused); real parameters only (its
         # backward pass returns real cotangents), and not where TensorFlow's tape internals are missing.
         # "auto": only a group that a floating parameter moves (a fixed group is computed once and cached)
         wanted = self.fused is True or (self.fused == "auto" and any(self.symbol_params[s].floating for s in symbols))
         if wanted and symbols and all(spec.dtype == tf.float64 for spec in specs) and can_resume_recording():
-            program = fused_program(functools.partial(group, widen=True), signature, len(symbols))
+            program = fused_program(functools.partial(group, fused=True), signature, len(symbols))
             self._fused_groups.add(g)
         else:
             program = tf.function(group, input_signature=signature, autograph=False)
         found = self._group_programs[g] = (symbols, program)
         return found
 
-    def _group_terms(self, g: int, data: Any, memo: dict[Any, Any]) -> tf.Tensor:
+    def _group_terms(self, g: int, data: Any, memo: dict[Any, Any], rows: bool = False) -> Any:
+        """(H, K_g, N), or with ``rows`` its H K_g rows as a list (an XLA program's outputs: see ``fused_program``)."""
         _, couplings = self._groups[g]
         n = tf.shape(self._translator.column_named(self.space.obs[0], data))
-        rows = []
+        out = []
         for t in self._terms:
-            cols = []
             for c in couplings:
                 a = t.get(c)
                 v = tf.zeros(n, tf.complex128) if a is None else self._translator.value(a, data, memo)
                 v = _tensor(v, True)
-                cols.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
-            rows.append(tf.stack(cols, axis=1))
-        return tf.stack(rows)
+                out.append(v + tf.zeros(n, tf.complex128) if v.shape.rank == 0 else v)
+        if rows:
+            return out
+        return tf.reshape(tf.stack(out), [len(self._terms), len(couplings), -1])
 
     # -- the translator's caches (the model's, so that caches_of and invalidate_caches see them) --
     @cached(name=lambda self, data: f"data-only sub-expressions[{data.name}]")

@@ -5,13 +5,14 @@ resonances, one helicity) and :class:`zcache.symbolic.SymbolicModel` (a SymPy / 
 intensity, :math:`H` helicity terms) share. The couplings :math:`c_k` are complex; the
 coupling-free amplitudes :math:`A_{kh}` come in **groups** (the couplings whose amplitudes read
 the same parameters: one resonance's line shape), each group a complex tensor of shape
-:math:`(H, N, K_g)` per dataset. What the core owns, and caches (as ``@zcache.cached`` methods of
-the model itself, so that :func:`zcache._engine.cachable.caches_of` lists them and
-``invalidate_caches`` reaches them):
+:math:`(H, K_g, N)` per dataset (the events innermost: XLA's fused group programs write each
+amplitude as one contiguous row, and the integrals are products over the events axis). What the
+core owns, and caches (as ``@zcache.cached`` methods of the model itself, so that
+:func:`zcache._engine.cachable.caches_of` lists them and ``invalidate_caches`` reaches them):
 
 - each group's amplitude columns per :class:`zcache.Data` (unless the subclass's amplitudes
   cache their own columns, as :class:`zcache.amplitudes.Amplitude` does);
-- optionally the stacked :math:`(H, N, K)` matrix of all groups per dataset: a coupling change
+- optionally the stacked :math:`(H, K, N)` matrix of all groups per dataset: a coupling change
   then costs one matrix-vector product over the events;
 - one block :math:`I_{ab} = \sum_h \langle A_{ah} A_{bh}^\dagger\rangle` of the integral matrix
   per pair of groups over an integration (phase-space) sample, and the assembled Hermitian
@@ -51,11 +52,11 @@ class CoherentIntensity(Cachable):
     A subclass calls :meth:`_set_groups` with the number of couplings of each group (in the
     order of :meth:`coupling_vector`), sets ``cache`` (``False``: no cache at all), and
     implements :meth:`coupling_vector`, ``_group_now(g, data)`` (group ``g``'s columns,
-    :math:`(H, N, K_g)`, uncached) and the cache names ``_group_name(g, data)`` and
+    :math:`(H, K_g, N)`, uncached) and the cache names ``_group_name(g, data)`` and
     ``_block_name(a, b, mc)``. Two class attributes choose the cache layout:
     ``_caches_groups`` (default True: the core caches each group's columns per dataset; False
     when the subclass's amplitudes cache them themselves) and ``_stacks_groups`` (default
-    False: the intensity is a matrix-vector product per group; True: the :math:`(H, N, K)`
+    False: the intensity is a matrix-vector product per group; True: the :math:`(H, K, N)`
     matrix of all groups is one more cache per dataset, named by ``_stack_name(data)``).
     """
 
@@ -92,7 +93,7 @@ class CoherentIntensity(Cachable):
 
     # -- amplitude columns per dataset ----------------------------------------------------------
     def _group(self, g: int, data: Any) -> tf.Tensor:
-        """(H, N, K_g): group ``g``'s coupling-free amplitudes, cached per Data (see the class docstring)."""
+        """(H, K_g, N): group ``g``'s coupling-free amplitudes, cached per Data (see the class docstring)."""
         if self.cache and self._caches_groups and isinstance(data, Data):
             return self._cached_group(g, data)
         return self._group_now(g, data)
@@ -102,7 +103,7 @@ class CoherentIntensity(Cachable):
         return self._group_now(g, data)
 
     def _columns(self, data: Any) -> tf.Tensor:
-        """(H, N, K): every group's columns side by side (one cache per Data when ``_stacks_groups``)."""
+        """(H, K, N): every group's columns stacked (one cache per Data when ``_stacks_groups``)."""
         if self.cache and self._stacks_groups and isinstance(data, Data):
             return self._cached_columns(data)
         return self._columns_now(data)
@@ -112,16 +113,16 @@ class CoherentIntensity(Cachable):
         return self._columns_now(data)
 
     def _columns_now(self, data: Any) -> tf.Tensor:
-        return tf.concat([self._group(g, data) for g in range(len(self._group_sizes))], axis=-1)
+        return tf.concat([self._group(g, data) for g in range(len(self._group_sizes))], axis=1)
 
     def _amplitudes(self, data: Any) -> tf.Tensor:
         r"""(H, N): :math:`\sum_k c_k A_{kh}(x_i)`."""
         c = self.coupling_vector()
         if self._stacks_groups:
-            return tf.linalg.matvec(self._columns(data), c)
+            return tf.linalg.matvec(self._columns(data), c, transpose_a=True)
         amp, start = None, 0
         for g, k in enumerate(self._group_sizes):
-            part = tf.linalg.matvec(self._group(g, data), c[start:start + k])
+            part = tf.linalg.matvec(self._group(g, data), c[start:start + k], transpose_a=True)
             amp = part if amp is None else amp + part
             start += k
         return amp
@@ -164,10 +165,9 @@ class CoherentIntensity(Cachable):
         return self._integral_of(self._columns(mc))
 
     def _integral_of(self, columns: tf.Tensor) -> tf.Tensor:
-        r"""(K, K): :math:`\sum_h \langle A_{jh} A_{kh}^* \rangle` of all groups' columns (H, N, K), in one product."""
-        n = tf.cast(tf.shape(columns)[1], tf.complex128)
-        flat = tf.reshape(columns, [-1, sum(self._group_sizes)])
-        return tf.linalg.matmul(flat, tf.math.conj(flat), transpose_a=True) / n
+        r"""(K, K): :math:`\sum_h \langle A_{jh} A_{kh}^* \rangle` of all groups' columns (H, K, N), in one product."""
+        n = tf.cast(tf.shape(columns)[2], tf.complex128)
+        return _hermitian(tf.reduce_sum(tf.linalg.matmul(columns, columns, adjoint_b=True), axis=0) / n)
 
     @cached(name=lambda self, mc: f"I[{mc.name}]")
     def _cached_integral_matrix(self, mc: Data) -> tf.Tensor:
@@ -181,9 +181,9 @@ class CoherentIntensity(Cachable):
     def _cached_block(self, a: int, b: int, mc: Data) -> tf.Tensor:
         # (K_a, K_b): sum over h of <A_ah A_bh^dagger> over mc
         ga, gb = self._group(a, mc), self._group(b, mc)
-        n = tf.cast(tf.shape(ga)[1], tf.complex128)
-        ka, kb = self._group_sizes[a], self._group_sizes[b]
-        return tf.linalg.matmul(tf.reshape(ga, [-1, ka]), tf.math.conj(tf.reshape(gb, [-1, kb])), transpose_a=True) / n
+        n = tf.cast(tf.shape(ga)[2], tf.complex128)
+        block = tf.reduce_sum(tf.linalg.matmul(ga, gb, adjoint_b=True), axis=0) / n
+        return _hermitian(block) if a == b else block
 
     def norm(self, mc: Data) -> tf.Tensor:
         r""":math:`\langle I \rangle` over ``mc``: :math:`\mathrm{Re}(c^T I c^*)` (O(K²) once the integrals are cached).
@@ -263,6 +263,7 @@ class CoherentIntensity(Cachable):
             start += k
         member = tf.constant(member, tf.complex128)
         blocks = tf.math.real(tf.linalg.matmul(tf.linalg.matmul(member, terms), member, adjoint_b=True))
+        blocks = 0.5 * (blocks + tf.transpose(blocks))  # symmetric to the last bit, not only to rounding
         return (2.0 - tf.eye(len(self._group_sizes), dtype=tf.float64)) * blocks / tf.reduce_sum(blocks)
 
     def fraction_jacobian(self, mc: Data, params: Sequence[Parameter]) -> tuple[tf.Tensor, tf.Tensor]:
@@ -295,7 +296,7 @@ class CoherentIntensity(Cachable):
         with differentiating(params):  # a cache read on the way (data-only ones) attaches no gradient
             with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
                 tape.watch(variables)
-                columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=-1)
+                columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=1)
                 f = self._fractions_of(self._integral_of(columns), self.coupling_vector())
                 entries = [f[a, b] for a, b in pairs]  # sliced on the tape
             rows = {}
@@ -309,6 +310,12 @@ class CoherentIntensity(Cachable):
     def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
         """Group ``g``'s columns computed anew, past every parameter-dependent cache (default: ``_group_now``)."""
         return self._group_now(g, data)
+
+
+def _hermitian(m: tf.Tensor) -> tf.Tensor:
+    # A A^dagger from a matrix product is Hermitian only to rounding (the two triangles are summed
+    # separately); made exact, so that fit fractions and interference terms are exactly symmetric.
+    return 0.5 * (m + tf.linalg.adjoint(m))
 
 
 def sum_log_normalized(intensity: tf.Tensor, data: Any, normalization: tf.Tensor) -> tf.Tensor:
