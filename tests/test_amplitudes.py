@@ -1119,3 +1119,25 @@ def test_a_compiled_fit_computes_each_column_once_per_dataset(kin, generated):
     reference = Minuit(compiled=False, tol=1e-4).minimize(w.loss)
     for name, value in reference.values.items():
         assert result.values[name] == pytest.approx(value, abs=2e-3 * reference.errors[name])
+
+
+def test_the_intensity_runs_no_pow_kernel(kin, mc, data):
+    """|A|^2 of the coherent core is squares, not ``** 2``: without Grappler (a compiled fit's program)
+    TensorFlow keeps ``x ** 2`` as its generic Pow kernel, whose gradient takes logs; measured 10-17 ms
+    per call at 1e5 events, most of a J/psi couplings fit (warm 1.71 s -> 0.39 s with squares)."""
+    w = build(kin, mc, data)
+    params = [p for p in w.coupling_params]
+
+    @tf.function
+    def value_and_gradient():
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(w.amp.intensity(mc))
+        return total, tape.gradient(total, [zcache._engine.inputs.backing_variable(p) for p in params])
+
+    graph = value_and_gradient.get_concrete_function().graph
+    ops = {op.type for op in graph.get_operations()}
+    for fn in graph.as_graph_def().library.function:
+        ops |= {node.op for node in fn.node_def}
+    assert "Pow" not in ops, sorted(ops)
+    total, _ = value_and_gradient()
+    np.testing.assert_allclose(float(total), float(tf.reduce_sum(w.amp_u.intensity(mc))), rtol=1e-12)

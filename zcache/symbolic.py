@@ -448,7 +448,7 @@ class _Translator:
         if exp.is_Integer and base.func is self.sp.Abs and int(exp) % 2 == 0:  # |z|^2n without the sqrt
             z = child(base.args[0])
             if _is_complex(z):
-                sq = tf.math.real(z) ** 2 + tf.math.imag(z) ** 2 if isinstance(z, tf.Tensor) else abs(z) ** 2
+                sq = tf.square(tf.math.real(z)) + tf.square(tf.math.imag(z)) if isinstance(z, tf.Tensor) else abs(z) ** 2
             else:
                 sq = z * z
             return _integer_power(sq, int(exp) // 2)
