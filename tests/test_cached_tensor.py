@@ -715,20 +715,26 @@ def test_gradient_scope_leaves_caches_of_other_parameters_out_of_the_graph():
     assert ops(f) * 5 < ops(g), (ops(f), ops(g))  # without the scope both were the size of g
 
 
-@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-def test_bypassed_cache_read_by_several_is_computed_once_per_evaluation(graph):
-    """Always-dirty (precompute: depends on a floating parameter) caches are computed once per
-    evaluation, however many caches read them (a column read by K integral entries)."""
-    x = zcache.Data(np.linspace(0.1, 1.0, 50), name="x_once")
-    p = zcache.Parameter("p_once", 1.3)
+def _column_read_by_three(tag, n):
+    """A counted column sin(p x) over n points, read by three caches (sums of its powers 1, 2, 3)."""
+    x = zcache.Data(np.linspace(0.1, 1.0, n), name=f"x_{tag}")
+    p = zcache.Parameter(f"p_{tag}", 1.3)
     calls = {"col": 0}
 
     def column():
         calls["col"] += 1
         return tf.sin(p.value() * x.value())
 
-    col = zcache.CachedTensor(column, name="col_once")
-    pairs = [zcache.CachedTensor(lambda k=k: tf.reduce_sum(col.value() ** k), name=f"pow{k}") for k in (1, 2, 3)]
+    col = zcache.CachedTensor(column, name=f"col_{tag}")
+    pairs = [zcache.CachedTensor(lambda k=k: tf.reduce_sum(col.value() ** k), name=f"{tag}_pow{k}") for k in (1, 2, 3)]
+    return p, calls, pairs
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_bypassed_cache_read_by_several_is_computed_once_per_evaluation(graph):
+    """Always-dirty (precompute: depends on a floating parameter) caches are computed once per
+    evaluation, however many caches read them (a column read by K integral entries)."""
+    p, calls, pairs = _column_read_by_three("once", 50)
     top = zcache.CachedTensor(lambda: tf.stack([q.value() for q in pairs]), name="top_once")
     report = zcache.precompute(top, [p])
     assert {n.status for n in report.nodes} == {"always dirty"}
@@ -923,16 +929,7 @@ def test_a_cache_read_by_several_at_substituted_inputs_is_computed_once(graph):
     own value."""
     from zcache._engine.context import evaluation, substituted
 
-    x = zcache.Data(np.linspace(0.1, 1.0, 40), name="x_subst_once")
-    p = zcache.Parameter("p_subst_once", 1.3)
-    calls = {"col": 0}
-
-    def column():
-        calls["col"] += 1
-        return tf.sin(p.value() * x.value())
-
-    col = zcache.CachedTensor(column, name="col_subst_once")
-    pairs = [zcache.CachedTensor(lambda k=k: tf.reduce_sum(col.value() ** k), name=f"subst_pow{k}") for k in (1, 2, 3)]
+    p, calls, pairs = _column_read_by_three("subst_once", 40)
     xs = np.linspace(0.1, 1.0, 40)
 
     def at(value):
