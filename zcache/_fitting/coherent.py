@@ -169,7 +169,7 @@ class CoherentIntensity(Cachable):
     def _integral_of(self, columns: tf.Tensor) -> tf.Tensor:
         r"""(K, K): :math:`\sum_h \langle A_{jh} A_{kh}^* \rangle` of all groups' columns (H, K, N), in one product."""
         n = tf.cast(tf.shape(columns)[2], tf.complex128)
-        return _hermitian(tf.reduce_sum(tf.linalg.matmul(columns, columns, adjoint_b=True), axis=0) / n)
+        return tf.reduce_sum(tf.linalg.matmul(columns, columns, adjoint_b=True), axis=0) / n
 
     @cached(name=lambda self, mc: f"I[{mc.name}]")
     def _cached_integral_matrix(self, mc: Data) -> tf.Tensor:
@@ -184,8 +184,7 @@ class CoherentIntensity(Cachable):
         # (K_a, K_b): sum over h of <A_ah A_bh^dagger> over mc
         ga, gb = self._group(a, mc), self._group(b, mc)
         n = tf.cast(tf.shape(ga)[2], tf.complex128)
-        block = tf.reduce_sum(tf.linalg.matmul(ga, gb, adjoint_b=True), axis=0) / n
-        return _hermitian(block) if a == b else block
+        return tf.reduce_sum(tf.linalg.matmul(ga, gb, adjoint_b=True), axis=0) / n
 
     def norm(self, mc: Data) -> tf.Tensor:
         r""":math:`\langle I \rangle` over ``mc``: :math:`\mathrm{Re}(c^T I c^*)` (O(K²) once the integrals are cached).
@@ -322,12 +321,6 @@ def _row_times(c: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
     an adjoint (``tf.linalg.matmul``), one more pass over the columns per call.
     """
     return tf.linalg.matmul(c[None, None, :], columns)[:, 0, :]
-
-
-def _hermitian(m: tf.Tensor) -> tf.Tensor:
-    # A A^dagger from a matrix product is Hermitian only to rounding (the two triangles are summed
-    # separately); made exact, so that fit fractions and interference terms are exactly symmetric.
-    return 0.5 * (m + tf.linalg.adjoint(m))
 
 
 def sum_log_normalized(intensity: tf.Tensor, data: Any, normalization: tf.Tensor) -> tf.Tensor:
