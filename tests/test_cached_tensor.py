@@ -953,3 +953,20 @@ def test_a_cache_read_by_several_at_substituted_inputs_is_computed_once(graph):
             total = tf.reduce_sum(tf.stack([q.value() for q in pairs]))
     ref = sum(np.sum(k * np.sin(0.4 * xs) ** (k - 1) * np.cos(0.4 * xs) * xs) for k in (1, 2, 3))
     np.testing.assert_allclose(tape.gradient(total, v).numpy(), ref, rtol=1e-10)
+
+
+def test_varies_names_the_substituted_or_varying_inputs():
+    """``varies``: False outside a substitution; inside, whether an input has a stand-in; while
+    invariants are found, whether it is among the varying inputs (stand-ins of fixed inputs do not count)."""
+    from zcache._engine.context import finding_invariants, substituted, varies
+
+    a, b = zcache.Parameter("varies_a", 1.0), zcache.Parameter("varies_b", 2.0)
+    assert not varies([a.node_id, b.node_id])
+    with substituted({a.node_id: tf.constant(1.5, tf.float64)}):
+        assert varies([a.node_id]) and varies([b.node_id, a.node_id]) and not varies([b.node_id])
+        with substituted({b.node_id: tf.constant(2.5, tf.float64)}):  # the innermost block only
+            assert varies([b.node_id]) and not varies([a.node_id])
+    stand_ins = {a.node_id: tf.constant(1.5, tf.float64), b.node_id: tf.constant(2.0, tf.float64)}
+    with substituted(stand_ins), finding_invariants({a.node_id}):
+        assert varies([a.node_id]) and not varies([b.node_id])
+    assert not varies([a.node_id])

@@ -805,3 +805,70 @@ def test_group_programs_trace_once_for_every_dataset_and_caller():
     losses[0].datasets()[0].set_data(np.stack([cols["x"][300:700], cols["y"][300:700]], axis=1))  # another size
     losses[0].value_gradient()
     assert [p.experimental_get_tracing_count() for p in programs] == [1, 1, 1]
+
+
+def _two_resonances(name, floating):
+    """A sum of two Breit-Wigners times angular factors; the first line shape floating (or not)."""
+    x, y, m1, g1, m2, g2, c1, c2, c3 = sp.symbols("x y m1 g1 m2 g2 c1 c2 c3")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - x**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(y) + c2 * bw1 * sp.sin(y) + c3 * bw2 * sp.sin(y) ** 2) ** 2
+    rng = np.random.default_rng(6)
+    cols = {"x": rng.uniform(0.3, 1.5, 6000), "y": rng.uniform(0, np.pi, 6000)}
+    params = {m1: dict(value=0.9, lower=0.5, upper=1.3, floating=floating),
+              g1: dict(value=0.1, lower=0.02, upper=0.3, floating=floating),
+              m2: 0.77, g2: 0.15, c1: 1.0 + 0j, c2: 0.4 - 0.3j, c3: 0.5 + 0.5j}
+    model = SymbolicModel(expr, params, ["x", "y"], cols, name=name)
+    set_seed(6)
+    events = model.sample(400).numpy()
+    return model, UnbinnedNLL(model, zcache.Data(events, obs=["x", "y"], name=f"{name}_data"))
+
+
+@pytest.mark.parametrize("floating", [True, False])
+def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(floating):
+    """Issue 26: inside a compiled fit's program a group whose line shape floats is computed at every
+    call; its fused program then multiplies the couplings in (no (H, K, N) columns, no products over
+    the events) and the normalization is the mean intensity (no integral blocks). Value, gradient,
+    minimum and Hessian equal the cached model's and MIGRAD's; with the line shapes fixed the
+    group's columns are served and nothing of this is built."""
+    import numdifftools as nd
+
+    from zcache._engine.context import substituted
+    from zcache._fitting.compiled_fit import CompiledFit
+
+    model, loss = _two_resonances(f"times_{floating}", floating)
+    params = loss.params
+    assert len(params) == (6 if floating else 4)  # c1 is the reference coupling
+    x = np.array([float(p) for p in params]) * (1.0 + 0.02 * np.random.default_rng(7).standard_normal(len(params)))
+    zcache.set_values(params, x)
+    want_f, want_g = (t.numpy() for t in loss.value_gradient())
+    stand_ins = {p.node_id: tf.constant(v, tf.float64) for p, v in zip(params, x, strict=True)}
+    for mode in (False, True):
+        with zcache.set_graph_mode(mode):
+
+            def at_stand_ins():
+                with tf.GradientTape() as tape:
+                    tape.watch(list(stand_ins.values()))
+                    with substituted(stand_ins):
+                        f = loss.value()
+                return f, tf.stack(tape.gradient(f, list(stand_ins.values())))
+
+            f, g = (t.numpy() for t in (tf.function(at_stand_ins)() if mode else at_stand_ins()))
+            assert f == pytest.approx(want_f, rel=1e-12)
+            np.testing.assert_allclose(g, want_g, rtol=1e-9, atol=1e-9 * np.abs(want_g).max())
+    assert sorted(model._times_programs) == ([0] if floating else [])
+    zcache.set_values(params, x)
+    result = Minuit().minimize(loss)
+    assert result.valid and result.path == "compiled", result.fallback
+    assert sorted(model._times_programs) == ([0] if floating else [])
+    outcome = CompiledFit.of(loss, params).run(x, edm_max=2e-5 * loss.errordef)
+    gradient = lambda v: loss.value_gradient_at(v, params)[1].numpy()  # noqa: E731
+    reference = nd.Jacobian(gradient, step=1e-5)(outcome.x)
+    np.testing.assert_allclose(outcome.hessian, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
+    fitted = {p.name: v for p, v in zip(params, outcome.x, strict=True)}
+    zcache.set_values(params, x)
+    migrad = Minuit(compiled=False, tol=1e-4).minimize(loss)
+    assert migrad.fmin == pytest.approx(result.fmin, abs=1e-4)
+    for name, value in migrad.values.items():
+        assert fitted[name] == pytest.approx(value, abs=2e-2 * migrad.errors[name])
+        assert result.values[name] == pytest.approx(value, abs=2e-2 * migrad.errors[name])

@@ -81,6 +81,7 @@ import tensorflow as tf
 
 from ._engine.cachable import cached, caches_of
 from ._engine.cached_tensor import CachedTensor
+from ._engine.context import once_per_evaluation
 from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._engine.tf_internals import can_resume_recording
@@ -681,6 +682,7 @@ class SymbolicModel(Model, CoherentIntensity):
         # the traced programs of the data-only columns and of each group (_stack_program, _group_program)
         self._stack_fn: Any = None
         self._group_programs: dict[int, tuple[list[Any], Any]] = {}
+        self._times_programs: dict[int, Any] = {}
         self._fused_groups: set[int] = set()
         self._set_floating(floating, symbols, by_name, complex_symbols, terms)
         self.params = {}
@@ -775,6 +777,16 @@ class SymbolicModel(Model, CoherentIntensity):
         data = tf.convert_to_tensor(data, tf.float64)
         return data[:, self.space.obs.index(name)] if data.shape.rank == 2 else data
 
+    def _obs_columns(self, data: Data) -> list[tf.Tensor]:
+        """The space's columns of ``data``, sliced once per evaluation for all groups' programs.
+
+        Each group's program takes every column (N,); sliced per call, a compiled fit's program made
+        84 slices of the (N, 7) J/psi data per value + gradient (no Grappler there to merge them).
+        """
+        obs = tuple(self.space.obs)
+        return once_per_evaluation(("columns", data.node_id, obs), lambda: [self.column(n, data) for n in obs],
+                                   reads=(data,))
+
     def to_data(self, columns: Any, name: str = "data") -> Data:
         """A :class:`zcache.Data` with this model's observables from ``name -> array`` columns (or four-momenta).
 
@@ -811,7 +823,7 @@ class SymbolicModel(Model, CoherentIntensity):
         if not (self.cache and isinstance(data, Data)):
             return self._group_terms(g, data, {})
         symbols, program = self._group_program(g)
-        columns = [self.column(name, data) for name in self.space.obs]
+        columns = self._obs_columns(data)
         values = [self.symbol_params[s].value() for s in symbols]
         out = program(self._data_stack(data), columns, values)  # (H K_g, N) when fused
         return tf.reshape(out, [len(self._terms), len(self._groups[g][1]), -1])
@@ -859,6 +871,57 @@ class SymbolicModel(Model, CoherentIntensity):
         else:
             program = tf.function(group, input_signature=signature, autograph=False)
         found = self._group_programs[g] = (symbols, program)
+        return found
+
+    def _group_parameters(self, g: int) -> list[Any]:
+        return [self.symbol_params[s] for s in self._groups[g][0]]
+
+    def _group_times(self, g: int, c: tf.Tensor, data: Any) -> tf.Tensor:
+        """(H, N): group ``g``'s amplitudes times its couplings ``c`` (K_g,).
+
+        Where the group is recomputed at every call (:meth:`_moved`: a compiled fit's program with
+        its line shape floating) and fused, one XLA program makes the amplitudes and multiplies the
+        couplings in (:meth:`_times_program`): the (H, K_g, N) columns are never written, nor read
+        back by a product, nor their cotangents summed in the backward pass.
+        """
+        if self._moved(g, data):
+            program = self._times_program(g)
+            if program is not None:
+                symbols = sorted(self._groups[g][0], key=lambda s: s.name)
+                columns = self._obs_columns(data)
+                parts = tf.unstack(c, len(self._groups[g][1]))
+                values = ([self.symbol_params[s].value() for s in symbols]
+                          + [tf.math.real(ck) for ck in parts] + [tf.math.imag(ck) for ck in parts])
+                return program(self._data_stack(data), columns, values)
+        return super()._group_times(g, c, data)
+
+    def _times_program(self, g: int) -> Any:
+        """Group ``g``'s (H, N) amplitudes times couplings as one fused program (None unless the group is fused).
+
+        Called as the group's program, with the couplings' real and imaginary parts appended to the
+        parameter values (``fused_program`` differentiates real values).
+        """
+        symbols, _ = self._group_program(g)
+        if g not in self._fused_groups:
+            return None
+        found = self._times_programs.get(g)
+        if found is not None:
+            return found
+        obs = list(self.space.obs)
+        n_sym, n_c, n_h = len(symbols), len(self._groups[g][1]), len(self._terms)
+        signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
+                     [tf.TensorSpec([None], tf.float64) for _ in obs],
+                     [tf.TensorSpec([], tf.float64)] * (n_sym + 2 * n_c)]
+
+        def times(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> list[tf.Tensor]:
+            zeros = tf.zeros_like(columns[0])  # widened over the events, as in _group_program
+            values = [v + zeros for v in values]
+            memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values[:n_sym], strict=True))}
+            rows = self._group_terms(g, dict(zip(obs, columns, strict=True)), memo, rows=True)
+            c = [tf.complex(re, im) for re, im in zip(values[n_sym:n_sym + n_c], values[n_sym + n_c:], strict=True)]
+            return [functools.reduce(tf.add, [c[k] * rows[h * n_c + k] for k in range(n_c)]) for h in range(n_h)]
+
+        found = self._times_programs[g] = fused_program(times, signature, n_sym + 2 * n_c)
         return found
 
     def _group_terms(self, g: int, data: Any, memo: dict[Any, Any], rows: bool = False) -> Any:

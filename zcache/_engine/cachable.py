@@ -26,7 +26,7 @@ from .data import Data
 from .parameter import Parameter
 from .tensorlike import TensorLike
 
-__all__ = ["cached", "Cachable", "caches_of"]
+__all__ = ["cached", "Cachable", "caches_of", "cache_of"]
 
 _ZOBJ = (Parameter, Data, CachedTensor)
 _CACHES_ATTR = "_zcache_caches"
@@ -107,6 +107,44 @@ def caches_of(obj: Any, methods: Iterable[Callable[..., Any]] | None = None) -> 
     # a @cached method's caches are keyed by (its qualified name, arguments): see cached()
     names = {m.__qualname__ for m in methods}
     return [cache for key, cache in caches.items() if key[0] in names]
+
+
+def cache_of(obj: Any, method: Callable[..., Any], *args: Any) -> CachedTensor | None:
+    """The cache of ``obj``'s ``@cached`` method for these arguments, if it was made; nothing is created.
+
+    Parameters
+    ----------
+    obj : object
+        The instance.
+    method : callable
+        The ``@cached`` method (bound or not).
+    *args
+        Its positional arguments, as it was called with them.
+
+    Returns
+    -------
+    CachedTensor or None
+
+    Examples
+    --------
+    >>> import zcache
+    >>> from zcache._engine.cachable import cache_of
+    >>> class Box:
+    ...     def __init__(self):
+    ...         self.a = zcache.Parameter("a_cache_of", 2.0)
+    ...     @zcache.cached
+    ...     def scaled(self, k):
+    ...         return k * self.a.value()
+    >>> box = Box()
+    >>> cache_of(box, Box.scaled, 3) is None
+    True
+    >>> _ = box.scaled(3)
+    >>> cache_of(box, Box.scaled, 3).name, cache_of(box, Box.scaled, 4)
+    ('Box.scaled', None)
+    """
+    caches = vars(obj).get(_CACHES_ATTR, {}) if hasattr(obj, "__dict__") else {}
+    where = f"{type(obj).__name__}.{method.__name__}"
+    return caches.get((method.__qualname__, _key(args, where), _key({}, where)))
 
 
 def cached(method: Callable[..., Any] | None = None, *, deps: Any = None, name: Callable[..., str] | None = None) -> Any:

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
+
+from .tf_internals import graph_key
 
 __all__ = [
     "CONTEXT",
@@ -171,6 +173,20 @@ def substituting() -> bool:
     return bool(CONTEXT.substitutes)
 
 
+def varies(uids: Iterable[int]) -> bool:
+    """Whether one of the inputs ``uids`` is substituted in the innermost :func:`substituted` block.
+
+    While :func:`finding_invariants` is open, whether one of them is among its ``varying``
+    inputs (the block's stand-ins then include inputs that are the same for every evaluation).
+    False outside a :func:`substituted` block.
+    """
+    serving = CONTEXT.serving
+    if serving is not None:
+        return not serving[1].isdisjoint(uids)
+    stack = CONTEXT.substitutes
+    return bool(stack) and any(uid in stack[-1] for uid in uids)
+
+
 # -- evaluations and gradient scopes -------------------------------------------------------
 @contextlib.contextmanager
 def evaluation(fresh: bool = False) -> Iterator[None]:
@@ -189,6 +205,31 @@ def evaluation(fresh: bool = False) -> Iterator[None]:
         yield
     finally:
         CONTEXT.memo = outer
+
+
+def once_per_evaluation(key: Hashable, compute: Callable[[], Any], reads: Iterable[Any] = ()) -> Any:
+    """``compute()`` once per :func:`evaluation`, graph and :func:`substituted` frame for ``key``.
+
+    A value that several parts of one evaluation derive from the same input (the columns of a
+    dataset, sliced for each group of a coherent sum) is then one op in a graph, not one per
+    use: a compiled fit's program runs without Grappler, which would merge the copies. Outside
+    an evaluation, computed at every call. ``reads`` are recorded as read at every call, so
+    that a cache computed around a reuse still records its dependencies.
+    """
+    memo = CONTEXT.memo
+    if memo is None:
+        return compute()
+    for obj in reads:
+        record_read(obj)
+    frames = CONTEXT.substitutes
+    frame = frames[-1] if frames else None
+    memo_key = ("once", key, graph_key())
+    kept = memo.get(memo_key)
+    if kept is not None and kept[0] is frame:
+        return kept[1]
+    out = compute()
+    memo[memo_key] = (frame, out)
+    return out
 
 
 @contextlib.contextmanager

@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._engine.cachable import Cachable, cached
-from .._engine.context import differentiating
+from .._engine.cachable import Cachable, cache_of, cached
+from .._engine.context import differentiating, substitute, substituting, varies
 from .._engine.data import Data
+from .._engine.dependencies import GRAPH
 from .._engine.inputs import backing_variable
 from .._engine.parameter import Parameter
 
@@ -91,6 +92,41 @@ class CoherentIntensity(Cachable):
     def _stack_name(self, data: Data) -> str:
         return f"A_k[{data.name}]"
 
+    def _group_parameters(self, g: int) -> list[Parameter]:
+        """The parameters group ``g``'s columns read (its line shape's); default none (never :meth:`_moved`)."""
+        return []
+
+    def _group_times(self, g: int, c: tf.Tensor, data: Any) -> tf.Tensor:
+        r"""(H, N): :math:`\sum_{k \in g} c_k A_{kh}` with ``c`` group ``g``'s couplings (K_g,).
+
+        A subclass may compute it with the columns, without them in between, where group ``g``
+        is :meth:`_moved`.
+        """
+        return _row_times(c, self._group(g, data))
+
+    def _moved(self, g: int, data: Any) -> bool:
+        """Whether group ``g``'s columns over ``data`` are recomputed here, at substituted parameters.
+
+        Inside a compiled fit's program, a batched evaluation or a cache's backward pass, a group
+        whose parameters stand in for others is computed anew at every call, and so is every
+        integral block it enters. Its columns are then used once: :meth:`norm` is the mean
+        intensity over the sample (one pass over each group's columns, not one per block), and
+        a subclass may multiply the couplings in as it makes them (:meth:`_group_times`). A
+        group whose cache is served (its parameters are not the ones varied) is not moved.
+        """
+        if not (self.cache and isinstance(data, Data) and substituting()):
+            return False
+        params = self._group_parameters(g)
+        if not params:
+            return False
+        cache = cache_of(self, CoherentIntensity._cached_group, g, data) if self._caches_groups else None
+        if cache is not None and substitute(cache.node_id) is not None:
+            return False  # served: read once, before the program
+        uids = {p.node_id for p in params}
+        for p in params:
+            uids.update(GRAPH.ancestor_inputs(p.node_id))
+        return varies(uids)
+
     # -- amplitude columns per dataset ----------------------------------------------------------
     def _group(self, g: int, data: Any) -> tf.Tensor:
         """(H, K_g, N): group ``g``'s coupling-free amplitudes, cached per Data (see the class docstring)."""
@@ -122,7 +158,7 @@ class CoherentIntensity(Cachable):
             return _row_times(c, self._columns(data))
         amp, start = None, 0
         for g, k in enumerate(self._group_sizes):
-            part = _row_times(c[start:start + k], self._group(g, data))
+            part = self._group_times(g, c[start:start + k], data)
             amp = part if amp is None else amp + part
             start += k
         return amp
@@ -199,6 +235,12 @@ class CoherentIntensity(Cachable):
         tf.Tensor
             float64 scalar.
         """
+        if not self._stacks_groups and any(self._moved(g, mc) for g in range(len(self._group_sizes))):
+            # A moved group's integral blocks would be recomputed at every call: G(G+1)/2 products
+            # over the events and their gradients, each reading a group's columns again. The mean
+            # intensity reads each group once (equal to rounding: the same sums, in another order).
+            intensity = self.intensity(mc)
+            return tf.reduce_sum(intensity) / tf.cast(tf.shape(intensity)[0], tf.float64)
         m = self.integral_matrix(mc)
         c = self.coupling_vector()
         return tf.math.real(tf.reduce_sum(c[:, None] * m * tf.math.conj(c)[None, :]))
