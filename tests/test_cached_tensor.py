@@ -970,3 +970,49 @@ def test_varies_names_the_substituted_or_varying_inputs():
     with substituted(stand_ins), finding_invariants({a.node_id}):
         assert varies([a.node_id]) and not varies([b.node_id])
     assert not varies([a.node_id])
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_once_per_evaluation_computes_once_and_records_its_reads(graph):
+    """``once_per_evaluation``: one computation per evaluation, graph and substitution frame; outside an
+    evaluation one per call; the reads it names are recorded at every call (a cache computed around a
+    reuse still depends on them), and a cache reading the reused value is invalidated by its input."""
+    from zcache._engine.cached_tensor import once_per_evaluation
+    from zcache._engine.context import evaluation, recording, substituted
+
+    data = zcache.Data(np.array([1.0, 2.0, 3.0]), name="once_data")
+    calls = []
+
+    def doubled():
+        calls.append(1)
+        return 2.0 * data.value()
+
+    found = []
+
+    def run():
+        with evaluation():
+            once_per_evaluation(("doubled", data.node_id), doubled, reads=(data,))
+            with recording() as reads:
+                second = once_per_evaluation(("doubled", data.node_id), doubled, reads=(data,))
+            with substituted({data.node_id: tf.constant([5.0], tf.float64)}):
+                third = once_per_evaluation(("doubled", data.node_id), doubled, reads=(data,))
+        found.append(reads)
+        return second, third
+
+    second, third = tf.function(run)() if graph else run()
+    reads = found[0]
+    assert len(calls) == 2 and reads == {data}  # the substituted frame computes anew
+    np.testing.assert_array_equal(np.asarray(second), [2.0, 4.0, 6.0])
+    np.testing.assert_array_equal(np.asarray(third), [10.0])
+    once_per_evaluation("outside", doubled)
+    once_per_evaluation("outside", doubled)
+    assert len(calls) == 4
+
+    cache = zcache.CachedTensor(lambda: tf.reduce_sum(once_per_evaluation(("doubled", data.node_id), doubled,
+                                                                          reads=(data,))), name="once_sum")
+    with zcache.set_graph_mode(graph):
+        with evaluation():
+            once_per_evaluation(("doubled", data.node_id), doubled, reads=(data,))
+            assert float(cache.value()) == 12.0  # computed from the reused value
+        data.set_data(np.array([1.0, 1.0]))
+        assert float(cache.value()) == 4.0

@@ -776,9 +776,10 @@ def test_width_default_lower_limit(dzero, mode):
 
 
 def test_group_programs_trace_once_for_every_dataset_and_caller():
-    """Issue 26: each group's amplitudes and the data-only columns are one tf.function each,
-    traced once for the data and the phase-space sample (other sizes), the value, the gradient,
-    a compiled fit and new data; values and gradients equal the uncached model's."""
+    """Issue 26: each group's amplitudes (or, its line shape floating, their sums with the couplings) and
+    the data-only columns are one tf.function each, traced once for the data and the phase-space sample
+    (other sizes), the value, the gradient, a compiled fit and new data; values and gradients equal the
+    uncached model's."""
     x, y, m1, g1, m2, g2, c1, c2 = sp.symbols("x y m1 g1 m2 g2 c1 c2")
     expr = sp.Abs(c1 * sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1) * sp.cos(y)
                   + c2 * sp.sqrt(m2 * g2) / (m2**2 - x**2 - sp.I * m2 * g2) * sp.sin(y) ** 2) ** 2
@@ -798,13 +799,16 @@ def test_group_programs_trace_once_for_every_dataset_and_caller():
     assert float(got[0]) == pytest.approx(float(want[0]), rel=1e-12)
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-9)
     model = models[0]
-    programs = [program for _, program in model._group_programs.values()] + [model._stack_fn]
-    assert len(programs) == 3
+    # group 0's line shape floats: its couplings' sums are one program (its columns' program is never
+    # called); group 1's columns are one program, cached
+    assert sorted(model._group_programs) == [0, 1] and list(model._times_programs) == [0]
+    programs = [model._times_programs[0], model._group_programs[1][1], model._stack_fn]
     result = Minuit().minimize(losses[0])
     assert result.valid and result.path == "compiled"
     losses[0].datasets()[0].set_data(np.stack([cols["x"][300:700], cols["y"][300:700]], axis=1))  # another size
     losses[0].value_gradient()
     assert [p.experimental_get_tracing_count() for p in programs] == [1, 1, 1]
+    assert model._group_programs[0][1].experimental_get_tracing_count() == 0
 
 
 def _two_resonances(name, floating):
@@ -819,29 +823,36 @@ def _two_resonances(name, floating):
               g1: dict(value=0.1, lower=0.02, upper=0.3, floating=floating),
               m2: 0.77, g2: 0.15, c1: 1.0 + 0j, c2: 0.4 - 0.3j, c3: 0.5 + 0.5j}
     model = SymbolicModel(expr, params, ["x", "y"], cols, name=name)
+    plain = SymbolicModel(expr, params, ["x", "y"], cols, name=f"{name}_plain", cache=False)
     set_seed(6)
     events = model.sample(400).numpy()
-    return model, UnbinnedNLL(model, zcache.Data(events, obs=["x", "y"], name=f"{name}_data"))
+    losses = [UnbinnedNLL(m, zcache.Data(events, obs=["x", "y"], name=f"{m.name}_data")) for m in (model, plain)]
+    return model, *losses
 
 
 @pytest.mark.parametrize("floating", [True, False])
 def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(floating):
-    """Issue 26: inside a compiled fit's program a group whose line shape floats is computed at every
-    call; its fused program then multiplies the couplings in (no (H, K, N) columns, no products over
-    the events) and the normalization is the mean intensity (no integral blocks). Value, gradient,
-    minimum and Hessian equal the cached model's and MIGRAD's; with the line shapes fixed the
-    group's columns are served and nothing of this is built."""
+    """Issue 26: a group whose line shape floats is computed at every call of a fit; its fused program
+    then multiplies the couplings in (no (H, K, N) columns, no products over the events) and the
+    normalization is the mean intensity (no integral blocks), in the loss's own calls and inside a
+    compiled fit's program (substituted). Value and gradient equal the uncached model's, the minimum
+    and Hessian MIGRAD's and numdifftools'; with the line shapes fixed the group's columns are cached
+    (served to the program) and nothing of this is built."""
     import numdifftools as nd
 
     from zcache._engine.context import substituted
     from zcache._fitting.compiled_fit import CompiledFit
 
-    model, loss = _two_resonances(f"times_{floating}", floating)
+    model, loss, plain = _two_resonances(f"times_{floating}", floating)
     params = loss.params
     assert len(params) == (6 if floating else 4)  # c1 is the reference coupling
     x = np.array([float(p) for p in params]) * (1.0 + 0.02 * np.random.default_rng(7).standard_normal(len(params)))
     zcache.set_values(params, x)
-    want_f, want_g = (t.numpy() for t in loss.value_gradient())
+    zcache.set_values(plain.params, x)
+    want_f, want_g = (t.numpy() for t in plain.value_gradient())  # no cache, no program: the columns' products
+    got_f, got_g = (t.numpy() for t in loss.value_gradient())
+    assert got_f == pytest.approx(want_f, rel=1e-12)
+    np.testing.assert_allclose(got_g, want_g, rtol=1e-9, atol=1e-9 * np.abs(want_g).max())
     stand_ins = {p.node_id: tf.constant(v, tf.float64) for p, v in zip(params, x, strict=True)}
     for mode in (False, True):
         with zcache.set_graph_mode(mode):

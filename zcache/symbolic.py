@@ -80,8 +80,8 @@ import numpy as np
 import tensorflow as tf
 
 from ._engine.cachable import cached, caches_of
-from ._engine.cached_tensor import CachedTensor
-from ._engine.context import once_per_evaluation
+from ._engine.cached_tensor import CachedTensor, once_per_evaluation
+from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._engine.tf_internals import can_resume_recording
@@ -875,6 +875,23 @@ class SymbolicModel(Model, CoherentIntensity):
 
     def _group_parameters(self, g: int) -> list[Any]:
         return [self.symbol_params[s] for s in self._groups[g][0]]
+
+    def _moved(self, g: int, data: Any) -> bool:
+        """Also outside a substitution: a fused group with a floating parameter (see the class docstring).
+
+        In a fit every call moves such a group, so its columns would be recomputed at every call all
+        the same; computed as the couplings' sums directly (:meth:`_group_times`), the first call traces
+        the program a compiled fit then reuses, and no integral block is traced or stored.
+        """
+        if substituting():
+            return super()._moved(g, data)
+        if not (self.cache and isinstance(data, Data)):
+            return False
+        params = self._group_parameters(g)
+        if not any(getattr(p, "floating", False) for p in params):
+            return False
+        self._group_program(g)  # decides whether the group is fused
+        return g in self._fused_groups
 
     def _group_times(self, g: int, c: tf.Tensor, data: Any) -> tf.Tensor:
         """(H, N): group ``g``'s amplitudes times its couplings ``c`` (K_g,).

@@ -15,7 +15,7 @@ at substituted inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import tensorflow as tf
@@ -46,7 +46,7 @@ from .tf_internals import graph_key, inside_vectorized_loop
 from .trace import invalidate_if_mutated_in_trace
 from .traced_cache import MissBranch, read_in_graph
 
-__all__ = ["CachedTensor", "drop_compiled", "invalidate_eagerly"]
+__all__ = ["CachedTensor", "drop_compiled", "invalidate_eagerly", "once_per_evaluation"]
 
 
 def _check_dep(obj: Any) -> Any:
@@ -373,3 +373,31 @@ def drop_compiled(caches: Iterable[CachedTensor]) -> None:
 def _is_ancestor(obj: Any, deps: list[Any]) -> bool:
     """Whether ``obj`` is one of ``deps`` or something they depend on."""
     return any(obj is d or GRAPH.has_path(obj.node_id, d.node_id) for d in deps)
+
+
+def once_per_evaluation(key: Hashable, compute: Callable[[], Any], reads: Iterable[Any] = ()) -> Any:
+    """``compute()`` once per evaluation, graph and substitution frame for ``key``.
+
+    (An evaluation: :func:`zcache._engine.context.evaluation`; a frame: the innermost
+    :func:`zcache._engine.context.substituted` block.)
+
+    A value that several parts of one evaluation derive from the same input (the columns of a
+    dataset, sliced for each group of a coherent sum) is then one op in a graph, not one per
+    use: a compiled fit's program runs without Grappler, which would merge the copies. Outside
+    an evaluation, computed at every call. ``reads`` are recorded as read at every call, so
+    that a cache computed around a reuse still records its dependencies.
+    """
+    memo = CONTEXT.memo
+    if memo is None:
+        return compute()
+    for obj in reads:
+        record_read(obj)
+    frames = CONTEXT.substitutes
+    frame = frames[-1] if frames else None
+    memo_key = ("once", key, graph_key())
+    kept = memo.get(memo_key)
+    if kept is not None and kept[0] is frame:
+        return kept[1]
+    out = compute()
+    memo[memo_key] = (frame, out)
+    return out

@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-
-from .tf_internals import graph_key
 
 __all__ = [
     "CONTEXT",
@@ -205,31 +203,6 @@ def evaluation(fresh: bool = False) -> Iterator[None]:
         yield
     finally:
         CONTEXT.memo = outer
-
-
-def once_per_evaluation(key: Hashable, compute: Callable[[], Any], reads: Iterable[Any] = ()) -> Any:
-    """``compute()`` once per :func:`evaluation`, graph and :func:`substituted` frame for ``key``.
-
-    A value that several parts of one evaluation derive from the same input (the columns of a
-    dataset, sliced for each group of a coherent sum) is then one op in a graph, not one per
-    use: a compiled fit's program runs without Grappler, which would merge the copies. Outside
-    an evaluation, computed at every call. ``reads`` are recorded as read at every call, so
-    that a cache computed around a reuse still records its dependencies.
-    """
-    memo = CONTEXT.memo
-    if memo is None:
-        return compute()
-    for obj in reads:
-        record_read(obj)
-    frames = CONTEXT.substitutes
-    frame = frames[-1] if frames else None
-    memo_key = ("once", key, graph_key())
-    kept = memo.get(memo_key)
-    if kept is not None and kept[0] is frame:
-        return kept[1]
-    out = compute()
-    memo[memo_key] = (frame, out)
-    return out
 
 
 @contextlib.contextmanager
