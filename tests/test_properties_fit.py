@@ -269,6 +269,15 @@ class FitMachine(RuleBasedStateMachine):
         for name, value in migrad.values.items():
             assert abs(compiled.values[name] - value) <= VALUE_TOL * migrad.errors[name], name
         floating = self.floating()
+        on_limit = [n for n in floating if min(abs(migrad.values[self.p[n].name] - end) for end in LIMITS[n])
+                    < 1e-4 * migrad.errors[self.p[n].name]]
+        if on_limit:
+            # a parameter on its limit (nsig at 2e-8 above 0 after small_signal_fit): both paths end in
+            # MIGRAD, whose HESSE errors there go through the bound transform's Jacobian at each run's
+            # last step (a factor 2 apart, found by tests/stress.py at seed 680710986187), and a
+            # parameter that only enters through it (sigma, with nsig at 0) has no curvature at all
+            note(f"{on_limit} on a limit: errors not compared")
+            return
         at = {**dict(zip(NAMES, before, strict=True)), **{n: migrad.values[self.p[n].name] for n in floating}}
         if curvature_errors(self.x, at, floating, np.array([migrad.errors[self.p[n].name] for n in floating])) is None:
             # no curvature error exists (a parameter on a limit the loss falls beyond: sigma at 2.0 of a
