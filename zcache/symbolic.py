@@ -841,25 +841,12 @@ class SymbolicModel(Model, CoherentIntensity):
         if found is not None:
             return found
         symbols = sorted(self._groups[g][0], key=lambda s: s.name)
-        obs = list(self.space.obs)
         specs = [tf.TensorSpec([], tf.complex128 if isinstance(self.symbol_params[s], ComplexParameter) else tf.float64)
                  for s in symbols]
-        signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
-                     [tf.TensorSpec([None], tf.float64) for _ in obs], specs]
+        signature = self._program_signature(specs)
 
         def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], fused: bool = False) -> Any:
-            if fused:
-                # each parameter as a per-event vector: in reverse mode a scalar that enters many
-                # element-wise ops is reduced over the events once per use (~40 reductions in the
-                # J/psi model's spin-2 group), a widened one once. Measured on that group's XLA
-                # backward program at 1e5 events: 25.6 ms -> 9.6 ms. Fused programs only: in plain
-                # TensorFlow the parameter-only sub-expressions (m**2, m**7) would become kernels
-                # over the events.
-                zeros = tf.zeros_like(columns[0])
-                values = [v + zeros for v in values]
-            memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
-            # fused: the rows as a list, which fused_program stacks outside XLA
-            return self._group_terms(g, dict(zip(obs, columns, strict=True)), memo, rows=fused)
+            return self._group_rows(g, symbols, stack, columns, values, fused)
 
         # fused: XLA forward and backward programs (zcache._fitting.fused); real parameters only (its
         # backward pass returns real cotangents), and not where TensorFlow's tape internals are missing.
@@ -872,6 +859,30 @@ class SymbolicModel(Model, CoherentIntensity):
             program = tf.function(group, input_signature=signature, autograph=False)
         found = self._group_programs[g] = (symbols, program)
         return found
+
+    def _program_signature(self, value_specs: list[tf.TensorSpec]) -> list[Any]:
+        """A group program's input signature: the data-only stack, the columns, then ``value_specs``."""
+        return [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
+                [tf.TensorSpec([None], tf.float64) for _ in self.space.obs], list(value_specs)]
+
+    def _group_rows(self, g: int, symbols: list[Any], stack: tf.Tensor, columns: list[tf.Tensor],
+                    values: list[tf.Tensor], fused: bool) -> Any:
+        """Group ``g``'s amplitudes from a program's inputs (``values`` in the order of ``symbols``).
+
+        ``fused``: the parameters widened over the events and the H K_g rows returned as a list (an
+        XLA program's outputs, which ``fused_program`` stacks outside XLA); else (H, K_g, N).
+        """
+        if fused:
+            # each parameter as a per-event vector: in reverse mode a scalar that enters many
+            # element-wise ops is reduced over the events once per use (~40 reductions in the
+            # J/psi model's spin-2 group), a widened one once. Measured on that group's XLA
+            # backward program at 1e5 events: 25.6 ms -> 9.6 ms. Fused programs only: in plain
+            # TensorFlow the parameter-only sub-expressions (m**2, m**7) would become kernels
+            # over the events.
+            zeros = tf.zeros_like(columns[0])
+            values = [v + zeros for v in values]
+        memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
+        return self._group_terms(g, dict(zip(self.space.obs, columns, strict=True)), memo, rows=fused)
 
     def _group_parameters(self, g: int) -> list[Any]:
         return [self.symbol_params[s] for s in self._groups[g][0]]
@@ -896,15 +907,16 @@ class SymbolicModel(Model, CoherentIntensity):
     def _group_times(self, g: int, c: tf.Tensor, data: Any) -> tf.Tensor:
         """(H, N): group ``g``'s amplitudes times its couplings ``c`` (K_g,).
 
-        Where the group is recomputed at every call (:meth:`_moved`: a compiled fit's program with
-        its line shape floating) and fused, one XLA program makes the amplitudes and multiplies the
-        couplings in (:meth:`_times_program`): the (H, K_g, N) columns are never written, nor read
-        back by a product, nor their cotangents summed in the backward pass.
+        Where the group is recomputed at every call (:meth:`_moved`: its line shape floats, or a
+        fitted parameter moves it inside a compiled fit's program) and fused, one XLA program makes
+        the amplitudes and multiplies the couplings in (:meth:`_times_program`): the (H, K_g, N)
+        columns are never written, nor read back by a product, nor their cotangents summed in the
+        backward pass.
         """
         if self._moved(g, data):
             program = self._times_program(g)
             if program is not None:
-                symbols = sorted(self._groups[g][0], key=lambda s: s.name)
+                symbols, _ = self._group_program(g)
                 columns = self._obs_columns(data)
                 parts = tf.unstack(c, len(self._groups[g][1]))
                 values = ([self.symbol_params[s].value() for s in symbols]
@@ -924,18 +936,14 @@ class SymbolicModel(Model, CoherentIntensity):
         found = self._times_programs.get(g)
         if found is not None:
             return found
-        obs = list(self.space.obs)
         n_sym, n_c, n_h = len(symbols), len(self._groups[g][1]), len(self._terms)
-        signature = [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
-                     [tf.TensorSpec([None], tf.float64) for _ in obs],
-                     [tf.TensorSpec([], tf.float64)] * (n_sym + 2 * n_c)]
+        signature = self._program_signature([tf.TensorSpec([], tf.float64)] * (n_sym + 2 * n_c))
 
         def times(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> list[tf.Tensor]:
-            zeros = tf.zeros_like(columns[0])  # widened over the events, as in _group_program
-            values = [v + zeros for v in values]
-            memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values[:n_sym], strict=True))}
-            rows = self._group_terms(g, dict(zip(obs, columns, strict=True)), memo, rows=True)
-            c = [tf.complex(re, im) for re, im in zip(values[n_sym:n_sym + n_c], values[n_sym + n_c:], strict=True)]
+            rows = self._group_rows(g, symbols, stack, columns, values[:n_sym], True)  # row h K_g + k
+            zeros = tf.zeros_like(columns[0])  # the couplings widened over the events too
+            parts = [v + zeros for v in values[n_sym:]]
+            c = [tf.complex(re, im) for re, im in zip(parts[:n_c], parts[n_c:], strict=True)]
             return [functools.reduce(tf.add, [c[k] * rows[h * n_c + k] for k in range(n_c)]) for h in range(n_h)]
 
         found = self._times_programs[g] = fused_program(times, signature, n_sym + 2 * n_c)

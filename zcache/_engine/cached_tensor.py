@@ -278,23 +278,16 @@ class CachedTensor(TensorLike):
             serving[0].append(self)
             with outside_substitution():
                 return self.value()
-        # Computed once per evaluation, graph and substitution (as a bypassed cache is): a cache
-        # read by several others (a group's columns by each block of an integral matrix) would
-        # otherwise be recomputed at each read, and a compiled fit's program has no Grappler to
-        # merge the copies. The frame is kept with the value, so a later frame of the same id
-        # cannot find it.
-        memo, frames = CONTEXT.memo, CONTEXT.substitutes
-        frame = frames[-1] if frames else None
-        key = ("recomputed", self.node_id, graph_key())
-        if memo is not None:
-            kept = memo.get(key)
-            if kept is not None and kept[0] is frame:
-                return kept[1]
+        # Computed once per evaluation, graph and substitution frame (as a bypassed cache is): a
+        # cache read by several others (a group's columns by each block of an integral matrix)
+        # would otherwise be recomputed at each read, and a compiled fit's program has no Grappler
+        # to merge the copies.
+        return once_per_evaluation(("recomputed", self.node_id), lambda: self._recompute(serving))
+
+    def _recompute(self, serving: tuple[list[Any], frozenset[int]] | None) -> tf.Tensor:
         mark = None if serving is None else len(serving[0])
         with recording() as reads:  # reads here are not dependencies of the caller
             out = self.state.checked(self._func(), stored=False)
-        if memo is not None:
-            memo[key] = (frame, out)
         if not self._discovered:
             # never computed: what it reads is known now (reads at substituted inputs are reads
             # of the same objects), so a fit need not evaluate the loss once before it starts
