@@ -137,6 +137,41 @@ def test_nested_functions_are_inlined():
         assert inner.trace_count == 0  # inlined into outer's trace, never a tf.function of its own
 
 
+def test_traced_calls_run_without_grappler_and_give_the_same_numbers():
+    """A zcache.function's graph (and every function it calls) is instantiated without Grappler.
+
+    Grappler took ~0.7 s of a bridged D0 model's 2.4 s first call and made no warm call faster
+    (benchmarks/RESULTS.md); the option must reach the nested calls too, which carry the config
+    they were traced under. The numbers equal a plain tf.function's, and the caller's own
+    options are back after the call.
+    """
+    from tensorflow.python.eager import context
+
+    def meta_optimizer_disabled(config_proto: bytes) -> bool:
+        config = tf.compat.v1.ConfigProto()
+        config.ParseFromString(config_proto)
+        return config.graph_options.rewrite_options.disable_meta_optimizer
+
+    inner = tf.function(lambda v: tf.reduce_sum(tf.exp(v) * 2.0 + 1.0), autograph=False)
+    x = zcache.Data(np.array([0.5, 1.5, -0.25]), name="x_grappler")
+    p = zcache.Parameter("p_grappler", 0.7)
+    seen = []
+
+    @zcache.function(wraps="loss")
+    def loss():
+        seen.append(meta_optimizer_disabled(context.context().function_call_options.config_proto_serialized))
+        return inner(x.value() * p.value())
+
+    with zcache.set_graph_mode(True):
+        value = float(loss())
+    assert seen == [True]
+    graph = loss._concrete[next(iter(loss._concrete))].graph
+    calls = [op for op in graph.get_operations() if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert calls and all(meta_optimizer_disabled(op.get_attr("config_proto")) for op in calls)
+    assert value == pytest.approx(float(inner(tf.constant([0.35, 1.05, -0.175], tf.float64))), rel=1e-15)
+    assert not meta_optimizer_disabled(context.context().function_call_options.config_proto_serialized)
+
+
 def test_no_retrace_on_parameter_and_data_change(graph_mode):
     x = zcache.Data(np.arange(5.0), name="x")
     p = zcache.Parameter("p", 1.0)

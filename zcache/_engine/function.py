@@ -46,7 +46,7 @@ from .inputs import backing_variable
 from .jit_policy import JitPolicy, JitRefused, Retry
 from .mode import IDENTIFIERS, compiles, get_autograd_mode, traces
 from .parameter import refresh_mirrors, undo_parameter_writes
-from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, wrong_xla_gradient_ops
+from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, without_grappler, wrong_xla_gradient_ops
 from .trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .traced_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 
@@ -163,7 +163,7 @@ class Function:
         XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._engine.jit_policy`).
         """
         may_compile = compiles(self.wraps)
-        with ENGINE_LOCK, calling_jit(may_compile):
+        with ENGINE_LOCK, calling_jit(may_compile), without_grappler():
             data_before = self._data_before()
             # Filled by every trace made during this call (the trace for XLA included): the data
             # it writes as they were before the call, which every failed attempt puts back.

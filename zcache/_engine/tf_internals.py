@@ -419,7 +419,8 @@ def wrong_xla_gradient_ops(graph: Any) -> list[str]:
 # TensorFlow passes each function call the calling thread's FunctionCallOptions, whose config
 # decides whether Grappler rewrites the function when it is instantiated. Measured on a compiled
 # fit (BFGS in a while loop calling a value + gradient function, a Hessian loop; 50k events):
-# Grappler took 0.8 s of its 2.2 s first call and made every later call 1.5x slower. The public
+# Grappler took 0.8 s of its 2.2 s first call and made every later call 1.5x slower; on a bridged
+# amplitude model's first value + gradient (a zcache.function), 0.7 s of 2.4 s. The public
 # switch, ``tf.config.optimizer.set_experimental_options``, is process-wide; the options of one
 # thread are an eager-context attribute. Fallback: Grappler stays on.
 try:
@@ -429,7 +430,8 @@ try:
     _context.context().function_call_options  # noqa: B018 - present in this TensorFlow
 except (ImportError, AttributeError) as _err:  # pragma: no cover - depends on TensorFlow
     _FunctionCallOptions = None
-    _missing(f"eager context function_call_options ({_err})", "compiled fits run with Grappler (slower first call).")
+    _missing(f"eager context function_call_options ({_err})",
+             "compiled fits and traced calls run with Grappler (slower first calls).")
 
 
 @contextlib.contextmanager
