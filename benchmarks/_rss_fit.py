@@ -79,7 +79,9 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     Returns
     -------
     dict
-        ``peak_mib``, ``baseline_mib``, ``seconds`` (the first fit in the child), ``valid``, ``path``.
+        ``peak_mib``, ``baseline_mib``, ``seconds`` (the first fit in the child), ``valid``, ``path``;
+        ``peak_private_mib`` and ``baseline_private_mib`` (``RssAnon``: sampled peak during the fit, and at
+        the baseline) and ``baseline_files_mib`` (``RssFile``, the libraries' pages, at the baseline).
     """
     env = child_env()
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,6 +129,41 @@ def read_inputs(model_key: str, events: str, names: str) -> tuple[Any, Any, dict
     return model, expression, phsp, data, sorted(set(json.loads(Path(names).read_text())))
 
 
+class _PrivatePeak:
+    """The largest ``RssAnon`` (private, anonymous memory) seen while the block runs, sampled every ``every`` s.
+
+    ``VmHWM`` counts the shared libraries' file-backed pages too: 400 MiB of TensorFlow's 660 MiB
+    after ``import tensorflow`` are its libraries' pages (``RssFile``), against a few tens for jax. The
+    kernel keeps no peak of ``RssAnon``, so a thread samples it; a spike shorter than ``every`` can
+    be missed. None where /proc is missing.
+    """
+
+    def __init__(self, every: float = 0.005) -> None:
+        import threading
+
+        self.every, self.peak, self._stop = every, _proc_status_mib("RssAnon"), threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            now = _proc_status_mib("RssAnon")
+            if now is not None and self.peak is not None:
+                self.peak = max(self.peak, now)
+
+    def __enter__(self) -> _PrivatePeak:
+        if self.peak is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        now = _proc_status_mib("RssAnon")
+        if now is not None and self.peak is not None:
+            self.peak = max(self.peak, now)
+
+
 def _child(side: str, model_key: str, events: str, names: str, variant: str = "auto") -> dict[str, Any]:
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
@@ -140,17 +177,21 @@ def _child(side: str, model_key: str, events: str, names: str, variant: str = "a
         jax.config.update("jax_enable_x64", True)
     model, expression, phsp, data, free = read_inputs(model_key, events, names)
     baseline = current_rss_mib()
+    baseline_private, baseline_files = _proc_status_mib("RssAnon"), _proc_status_mib("RssFile")
     t0 = time.perf_counter()
-    if side == "zcache":
-        zc = bench.ZcacheFit(model, expression, phsp, data, free, f"{model_key}_rss",
-                               fused={"fused": True, "plain": False}.get(variant, "auto"))
-        fit = zc.fit()
-    else:
-        tw = peers.TensorwavesFit(expression, dict(model.parameter_defaults), phsp, data,
-                                  [s for s in model.parameter_defaults if s.name in free], peers.fit_limits)
-        fit = tw.fit()
+    with _PrivatePeak() as private:
+        if side == "zcache":
+            zc = bench.ZcacheFit(model, expression, phsp, data, free, f"{model_key}_rss",
+                                   fused={"fused": True, "plain": False}.get(variant, "auto"))
+            fit = zc.fit()
+        else:
+            tw = peers.TensorwavesFit(expression, dict(model.parameter_defaults), phsp, data,
+                                      [s for s in model.parameter_defaults if s.name in free], peers.fit_limits)
+            fit = tw.fit()
     seconds = time.perf_counter() - t0
     return {"peak_mib": peak_rss_mib(), "baseline_mib": baseline, "seconds": seconds, "valid": bool(fit["valid"]),
+            "peak_private_mib": private.peak, "baseline_private_mib": baseline_private,
+            "baseline_files_mib": baseline_files,
             "path": fit.get("path", "iminuit MIGRAD"),
             "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 

@@ -357,6 +357,10 @@ def _intensity_check(sample: Sample, tw_ok: bool) -> str:
             f"**{rel:.1e}** (goal {TOL_INTENSITY:g}: {'met' if rel <= TOL_INTENSITY else '**missed**'}).")
 
 
+def _mib(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
 def _memory(sample: Sample, tw_ok: bool) -> tuple[list[dict], str]:
     """Peak RSS of each side's all-free first fit, each in a child process."""
     rows, peaks = [], {}
@@ -370,6 +374,10 @@ def _memory(sample: Sample, tw_ok: bool) -> tuple[list[dict], str]:
         rows.append({"model": SPECS[sample.key].title, "implementation": side if side == "zcache" else "tensorwaves jax",
                      "peak RSS (MiB)": f"{out['peak_mib']:.0f}", "baseline (MiB)": f"{out['baseline_mib']:.0f}",
                      "peak - baseline (MiB)": f"{out['peak_mib'] - out['baseline_mib']:.0f}",
+                     "libraries' pages at baseline (MiB)": _mib(out.get("baseline_files_mib")),
+                     "private peak (MiB)": _mib(out.get("peak_private_mib")),
+                     "private peak - baseline (MiB)": _mib(None if out.get("peak_private_mib") is None else
+                                                            out["peak_private_mib"] - out["baseline_private_mib"]),
                      "first fit in the child (s)": f"{out['seconds']:.2f}", "valid": out["valid"]})
     text = ""
     if len(peaks) == 2:
@@ -423,7 +431,9 @@ def run(quick: bool = False) -> list[tuple[str, str]]:
         "\n\nEach side's all-free first fit (build + first call + fit) in its own child process (`_rss_fit.py`): "
         "peak RSS = its `VmHWM` at the end (not `ru_maxrss`, which a child inherits from its parent across fork + "
         "exec); baseline = the resident set after the imports, the model, `doit()` and "
-        "loading the data (before the build). Goal: zcache's peak <= tensorwaves'.\n\n"
+        "loading the data (before the build). Goal: zcache's peak <= tensorwaves'. Where the difference lies: "
+        "the libraries' file-backed pages (`RssFile` at the baseline: shared, mapped from TensorFlow's or jax's "
+        "libraries) and the private memory (`RssAnon`, its peak sampled every 5 ms during the first fit).\n\n"
         + "\n\n".join(t for t in mem_texts if t))
     sections.append(("Memory: peak RSS of the all-free fit", memory))
     counts = (f"{cfg.n_data} data events, {cfg.n_phsp} phase-space events per model; per-evaluation times are "
