@@ -5,7 +5,8 @@ The peak resident set of a process only grows, so each side's fit runs in a fres
 tensorwaves child never imports TensorFlow or zcache), builds the ampform model, computes
 ``doit()``, loads the events the parent drew, reads its baseline resident set, then runs the
 first fit (build + first call + fit, as ``bench_symbolic.py`` times it) and reports its peak
-resident set on one line of JSON. :func:`measure` is the parent's side.
+resident set on one line of JSON. zcache's child starts with an empty compile cache
+(``ZCACHE_CACHE_DIR`` in a temporary folder). :func:`measure` is the parent's side.
 
 The peak is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process image),
 not ``getrusage(RUSAGE_SELF).ru_maxrss``: on Linux ``ru_maxrss`` survives ``fork`` and
@@ -85,6 +86,10 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     """
     env = child_env()
     with tempfile.TemporaryDirectory() as tmp:
+        # zcache's persistent XLA compile cache starts empty (a new one per child): the child's first fit is
+        # then a first fit in a fresh process on a machine that never ran it, as tensorwaves' (jax keeps no
+        # compile cache on disk unless told to)
+        env["ZCACHE_CACHE_DIR"] = str(Path(tmp) / "zcache_cache")
         events, names = write_inputs(Path(tmp), phsp, data, free)
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
                                {True: "fused", False: "plain"}.get(fused, "auto")],
