@@ -305,15 +305,9 @@ class CachedTensor(TensorLike):
         # others (a column read by K integral entries) is computed on the first read and reused
         # within the same evaluation (the outermost bypassed computation, or a loss evaluation)
         # and the same graph; inputs cannot change inside one evaluation (functions are pure).
-        memo = CONTEXT.memo
-        if memo is None:
-            with evaluation():
-                return self._bypassed()
-        key = (self.node_id, graph_key())
-        out = memo.get(key)
-        if out is None:
-            out = memo[key] = self._compute()
-        return out
+        # Never inside a substitution (value() recomputes there), so always in the outer frame.
+        with evaluation():  # the outermost bypassed computation opens one if none is open
+            return once_per_evaluation(("bypassed", self.node_id), self._compute)
 
     def _compute_and_store(self) -> tf.Tensor:
         return self.state.store_in_graph(self._compute())
