@@ -444,13 +444,15 @@ def _say_gradient(rows: Rows) -> str:
             f"{r['grad on miss [µs]']:.0f} µs on a miss, against {r['uncached value+grad [µs]']:.0f} µs "
             f"uncached (ratios {hit:.3f} and {miss:.3f}; the uncached value alone takes "
             f"{r['uncached value only [µs]']:.0f} µs): when a gradient is asked for, {on_hit}, and a "
-            f"miss costs {on_miss}."
+            f"miss costs {on_miss} (miss / uncached {_verdict(r, 'miss / uncached')})."
         )
     if min(r["hit / uncached"] for r in rows) > 0.95:
         parts.append(
-            "So a valid cache does not make the gradient cheaper: the backward pass of a cached "
-            "value recomputes the cached function under a tape (zcache/_cache_gradient.py), which "
-            "pays the forward work once on a hit and twice on a miss."
+            "So a valid cache does not make the gradient cheaper: after a hit the backward pass "
+            "recomputes the cached function under a tape (zcache/_engine/cache_gradient.py). After a "
+            "miss the gradient comes from the miss branch's own intermediates (TensorFlow's gradient "
+            "of the cache's cond, zcache/_engine/traced_cache.py), so the function runs once, as "
+            "uncached."
         )
     return " ".join(parts)
 

@@ -689,6 +689,112 @@ def test_a_cache_read_traced_outside_xla_holds_no_loop(model):
     assert cache.stats["misses"] == misses + 1
 
 
+def _counted_model():
+    """x, p and a cache of exp(sin(x p)) whose function counts its executions in ``calls``."""
+    x = zcache.Data(np.linspace(0.0, 2.0, 11), name="x_counted")
+    p = zcache.Parameter("p_counted", 1.3)
+    calls = tf.Variable(np.int64(0))
+
+    def f():
+        with tf.control_dependencies([calls.assign_add(1)]):
+            return tf.exp(tf.sin(x.value() * p.value()))
+
+    return x, p, calls, zcache.CachedTensor(f, name="counted")
+
+
+def _square_sum_gradient(x, v):
+    """d/dp sum(exp(sin(x p))^2) at p = v, by hand."""
+    return np.sum(2.0 * np.exp(2.0 * np.sin(x * v)) * np.cos(x * v) * x)
+
+
+@pytest.mark.parametrize("how", ["value_and_gradient", "user-tape-inside", "user-tape-outside"])
+def test_a_traced_miss_with_a_gradient_computes_the_function_once(how):
+    """On a traced miss the gradient comes from the miss branch's own intermediates (TensorFlow's
+    gradient of the cache's cond): the cached function runs once, as without a cache (it ran
+    twice before: the backward pass recomputed it). A hit with a gradient recomputes it once."""
+    x, p, calls, cache = _counted_model()
+
+    def loss():
+        return tf.reduce_sum(cache.value() ** 2)
+
+    if how == "value_and_gradient":
+        fn = zcache.function(lambda: zcache.value_and_gradient(loss, [p])[1][0])
+    elif how == "user-tape-inside":
+        def with_tape():
+            with tf.GradientTape() as tape:
+                y = loss()
+            return tape.gradient(y, p.variable)
+
+        fn = zcache.function(with_tape)
+    else:
+        traced = zcache.function(loss)
+
+        def fn():
+            with tf.GradientTape() as tape:
+                y = traced()
+            return tape.gradient(y, p.variable)
+
+    with zcache.set_graph_mode(True):
+        for value, kind in [(1.3, "miss"), (1.3, "hit"), (0.7, "miss"), (0.7, "hit")]:
+            p.set_value(value)
+            before, stats = int(calls.numpy()), cache.stats
+            grad = float(fn())
+            assert int(calls.numpy()) - before == 1, kind
+            counter = "misses" if kind == "miss" else "hits"
+            assert cache.stats[counter] == stats[counter] + 1
+            np.testing.assert_allclose(grad, _square_sum_gradient(x.numpy(), value), rtol=1e-12)
+
+
+def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
+    """Where TensorFlow's gradient of the cond is not the cache's whole gradient, or cannot be built,
+    the read takes the recomputing custom gradient: a cache between the parameter and this cache
+    (the miss branch reads it without a gradient), a user's Variable of unknown shape read in the
+    function (the cond's gradient cannot fill its zeros), a second derivative (nested tapes), and a
+    user's tf.cond around the read. Each gradient equals the uncached one, on misses and hits."""
+    x = zcache.Data(np.linspace(0.0, 2.0, 11), name="x_exact")
+    p = zcache.Parameter("p_exact", 1.3)
+    scale = tf.Variable(np.full(11, 0.5), shape=tf.TensorShape([None]))
+    inner = zcache.CachedTensor(lambda: tf.sin(x.value() * p.value()), name="inner_exact")
+    outer = zcache.CachedTensor(lambda: tf.exp(inner.value()), name="outer_exact")
+    relaxed = zcache.CachedTensor(lambda: tf.exp(tf.sin(x.value() * p.value())) * scale, name="relaxed_exact")
+    leaf = zcache.CachedTensor(lambda: tf.exp(tf.sin(x.value() * p.value())), name="leaf_exact")
+
+    def first(read):
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(read() ** 2)
+        return tape.gradient(y, p.variable)
+
+    def second(read):
+        with tf.GradientTape() as outer_tape:
+            with tf.GradientTape() as tape:
+                y = tf.reduce_sum(read() ** 2)
+            g = tape.gradient(y, p.variable)
+        return outer_tape.gradient(g, p.variable)
+
+    def in_cond(read):
+        with tf.GradientTape() as tape:
+            y = tf.cond(p.value() > 0.0, lambda: tf.reduce_sum(read() ** 2), lambda: tf.constant(0.0, tf.float64))
+        return tape.gradient(y, p.variable)
+
+    def plain():
+        return tf.exp(tf.sin(x.value() * p.value()))
+
+    cases = {
+        "cache between": (lambda: first(outer.value), lambda: first(plain)),
+        "relaxed Variable": (lambda: first(relaxed.value), lambda: first(lambda: plain() * scale)),
+        "second order": (lambda: second(outer.value), lambda: second(plain)),
+        "second order, direct": (lambda: second(relaxed.value), lambda: second(lambda: plain() * scale)),
+        "second order, leaf": (lambda: second(leaf.value), lambda: second(plain)),
+        "user's cond": (lambda: in_cond(leaf.value), lambda: in_cond(plain)),
+    }
+    traced = {name: zcache.function(got) for name, (got, _) in cases.items()}
+    with zcache.set_graph_mode(True):
+        for value in (1.3, 1.3, 0.7, 0.7):  # miss, hit
+            p.set_value(value)
+            for name, (_, want) in cases.items():
+                np.testing.assert_allclose(float(traced[name]()), float(want()), rtol=1e-12, err_msg=name)
+
+
 @pytest.mark.parametrize("graph", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "graph"])  # graph: 3 s
 def test_gradient_scope_keeps_gradients_exact_for_any_later_request(graph):
     """zcache.gradient w.r.t. some parameters skips the caches of others, but a graph traced under

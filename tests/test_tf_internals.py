@@ -539,3 +539,21 @@ def test_without_grappler_is_thread_local_and_restored():
         other.join()
         assert fn(x).numpy() == expected
     assert not meta_optimizer_disabled() and seen["other"] is False
+
+
+def test_may_take_higher_order_gradient_counts_the_tapes_that_watch():
+    """One tape: a first-order gradient only; two nested tapes that watch the tensors: a gradient of
+    a gradient may be taken. A read whose miss gives TensorFlow's own gradient is taken only in the
+    first case (a pfor of its cond's gradient fails)."""
+    x = tf.Variable(2.0)
+    assert not _tf_internals.may_take_higher_order_gradient([x.value()])
+    with tf.GradientTape():
+        assert not _tf_internals.may_take_higher_order_gradient([x.value()])
+        with tf.GradientTape():
+            assert _tf_internals.may_take_higher_order_gradient([x.value()])
+    with tf.GradientTape(watch_accessed_variables=False) as outer:
+        with tf.GradientTape(watch_accessed_variables=False) as inner:
+            inner.watch(x)
+            assert not _tf_internals.may_take_higher_order_gradient([x.value()])  # outer does not watch x
+            outer.watch(x)
+            assert _tf_internals.may_take_higher_order_gradient([x.value()])

@@ -31,7 +31,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..exceptions import ZCacheError
-from .context import differentiating, evaluation, recording, substituted, wanted_parameters
+from .context import backward_pass, constant_data, differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
 from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradient_to_graph
@@ -39,7 +39,7 @@ from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradi
 __all__ = ["with_gradient"]
 
 
-def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
+def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> tf.Tensor:
     """``out`` (the value of ``cache``, without a gradient) with the cache's exact gradient attached.
 
     Parameters
@@ -47,7 +47,13 @@ def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
     cache : CachedTensor
         The cache whose value ``out`` is.
     out : tf.Tensor
-        Its value, as read (a hit) or computed (a traced miss), stop-gradient-ed.
+        Its value, as read (a hit) or computed (a traced miss), stop-gradient-ed; or, with
+        ``hit``, the output of ``read_in_graph_differentiably``, which carries TensorFlow's
+        gradient of a miss.
+    hit : tf.Tensor, optional
+        With a differentiable ``out``: whether the read hit. The backward pass then passes
+        the incoming gradient on to ``out`` and recomputes only after a hit (it gives zeros
+        after a miss, whose gradient flows through ``out``).
 
     Returns
     -------
@@ -73,38 +79,58 @@ def with_gradient(cache: Any, out: tf.Tensor) -> tf.Tensor:
     uids = [p.node_id for p in params]
     nested = tf.inside_function() and inside_control_flow()  # see the module docstring
 
-    @tf.custom_gradient
-    def cached_value(*param_values: tf.Tensor) -> Any:
-        def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
-            cache = ref()
-            if cache is None:
-                raise ZCacheError(
-                    f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
-                    "being differentiated; keep the cache alive as long as its graphs are used."
-                )
-            # No input changed since the forward pass, and the caches below may be read here: not
-            # inside control flow, nor in a vectorized loop's body (a second derivative with
-            # tape.jacobian, which cannot vectorize a cache's store).
-            if GRAPH.input_changes == generation and not nested and not inside_vectorized_loop():
-                with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(variables)
-                    with recording():  # reads here are not new dependencies
-                        y = tf.convert_to_tensor(cache.func())
-                grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
-            else:  # recompute at the forward pass's inputs (inner caches recompute too)
-                stand_ins = dict(others)
-                stand_ins.update(zip(uids, param_values, strict=True))
-                with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(param_values)
-                    with substituted(stand_ins), recording(), evaluation(fresh=True):
-                        y = tf.convert_to_tensor(cache.func())
-                grads = tape.gradient(y, list(param_values), output_gradients=tf.cast(dy, y.dtype))
-            return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
-                    for g, v in zip(grads, param_values, strict=True)]
+    def backward(dy: tf.Tensor, param_values: tuple[tf.Tensor, ...]) -> list[tf.Tensor]:
+        # no gradient w.r.t. the data (nor a second-order one through them); the caches read here
+        # take this custom gradient too (in_backward_pass)
+        with constant_data(), backward_pass():
+            return recomputed(dy, param_values)
 
-        return tf.identity(out), vjp
+    def recomputed(dy: tf.Tensor, param_values: tuple[tf.Tensor, ...]) -> list[tf.Tensor]:
+        cache = ref()
+        if cache is None:
+            raise ZCacheError(
+                f"CachedTensor '{name}' was garbage-collected, but a graph that read it is "
+                "being differentiated; keep the cache alive as long as its graphs are used."
+            )
+        # No input changed since the forward pass, and the caches below may be read here: not
+        # inside control flow, nor in a vectorized loop's body (a second derivative with
+        # tape.jacobian, which cannot vectorize a cache's store).
+        if GRAPH.input_changes == generation and not nested and not inside_vectorized_loop():
+            with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(variables)
+                with recording():  # reads here are not new dependencies
+                    y = tf.convert_to_tensor(cache.func())
+            grads = tape.gradient(y, variables, output_gradients=tf.cast(dy, y.dtype))
+        else:  # recompute at the forward pass's inputs (inner caches recompute too)
+            stand_ins = dict(others)
+            stand_ins.update(zip(uids, param_values, strict=True))
+            with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(param_values)
+                with substituted(stand_ins), recording(), evaluation(fresh=True):
+                    y = tf.convert_to_tensor(cache.func())
+            grads = tape.gradient(y, list(param_values), output_gradients=tf.cast(dy, y.dtype))
+        return [tf.zeros_like(v) if g is None else tf.cast(g, v.dtype)
+                for g, v in zip(grads, param_values, strict=True)]
 
-    result = cached_value(*forward_values)
+    if hit is None:
+
+        @tf.custom_gradient
+        def cached_value(*param_values: tf.Tensor) -> Any:
+            return tf.identity(out), lambda dy: backward(dy, param_values)
+
+        result = cached_value(*forward_values)
+    else:
+        # out carries the miss branch's own gradient; the recomputation is needed after a hit only
+        @tf.custom_gradient
+        def read(value: tf.Tensor, *param_values: tf.Tensor) -> Any:
+            def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
+                grads = tf.cond(hit, lambda: backward(dy, param_values),
+                                lambda: [tf.zeros_like(v) for v in param_values])
+                return [dy, *grads]
+
+            return tf.identity(value), vjp
+
+        result = read(out, *forward_values)
     if tf.inside_function():
         tie_gradient_to_graph(result)
     return result

@@ -34,17 +34,26 @@ from .context import (
     CONTEXT,
     ENGINE_LOCK,
     evaluation,
+    in_backward_pass,
     outside_substitution,
     record_read,
     recording,
     substitute,
     substituting,
+    wanted_parameters,
 )
 from .dependencies import CACHE, GRAPH
+from .inputs import backing_variable
 from .tensorlike import TensorLike
-from .tf_internals import graph_key, inside_vectorized_loop
+from .tf_internals import (
+    graph_key,
+    inside_control_flow,
+    inside_vectorized_loop,
+    may_take_higher_order_gradient,
+    xla_calling_graph,
+)
 from .trace import invalidate_if_mutated_in_trace
-from .traced_cache import MissBranch, read_in_graph
+from .traced_cache import MissBranch, read_in_graph, read_in_graph_differentiably
 
 __all__ = ["CachedTensor", "drop_compiled", "invalidate_eagerly", "once_per_evaluation"]
 
@@ -260,7 +269,38 @@ class CachedTensor(TensorLike):
         self._miss.trace()
         note_traced_read(self)
         invalidate_if_mutated_in_trace(self)
+        if self._miss_gives_the_gradient():
+            out, hit = read_in_graph_differentiably(self.state, self._miss)
+            return with_gradient(self, out, hit)
         return with_gradient(self, read_in_graph(self.state, self._miss))
+
+    def _miss_gives_the_gradient(self) -> bool:
+        """Whether this traced read takes a miss's gradient from the compiled miss branch itself.
+
+        TensorFlow's gradient of the branch then keeps its intermediates, and a miss with a
+        gradient costs what the uncached function does (the backward pass recomputes after
+        a hit only). That gradient is the whole one when every parameter behind the cache
+        is read by its function directly (a cache in between gives none inside a miss
+        branch); and it is taken where a gradient is asked for (``differentiating``), not
+        in another cache's backward pass (a read there is a hit: the forward pass filled it,
+        and the cond's gradient would only add a function pair to build and run), not in a
+        user's ``tf.cond`` or loop (the backward pass is built in a control-flow
+        gradient graph there), nor under XLA (whose loop keeps the cond a conditional), nor
+        where tapes may take a second-order gradient (``tape.jacobian``'s pfor cannot
+        vectorize the cond's gradient).
+        """
+        dtype = self.state.dtype
+        if dtype is None or not (dtype.is_floating or dtype.is_complex):
+            return False
+        uid = self.node_id
+        if GRAPH.caches_with_parameters_read_by(uid):
+            return False
+        wanted = wanted_parameters(GRAPH.objects(GRAPH.ancestor_parameters(uid)))
+        if not wanted or in_backward_pass() or inside_control_flow() or xla_calling_graph() is not None:
+            return False
+        if may_take_higher_order_gradient([backing_variable(p).value() for p in wanted]):
+            return False  # a gradient of the cond's gradient: not under tape.jacobian's pfor
+        return self._miss.differentiable()
 
     def _recomputed(self) -> tf.Tensor:
         """``func()`` at the substituted inputs: nothing read from or stored in the cache.

@@ -42,9 +42,12 @@ from typing import Any
 __all__ = [
     "CONTEXT",
     "ENGINE_LOCK",
+    "backward_pass",
+    "constant_data",
     "differentiating",
     "evaluation",
     "finding_invariants",
+    "in_backward_pass",
     "outside_substitution",
     "record_read",
     "recording",
@@ -79,6 +82,11 @@ class _Context(threading.local):
         # > 0 while a zcache.function that may compile with XLA is called (always from eager
         # code): the XLA context then on the eager graph is zcache's (``refuse_unmanaged_xla``)
         self.calling_jit = 0
+        # > 0 while a cache's miss branch is traced: data read there carries no gradient
+        # (``constant_data``)
+        self.constant_data = 0
+        # > 0 while a cache's backward pass is built (``backward_pass``)
+        self.backward_passes = 0
 
 
 #: This thread's context.
@@ -164,6 +172,38 @@ def substitute(uid: Any) -> Any:
     """The tensor that stands in for input ``uid`` in a :func:`substituted` block, else None."""
     stack = CONTEXT.substitutes
     return stack[-1].get(uid) if stack else None
+
+
+@contextlib.contextmanager
+def constant_data() -> Iterator[None]:
+    """Inside the block, ``Data.value()`` is stop-gradient-ed.
+
+    A cache's miss branch is traced so: a gradient may leave it (a traced read whose miss
+    gives TensorFlow's own gradient, ``read_in_graph_differentiably``), and TensorFlow's
+    gradient of that ``tf.cond`` must fill the hit branch's gradient for every input the miss
+    branch differentiates, which it cannot for a Variable of partly unknown shape (the data:
+    ``set_data`` may change the number of events). The data never needs a gradient.
+    """
+    CONTEXT.constant_data += 1
+    try:
+        yield
+    finally:
+        CONTEXT.constant_data -= 1
+
+
+@contextlib.contextmanager
+def backward_pass() -> Iterator[None]:
+    """Declare that a cache's backward pass is being built inside the block (see :func:`in_backward_pass`)."""
+    CONTEXT.backward_passes += 1
+    try:
+        yield
+    finally:
+        CONTEXT.backward_passes -= 1
+
+
+def in_backward_pass() -> bool:
+    """Whether a cache's backward pass is being built on this thread."""
+    return CONTEXT.backward_passes > 0
 
 
 def substituting() -> bool:

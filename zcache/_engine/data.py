@@ -24,7 +24,7 @@ from ..exceptions import (
     InvalidDataError,
     WeightSumError,
 )
-from .context import record_read, substitute
+from .context import CONTEXT, record_read, substitute
 from .dependencies import DATA, GRAPH
 from .inputs import WRITES, input_changed, invalidate_in_graph, variable_name
 from .restorer import Restorer
@@ -229,7 +229,8 @@ class Data(TensorLike):
         """
         record_read(self)
         stand_in = substitute(self.node_id)  # a cache's backward pass: the forward pass's data
-        return self._var.value() if stand_in is None else stand_in
+        out = self._var.value() if stand_in is None else stand_in
+        return tf.stop_gradient(out) if CONTEXT.constant_data else out  # see context.constant_data
 
     def unpadded(self, values: Any) -> Any:
         """``values`` (one row per row of :meth:`value`) without the padding rows: one row per event.

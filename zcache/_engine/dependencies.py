@@ -195,6 +195,22 @@ class DependencyGraph:
 
         return self._memoized("parameters", uid, compute)
 
+    def caches_with_parameters_read_by(self, uid: int) -> tuple[int, ...]:
+        """Ids of the caches ``uid`` reads directly that depend on a parameter (sorted).
+
+        Empty when every parameter behind ``uid`` reaches it without passing through another
+        cache: TensorFlow's own gradient of ``uid``'s function is then its whole gradient.
+        """
+
+        def compute() -> list[int]:
+            if uid not in self.nx:
+                return []
+            nodes = self.nx.nodes
+            return sorted(n for n in self.nx.predecessors(uid)
+                          if nodes[n]["kind"] == CACHE and self.ancestor_parameters(n))
+
+        return self._memoized("caches with parameters", uid, compute)
+
     def ancestor_inputs(self, uid: int) -> tuple[int, ...]:
         """Ids of all parameters and data ``uid`` depends on, directly or transitively (sorted)."""
 

@@ -37,6 +37,7 @@ __all__ = [
     "is_xla_shape_error",
     "can_resume_recording",
     "keep_conditional",
+    "may_take_higher_order_gradient",
     "recording_resumed",
     "separately_compiled",
     "stop_recording",
@@ -509,3 +510,29 @@ def inside_vectorized_loop() -> bool:
     """Whether the ops being built are (inside) the body of a ``pfor`` loop (``tape.jacobian``)."""
     return tf.inside_function() and any(_PFOR_BODY_SCOPE.fullmatch(part)
                                         for part in tf.get_current_name_scope().split("/"))
+
+
+# 15. Whether a second-order gradient may be taken of tensors being built ------------------------
+# A traced cache read whose miss gives TensorFlow's own gradient (traced_cache.read_in_graph_
+# differentiably) is recorded on tapes as a tf.cond. Its first-order gradient is right, but a
+# second-order one (nested tapes; an exact Hessian through tape.jacobian, whose pfor cannot
+# vectorize the cond gradient's optional intermediates: "Required handle data not set") must not
+# go through it: such a read takes the custom gradient (cache_gradient) instead. TensorFlow asks
+# the same question of the tapes before it records a function call (TFE_Py_TapeSetPossibleGradient
+# Types, 2: higher order); no public API answers it.
+try:
+    _POSSIBLE_GRADIENT_TYPES: Callable[[list[Any]], int] | None = _pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes
+except (NameError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _POSSIBLE_GRADIENT_TYPES = None
+    _missing("tensorflow.python.pywrap_tfe.TFE_Py_TapeSetPossibleGradientTypes",
+             "a cache miss with a gradient recomputes the cache's function in the backward pass.")
+
+
+def may_take_higher_order_gradient(tensors: list[tf.Tensor]) -> bool:
+    """Whether the tapes recording now may take a gradient of a gradient of ``tensors``.
+
+    True also where TensorFlow's internals are missing (the safe answer).
+    """
+    if _POSSIBLE_GRADIENT_TYPES is None:  # pragma: no cover
+        return True
+    return _POSSIBLE_GRADIENT_TYPES(tensors) > 1

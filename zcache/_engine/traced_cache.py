@@ -20,12 +20,12 @@ import tensorflow as tf
 
 from ..exceptions import SecondOrderGradientError
 from .cache_state import CacheState
-from .context import differentiating
+from .context import constant_data, differentiating
 from .tf_internals import is_second_order_cond_error, separately_compiled, stop_recording
 from .trace import isolated_trace
 from .traced_checks import refuse_unmanaged_xla
 
-__all__ = ["MissBranch", "read_in_graph"]
+__all__ = ["MissBranch", "read_in_graph", "read_in_graph_differentiably"]
 
 _SECOND_ORDER_MSG = (
     "Nested tf.GradientTape (second derivatives) through the CachedTensor '{name}' inside a "
@@ -52,6 +52,7 @@ class MissBranch:
     def __init__(self, compute_and_store: Callable[[], tf.Tensor]) -> None:
         self._method = weakref.WeakMethod(compute_and_store)
         self._fn: Any = None
+        self._differentiable: bool | None = None
 
     def function(self) -> Any:
         """The compiled branch (traced on its first call)."""
@@ -60,8 +61,10 @@ class MissBranch:
             method = self._method
 
             def miss() -> tf.Tensor:
-                # no trace's mutations enter a shared function; no gradient leaves a miss branch
-                with isolated_trace(), differentiating(()):
+                # No trace's mutations enter a shared function. No cache read here attaches a
+                # gradient, and the data carry none: the only gradient that leaves the branch
+                # (read_in_graph_differentiably) is that of the parameters read directly.
+                with isolated_trace(), differentiating(()), constant_data():
                     return method()()
 
             fn = self._fn = separately_compiled(miss)
@@ -75,6 +78,40 @@ class MissBranch:
     def drop(self) -> None:
         """Forget the traced branch (the next read traces it anew)."""
         self._fn = None
+        self._differentiable = None
+
+    def differentiable(self) -> bool:
+        """Whether TensorFlow can differentiate a ``tf.cond`` between this branch and a stored value.
+
+        It cannot where the branch's value depends, through ops with a gradient, on a
+        Variable of partly unknown shape other than the data (read as constants here; a
+        user's own Variable read in a cache's function): the cond's gradient must then fill
+        the hit branch's gradient of that Variable with zeros of its shape.
+        """
+        if self._differentiable is None:
+            with stop_recording():
+                concrete = self.function().get_concrete_function()
+            self._differentiable = not _depends_on_relaxed_variables(concrete)
+        return self._differentiable
+
+
+def _depends_on_relaxed_variables(concrete: Any) -> bool:
+    """Whether ``concrete``'s outputs depend, other than through StopGradient, on a float Variable of unknown shape."""
+    relaxed = {id(v.handle) for v in concrete.variables
+               if (v.dtype.is_floating or v.dtype.is_complex) and not v.shape.is_fully_defined()}
+    graph = concrete.graph
+    todo = [internal for external, internal in graph.captures if id(external) in relaxed]
+    outputs = {id(t) for t in graph.outputs}
+    seen: set[int] = set()
+    while todo:
+        tensor = todo.pop()
+        if id(tensor) in outputs:
+            return True
+        for op in tensor.consumers():
+            if op.type != "StopGradient" and id(op) not in seen:
+                seen.add(id(op))
+                todo.extend(op.outputs)
+    return False
 
 
 def read_in_graph(state: CacheState, miss: MissBranch) -> tf.Tensor:
@@ -92,6 +129,33 @@ def read_in_graph(state: CacheState, miss: MissBranch) -> tf.Tensor:
     tf.Tensor
         The stored value after a hit, the new value after a miss (stop-gradient-ed).
     """
+    # Not recorded on tapes: the output is stop_gradient-ed anyway (the gradient comes
+    # from _cache_gradient), and a tape that records the cond, e.g. one open while the
+    # function is traced, makes TensorFlow build the cond's gradient, which fails.
+    with stop_recording():
+        out = _cond(state, miss, tf.logical_not(state.flag.value()), differentiable=False)
+    return tf.stop_gradient(out)
+
+
+def read_in_graph_differentiably(state: CacheState, miss: MissBranch) -> tuple[tf.Tensor, tf.Tensor]:
+    """The cache's value inside a trace, with TensorFlow's gradient of a miss, and whether it hit.
+
+    For a cache whose parameters its function reads directly (no cache between them,
+    :meth:`DependencyGraph.caches_with_parameters_read_by`): the compiled miss branch's own
+    gradient is then the cache's whole gradient, and TensorFlow's gradient of the cond keeps
+    the miss branch's intermediates, so a miss with a gradient costs what the uncached
+    function does. The hit branch has no gradient; ``_cache_gradient`` adds it, on a hit only.
+
+    Returns
+    -------
+    (tf.Tensor, tf.Tensor)
+        The value (differentiable after a miss), and the flag as read: True for a hit.
+    """
+    hit = state.flag.value()
+    return _cond(state, miss, tf.logical_not(hit), differentiable=True), hit
+
+
+def _cond(state: CacheState, miss: MissBranch, missed: tf.Tensor, differentiable: bool) -> tf.Tensor:
     refuse_unmanaged_xla(f"CachedTensor '{state.name}' is read")
     state.traced = True
     static_shape: list[tf.TensorShape] = []
@@ -101,18 +165,17 @@ def read_in_graph(state: CacheState, miss: MissBranch) -> tf.Tensor:
         static_shape.append(out.shape)
         return state.validated_in_graph(out)
 
+    def hit() -> tf.Tensor:
+        out = state.hit_in_graph()
+        return tf.stop_gradient(out) if differentiable else out
+
     # compute_and_store is the true branch so that it is traced first: it creates the
     # value Variable on the very first trace, before the hit branch needs it.
     try:
-        # Not recorded on tapes: the output is stop_gradient-ed anyway (the gradient comes
-        # from _cache_gradient), and a tape that records the cond, e.g. one open while the
-        # function is traced, makes TensorFlow build the cond's gradient, which fails.
-        with stop_recording():
-            out = tf.cond(tf.logical_not(state.flag.value()), compute_and_store, state.hit_in_graph)
+        out = tf.cond(missed, compute_and_store, hit)
     except ValueError as err:
         if is_second_order_cond_error(err):
             raise SecondOrderGradientError(_SECOND_ORDER_MSG.format(name=state.name)) from err
         raise
-    out = tf.stop_gradient(out)
     out.set_shape(static_shape[0])
     return out
