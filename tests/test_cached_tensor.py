@@ -748,9 +748,10 @@ def test_a_traced_miss_with_a_gradient_computes_the_function_once(how):
 def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
     """Where TensorFlow's gradient of the cond is not the cache's whole gradient, or cannot be built,
     the read takes the recomputing custom gradient: a cache between the parameter and this cache
-    (the miss branch reads it without a gradient), a user's Variable of unknown shape read in the
-    function (the cond's gradient cannot fill its zeros), a second derivative (nested tapes), and a
-    user's tf.cond around the read. Each gradient equals the uncached one, on misses and hits."""
+    (the miss branch reads it without a gradient), a data-only cache below (the branch calls its
+    miss function), a user's Variable of unknown shape read in the function (the cond's gradient
+    cannot fill its zeros), a second derivative (nested tapes), and a user's tf.cond around the read.
+    Each gradient equals the uncached one, on misses and hits."""
     x = zcache.Data(np.linspace(0.0, 2.0, 11), name="x_exact")
     p = zcache.Parameter("p_exact", 1.3)
     scale = tf.Variable(np.full(11, 0.5), shape=tf.TensorShape([None]))
@@ -758,6 +759,8 @@ def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
     outer = zcache.CachedTensor(lambda: tf.exp(inner.value()), name="outer_exact")
     relaxed = zcache.CachedTensor(lambda: tf.exp(tf.sin(x.value() * p.value())) * scale, name="relaxed_exact")
     leaf = zcache.CachedTensor(lambda: tf.exp(tf.sin(x.value() * p.value())), name="leaf_exact")
+    columns = zcache.CachedTensor(lambda: 2.0 * x.value(), name="columns_exact")  # data only
+    over_columns = zcache.CachedTensor(lambda: tf.exp(tf.sin(0.5 * columns.value() * p.value())), name="over_columns")
 
     def first(read):
         with tf.GradientTape() as tape:
@@ -785,6 +788,7 @@ def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
         "second order": (lambda: second(outer.value), lambda: second(plain)),
         "second order, direct": (lambda: second(relaxed.value), lambda: second(lambda: plain() * scale)),
         "second order, leaf": (lambda: second(leaf.value), lambda: second(plain)),
+        "a data-only cache below": (lambda: first(over_columns.value), lambda: first(plain)),
         "user's cond": (lambda: in_cond(leaf.value), lambda: in_cond(plain)),
     }
     traced = {name: zcache.function(got) for name, (got, _) in cases.items()}

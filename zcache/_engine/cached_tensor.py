@@ -287,7 +287,8 @@ class CachedTensor(TensorLike):
         user's ``tf.cond`` or loop (the backward pass is built in a control-flow
         gradient graph there), nor under XLA (whose loop keeps the cond a conditional), nor
         where tapes may take a second-order gradient (``tape.jacobian``'s pfor cannot
-        vectorize the cond's gradient).
+        vectorize the cond's gradient), nor where the branch's gradient is dear to build or
+        cannot be built (:meth:`MissBranch.differentiable`).
         """
         dtype = self.state.dtype
         if dtype is None or not (dtype.is_floating or dtype.is_complex):

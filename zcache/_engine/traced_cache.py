@@ -81,17 +81,22 @@ class MissBranch:
         self._differentiable = None
 
     def differentiable(self) -> bool:
-        """Whether TensorFlow can differentiate a ``tf.cond`` between this branch and a stored value.
+        """Whether a ``tf.cond`` between this branch and a stored value should take TensorFlow's gradient.
 
-        It cannot where the branch's value depends, through ops with a gradient, on a
-        Variable of partly unknown shape other than the data (read as constants here; a
-        user's own Variable read in a cache's function): the cond's gradient must then fill
-        the hit branch's gradient of that Variable with zeros of its shape.
+        Not where TensorFlow cannot build it: the branch's value depends, through ops with a
+        gradient, on a Variable of partly unknown shape other than the data (read as constants
+        here; a user's own Variable read in a cache's function), and the cond's gradient must
+        fill the hit branch's gradient of that Variable with zeros of its shape. Nor where the
+        branch calls other functions (the caches below it, a fused amplitude program): its
+        gradient then builds a forward and backward pair of each again, beside the backward
+        pass a hit needs anyway (a bridged J/psi model's first value + gradient took 1.5 s
+        longer through its normalization's branch).
         """
         if self._differentiable is None:
             with stop_recording():
                 concrete = self.function().get_concrete_function()
-            self._differentiable = not _depends_on_relaxed_variables(concrete)
+            flat = not concrete.graph.as_graph_def().library.function
+            self._differentiable = flat and not _depends_on_relaxed_variables(concrete)
         return self._differentiable
 
 
