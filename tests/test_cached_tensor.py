@@ -15,6 +15,7 @@ from zcache.exceptions import (
     IllegalInGraphModeError,
     InvalidDependencyError,
     UndeclaredDependencyWarning,
+    UntrackedVariableWarning,
 )
 
 
@@ -689,6 +690,30 @@ def test_a_cache_read_traced_outside_xla_holds_no_loop(model):
     assert cache.stats["misses"] == misses + 1
 
 
+def test_a_cache_that_reads_a_users_tf_variable_warns_once_when_traced():
+    """zcache cannot see a write to a tf.Variable it did not make: a cache whose function reads one
+    would go stale silently when it is assigned. Its first traced read warns, naming the Variable and
+    the remedies; a Parameter read the same way warns nothing, and invalidate() after the write gives
+    the new value."""
+    x = zcache.Data(np.linspace(0.0, 2.0, 5), name="x_untracked")
+    scale = tf.Variable(0.5, dtype=tf.float64, name="users_scale")
+    p = zcache.Parameter("p_tracked", 0.5)
+    raw = zcache.CachedTensor(lambda: x.value() * scale, name="reads_raw")
+    tracked = zcache.CachedTensor(lambda: x.value() * p.variable, name="reads_parameter")
+    read_raw = zcache.function(lambda: tf.reduce_sum(raw.value()))
+    with pytest.warns(UntrackedVariableWarning, match=r"CachedTensor 'reads_raw' reads the tf.Variable\(s\) "
+                                                      r"\['users_scale:0'\].*Parameter.*invalidate\(\)"):
+        assert float(read_raw()) == pytest.approx(2.5, rel=1e-14)
+    read_raw_again = zcache.function(lambda: 2.0 * tf.reduce_sum(raw.value()))
+    assert float(read_raw_again()) == pytest.approx(5.0, rel=1e-14)  # once per cache: no second warning
+    scale.assign(2.0)
+    raw.invalidate()
+    assert float(read_raw()) == pytest.approx(10.0, rel=1e-14)
+    assert float(zcache.function(lambda: tf.reduce_sum(tracked.value()))()) == pytest.approx(2.5, rel=1e-14)
+    p.set_value(2.0)
+    assert float(zcache.function(lambda: tf.reduce_sum(tracked.value()))()) == pytest.approx(10.0, rel=1e-14)
+
+
 def _counted_model():
     """x, p and a cache of exp(sin(x p)) whose function counts its executions in ``calls``."""
     x = zcache.Data(np.linspace(0.0, 2.0, 11), name="x_counted")
@@ -707,6 +732,7 @@ def _square_sum_gradient(x, v):
     return np.sum(2.0 * np.exp(2.0 * np.sin(x * v)) * np.cos(x * v) * x)
 
 
+@pytest.mark.filterwarnings("ignore::zcache.exceptions.UntrackedVariableWarning")  # calls, the counter
 @pytest.mark.parametrize("how", ["value_and_gradient", "user-tape-inside", "user-tape-outside"])
 def test_a_traced_miss_with_a_gradient_computes_the_function_once(how):
     """On a traced miss the gradient comes from the miss branch's own intermediates (TensorFlow's
@@ -745,6 +771,7 @@ def test_a_traced_miss_with_a_gradient_computes_the_function_once(how):
             np.testing.assert_allclose(grad, _square_sum_gradient(x.numpy(), value), rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore::zcache.exceptions.UntrackedVariableWarning")  # scale, on purpose
 def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
     """Where TensorFlow's gradient of the cond is not the cache's whole gradient, or cannot be built,
     the read takes the recomputing custom gradient: a cache between the parameter and this cache

@@ -46,6 +46,7 @@ __all__ = [
     "TensorFlowInternalsWarning",
     "CompileCacheWarning",
     "UndeclaredDependencyWarning",
+    "UntrackedVariableWarning",
     "warn_at_user_code",
 ]
 
@@ -196,6 +197,10 @@ class CompileCacheWarning(ZCacheWarning):
 
 class UndeclaredDependencyWarning(ZCacheWarning):
     """A cached function read a zcache object that is missing from its declared ``deps``."""
+
+
+class UntrackedVariableWarning(ZCacheWarning):
+    """A cached function read a ``tf.Variable`` that zcache does not track: assigning it leaves the cache stale."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

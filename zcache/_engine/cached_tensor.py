@@ -25,6 +25,7 @@ from ..exceptions import (
     IllegalInGraphModeError,
     InvalidDependencyError,
     UndeclaredDependencyWarning,
+    UntrackedVariableWarning,
     warn_at_user_code,
 )
 from .budget import BUDGET, note_traced_read, stamp, stored_eagerly
@@ -108,6 +109,7 @@ class CachedTensor(TensorLike):
         #: The storage: value Variable, validity flag, counters (engine use).
         self.state = CacheState(self.name)
         self._warned = False
+        self._checked_variables = False  # whether the traced branch was checked for untracked Variables
         # Bypassed: value() computes func() directly, with no tf.cond, flag or store (see
         # set_always_dirty); set by zcache.precompute for nodes that change on every call.
         self._always_dirty = False
@@ -267,12 +269,27 @@ class CachedTensor(TensorLike):
         # Trace the miss branch first: the caches it reads (possibly created by it) and their
         # dependencies are then known to the in-graph invalidation below.
         self._miss.trace()
+        if not self._checked_variables:
+            self._checked_variables = True
+            self._warn_untracked_variables()
         note_traced_read(self)
         invalidate_if_mutated_in_trace(self)
         if self._miss_gives_the_gradient():
             out, hit = read_in_graph_differentiably(self.state, self._miss)
             return with_gradient(self, out, hit)
         return with_gradient(self, read_in_graph(self.state, self._miss))
+
+    def _warn_untracked_variables(self) -> None:
+        """Warn once if the function reads a ``tf.Variable`` of the user's: its writes invalidate nothing."""
+        untracked = self._miss.untracked_variables()
+        if untracked:
+            warn_at_user_code(
+                f"CachedTensor '{self.name}' reads the tf.Variable(s) {untracked}, which zcache does not "
+                "track: assigning them will not invalidate the cache, whose value then goes stale. Make "
+                "them a zcache.Parameter (a scalar) or zcache.Data (an array) and read .value(), or "
+                "call invalidate() after every assignment.",
+                UntrackedVariableWarning,
+            )
 
     def _miss_gives_the_gradient(self) -> bool:
         """Whether this traced read takes a miss's gradient from the compiled miss branch itself.

@@ -37,6 +37,7 @@ __all__ = [
     "is_xla_shape_error",
     "can_resume_recording",
     "keep_conditional",
+    "made_by_zcache",
     "may_take_higher_order_gradient",
     "recording_resumed",
     "separately_compiled",
@@ -217,7 +218,19 @@ def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
         The new Variable.
     """
     with tf.init_scope():
-        return tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)
+        variable = tf.Variable(initial_value, experimental_enable_variable_lifting=False, **kwargs)
+    _ZCACHE_VARIABLES[id(variable)] = variable
+    return variable
+
+
+#: Every Variable zcache made, by id (weakly; a Variable is not hashable): the others a cached
+#: function reads are the user's own.
+_ZCACHE_VARIABLES: weakref.WeakValueDictionary[int, tf.Variable] = weakref.WeakValueDictionary()
+
+
+def made_by_zcache(variable: tf.Variable) -> bool:
+    """Whether ``variable`` was made by :func:`eager_variable` (a Parameter's, a Data's, a cache's)."""
+    return _ZCACHE_VARIABLES.get(id(variable)) is variable
 
 
 # 6. The type of an eager tensor -----------------------------------------------------------

@@ -21,7 +21,7 @@ import tensorflow as tf
 from ..exceptions import SecondOrderGradientError
 from .cache_state import CacheState
 from .context import constant_data, differentiating
-from .tf_internals import is_second_order_cond_error, separately_compiled, stop_recording
+from .tf_internals import is_second_order_cond_error, made_by_zcache, separately_compiled, stop_recording
 from .trace import isolated_trace
 from .traced_checks import refuse_unmanaged_xla
 
@@ -79,6 +79,16 @@ class MissBranch:
         """Forget the traced branch (the next read traces it anew)."""
         self._fn = None
         self._differentiable = None
+
+    def untracked_variables(self) -> list[str]:
+        """Names of the ``tf.Variable`` s the branch reads that zcache did not make (the user's own).
+
+        zcache cannot invalidate the cache when one of them is assigned; the traced branch's
+        captures are where such a read shows.
+        """
+        with stop_recording():
+            concrete = self.function().get_concrete_function()
+        return sorted({v.name for v in concrete.variables if not made_by_zcache(v)})
 
     def differentiable(self) -> bool:
         """Whether a ``tf.cond`` between this branch and a stored value should take TensorFlow's gradient.
