@@ -316,9 +316,10 @@ class CachedTensor(TensorLike):
         wanted = wanted_parameters(GRAPH.objects(GRAPH.ancestor_parameters(uid)))
         if not wanted or in_backward_pass() or inside_control_flow() or xla_calling_graph() is not None:
             return False
-        if may_take_higher_order_gradient([backing_variable(p).value() for p in wanted]):
-            return False  # a gradient of the cond's gradient: not under tape.jacobian's pfor
-        return self._miss.differentiable()
+        if not self._miss.differentiable():
+            return False
+        # a gradient of the cond's gradient: not under tape.jacobian's pfor
+        return not may_take_higher_order_gradient([backing_variable(p).value() for p in wanted])
 
     def _recomputed(self) -> tf.Tensor:
         """``func()`` at the substituted inputs: nothing read from or stored in the cache.
