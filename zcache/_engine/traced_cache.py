@@ -72,8 +72,12 @@ class MissBranch:
 
     def trace(self) -> None:
         """Trace the branch now (its reads, and the caches it creates, become known)."""
+        self.concrete()
+
+    def concrete(self) -> Any:
+        """The traced branch's concrete function (traced now if it was not), traced with no tape recording."""
         with stop_recording():
-            self.function().get_concrete_function()
+            return self.function().get_concrete_function()
 
     def drop(self) -> None:
         """Forget the traced branch (the next read traces it anew)."""
@@ -86,9 +90,7 @@ class MissBranch:
         zcache cannot invalidate the cache when one of them is assigned; the traced branch's
         captures are where such a read shows.
         """
-        with stop_recording():
-            concrete = self.function().get_concrete_function()
-        return sorted({v.name for v in concrete.variables if not made_by_zcache(v)})
+        return sorted({v.name for v in self.concrete().variables if not made_by_zcache(v)})
 
     def differentiable(self) -> bool:
         """Whether a ``tf.cond`` between this branch and a stored value should take TensorFlow's gradient.
@@ -103,8 +105,7 @@ class MissBranch:
         longer through its normalization's branch).
         """
         if self._differentiable is None:
-            with stop_recording():
-                concrete = self.function().get_concrete_function()
+            concrete = self.concrete()
             flat = not concrete.graph.as_graph_def().library.function
             self._differentiable = flat and not _depends_on_relaxed_variables(concrete)
         return self._differentiable
