@@ -241,6 +241,59 @@ def test_function_argument_validation():
         zcache.types.Function(42)
     with pytest.raises(ValueError, match="max_traces"):
         zcache.function(lambda: 1, max_traces=0)
+    for bad in (-1, 1.0, None):
+        with pytest.raises(ValueError, match="eager_calls"):
+            zcache.types.Function(lambda: 1, eager_calls=bad)
+
+
+def _counting(eager_calls):
+    """A 'loss' Function with ``eager_calls`` that records, per call, whether its body ran in a trace."""
+    p = zcache.Parameter("p_eager_calls", 2.0)
+    seen = []
+
+    def body():
+        seen.append(tf.inside_function())
+        return p.value() ** 2
+
+    return zcache.types.Function(body, wraps="loss", eager_calls=eager_calls), p, seen
+
+
+@pytest.mark.parametrize("setting, first_traced", [
+    ("auto", False), ({"model": True}, False), (True, True), ({"loss": True}, True),
+])
+def test_eager_calls_run_first_calls_eagerly_where_auto_decides(setting, first_traced):
+    """Under 'auto' (or a dict that leaves 'loss' to it) the first call runs eagerly, the second traces
+    and serves every later call; an explicit True traces from the first call. Values agree throughout."""
+    f, p, seen = _counting(1)
+    with zcache.set_graph_mode(setting):
+        assert float(f()) == 4.0
+        assert seen == [first_traced] and f.trace_count == int(first_traced)
+        p.set_value(3.0)
+        assert float(f()) == 9.0
+        p.set_value(1.5)
+        assert float(f()) == 2.25
+    assert f.trace_count == 1 and seen[-1] is True and len(seen) == (1 if first_traced else 2)
+    f.reset()  # dropped graphs: the function has been called, so the next call traces at once
+    with zcache.set_graph_mode("auto"):
+        assert float(f()) == 2.25
+    assert f.trace_count == 2
+
+
+def test_eager_calls_trace_from_the_first_call_where_xla_compiles():
+    f, _, seen = _counting(1)
+    with zcache.set_jit_mode({"loss": True}):
+        assert float(f()) == 4.0
+    assert seen and all(seen)  # traced (twice: once to learn its reads for XLA)
+
+
+def test_eager_calls_of_two_and_the_default():
+    f, _, seen = _counting(2)
+    for _ in range(3):
+        f()
+    assert seen == [False, False, True]
+    g, _, seen = _counting(0)
+    g()
+    assert seen == [True]
 
 
 def test_executing_eagerly():

@@ -39,6 +39,25 @@ def test_tensorflow_logs_on_request():
     assert _import_stderr(ZCACHE_TF_LOGS="1", TF_CPP_MIN_LOG_LEVEL="0").strip() != ""
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
+def test_import_freezes_what_it_made_unless_told_not_to(setting, frozen):
+    """``import zcache`` leaves the objects it made (TensorFlow's modules) out of the collector's full
+    passes; ``ZCACHE_GC_FREEZE=0`` leaves the collector alone. Objects made afterwards are collected."""
+    environ = {k: v for k, v in os.environ.items() if k != "ZCACHE_GC_FREEZE"}
+    if setting is not None:
+        environ["ZCACHE_GC_FREEZE"] = setting
+    script = ("import gc, weakref, zcache\n"
+              "class Node: pass\n"
+              "a, b = Node(), Node(); a.b, b.a = b, a; r = weakref.ref(a); del a, b\n"
+              "gc.collect(); print(gc.get_freeze_count(), r() is None)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environ,
+                          timeout=120, check=True)
+    count, collected = done.stdout.split()
+    assert (int(count) > 100_000) is frozen and (int(count) == 0) is not frozen
+    assert collected == "True"  # a cycle made after the import is still collected
+
+
 def _caught(action) -> list[warnings.WarningMessage]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

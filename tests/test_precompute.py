@@ -92,6 +92,7 @@ def test_fixed_parameter_changed_later_invalidates_the_cached_part(world, graph_
     zcache.precompute(loss)
     expo_pdf = _caches(world["model"])["Exponential._cached_pdf"]
     float(loss.value())
+    float(loss.value())  # the first call runs eagerly under 'auto'; the second traces
     traces = [f.trace_count for f in loss.functions()]
     world["lam"].set_value(-0.7)
     assert not expo_pdf.is_valid
@@ -267,6 +268,8 @@ def test_precompute_drops_only_the_graphs_that_read_changed_caches(world):
     unrelated = zcache.function(lambda: other.value() * 2.0, wraps="tensor")
     unrelated()
     float(world["loss"].value())
+    float(world["loss"].value())  # traced (the first call ran eagerly)
+    assert world["loss"].functions()[0].trace_count == 1
     zcache.precompute(world["loss"])
     unrelated()
     assert unrelated.trace_count == 1

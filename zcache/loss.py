@@ -8,7 +8,10 @@ r"""Losses: unbinned negative log-likelihoods, extended and simultaneous.
 
 Sums run in float64. ``value()``, ``gradient()`` and ``value_gradient()`` are
 traced under the 'loss' identifier, once per loss: new parameter values or new
-data (``set_data``) never retrace. Gradients follow :func:`zcache.set_autograd_mode`:
+data (``set_data``) never retrace. Under the default graph mode ``'auto'`` their first
+call runs eagerly and the second traces (``Function(eager_calls=1)``): a single call,
+such as a check before a fit, costs no trace, because the fit compiles a program of its
+own; ``zcache.set_graph_mode(True)`` traces from the first call. Gradients follow :func:`zcache.set_autograd_mode`:
 automatic through caches, or central differences.
 
 A minimizer calls :meth:`BaseLoss.value_at` / :meth:`BaseLoss.value_gradient_at`,
@@ -197,7 +200,9 @@ class BaseLoss:
         # A Python float, passed to the traced calls as a tensor argument: a minimizer passes its
         # own offset, so this default is only what value_at uses when none is given.
         self._offset = 0.0
-        self._value_fn = function(self._checked_value, wraps="loss")
+        # eager_calls=1: a single call (a check before a fit) runs eagerly; the fit compiles its
+        # own program, so tracing this one pays only from a second call on.
+        self._value_fn = Function(self._checked_value, wraps="loss", eager_calls=1)
         self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
         self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function, Function]] = {}
 
@@ -335,7 +340,7 @@ class BaseLoss:
         return params
 
     def value_gradient(self, params: Sequence[Parameter] | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-        """The loss and its gradient, in one traced call.
+        """The loss and its gradient, in one call (traced from the second call on, see the module's notes).
 
         Parameters
         ----------
@@ -352,8 +357,8 @@ class BaseLoss:
         params = self._param_list(params)
         fn = self._gradient_fns.get(params)
         if fn is None:
-            fn = self._gradient_fns[params] = function(
-                lambda: value_and_gradient(self._total, params), wraps="loss"
+            fn = self._gradient_fns[params] = Function(
+                lambda: value_and_gradient(self._total, params), wraps="loss", eager_calls=1
             )
         return fn()
 

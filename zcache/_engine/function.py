@@ -44,7 +44,7 @@ from .data import data_snapshot, undo_data_writes
 from .dependencies import GRAPH
 from .inputs import backing_variable
 from .jit_policy import JitPolicy, JitRefused, Retry
-from .mode import IDENTIFIERS, compiles, get_autograd_mode, traces
+from .mode import IDENTIFIERS, auto_decides, compiles, get_autograd_mode, traces
 from .parameter import refresh_mirrors, undo_parameter_writes
 from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, without_grappler, wrong_xla_gradient_ops
 from .trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
@@ -71,6 +71,12 @@ class Function:
         The identifier that selects the policy.
     max_traces : int
         Bound on the graphs kept; past it they are dropped with a ``RetracingWarning``.
+    eager_calls : int
+        How many calls run eagerly before the function is traced, where the graph mode for
+        ``wraps`` is ``'auto'``'s choice and no jit mode compiles it (default 0: traced from
+        the first call). A loss's ``value()`` and ``value_gradient()`` take 1: a single call,
+        a check before a fit, then traces nothing that the fit's own program does not
+        replace, and a second call shows that tracing pays.
 
     Attributes
     ----------
@@ -81,7 +87,8 @@ class Function:
         of the function (a retrace shows up as an increase).
     """
 
-    def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT):
+    def __init__(self, func: Callable[..., Any], wraps: str = "tensor", max_traces: int = _MAX_TRACES_DEFAULT,
+                 eager_calls: int = 0):
         if not isinstance(wraps, str) or wraps not in IDENTIFIERS:
             raise UnknownIdentifierError(
                 f"Unknown identifier wraps={wraps!r}; use one of {sorted(IDENTIFIERS)}."
@@ -90,11 +97,17 @@ class Function:
             raise TypeError(f"zcache.function needs a callable, got {func!r}.")
         if not isinstance(max_traces, int) or max_traces < 1:
             raise ValueError(f"max_traces must be a positive int, got {max_traces!r}.")
+        if not isinstance(eager_calls, int) or eager_calls < 0:
+            raise ValueError(f"eager_calls must be an int >= 0, got {eager_calls!r}.")
         functools.update_wrapper(self, func)
         self.python_function = func
         self.wraps = wraps
         self.max_traces = max_traces
+        self.eager_calls = eager_calls
         self.trace_count = 0
+        # Calls from eager code so far (kept by reset: a function called before has shown that
+        # tracing it pays).
+        self._calls = 0
         self.reset()
         _FUNCTIONS.add(self)
 
@@ -141,6 +154,9 @@ class Function:
         if tf.inside_function():  # inlined: the trace around it handles its writes
             return self.python_function(*args, **kwargs)
         if not traces(self.wraps) or CONTEXT.eager:
+            return call_eagerly(self.python_function, *args, **kwargs)
+        self._calls += 1
+        if self._calls <= self.eager_calls and auto_decides(self.wraps) and not compiles(self.wraps):
             return call_eagerly(self.python_function, *args, **kwargs)
         out = self._call_graph(args, kwargs)
         if self._live_traces > self.max_traces:

@@ -39,6 +39,7 @@ from .trace import forbid_in_trace
 
 __all__ = [
     "IDENTIFIERS",
+    "auto_decides",
     "executing_eagerly",
     "JIT_AUTO",
     "compiles",
@@ -237,6 +238,16 @@ def get_autograd_mode() -> bool:
 def traces(wraps: str) -> bool:
     """Whether the current policy traces functions with identifier ``wraps``."""
     return _state.policy[wraps]
+
+
+def auto_decides(wraps: str) -> bool:
+    """Whether the graph mode for ``wraps`` is ``'auto'``'s (the setting is ``'auto'``, or a dict without it).
+
+    Only then may a :class:`zcache.Function` with ``eager_calls`` run its first calls eagerly:
+    an explicit ``True`` traces from the first call.
+    """
+    setting = _state.graph_setting
+    return setting == "auto" or (isinstance(setting, dict) and wraps not in setting)
 
 
 def _jit_policy_for(jit: object) -> dict[str, bool]:
