@@ -238,25 +238,23 @@ def test_a_look_before_and_after_a_fit_traces_nothing():
     / numdifftools, after a change of parameters and of data too; the minimizer's value_at traces from its
     first call."""
     m = simple()
-    x = m.data.numpy()
-    ref = lambda v: simple_ref(x, *v)  # noqa: E731
     gradient_fn = lambda: m.loss._gradient_fns[tuple(m.loss.params)]  # noqa: E731
-    for v in ([1.0, 0.6], [1.2, 0.5]):  # two calls each, eager
-        zcache.set_values([m.p.mu, m.p.sigma], v)
-        value, grad = m.loss.value_gradient()
-        np.testing.assert_allclose(float(value), ref(v), rtol=1e-12)
-        np.testing.assert_allclose(grad.numpy(), nd.Gradient(ref)(v), rtol=1e-7)
-        assert float(m.loss.value()) == pytest.approx(ref(v), rel=1e-12)
+
+    def look(points):
+        """value_gradient() and value() at each point against numpy and numdifftools."""
+        ref = lambda v: simple_ref(m.data.numpy(), *v)  # noqa: E731
+        for v in points:
+            zcache.set_values([m.p.mu, m.p.sigma], v)
+            value, grad = m.loss.value_gradient()
+            np.testing.assert_allclose(float(value), ref(v), rtol=1e-12)
+            np.testing.assert_allclose(grad.numpy(), nd.Gradient(ref)(v), rtol=1e-7)
+            assert float(m.loss.value()) == pytest.approx(ref(v), rel=1e-12)
+
+    look(([1.0, 0.6], [1.2, 0.5]))  # two calls each, eager
     assert m.loss._value_fn.trace_count == 0 and gradient_fn().trace_count == 0
     new = draw(500, seed=3)
     m.data.set_data(new[(new > LO) & (new < HI)])
-    ref = lambda v: simple_ref(m.data.numpy(), *v)  # noqa: E731
-    for v in ([1.2, 0.5], [0.9, 0.7]):  # traced at the third call, and that graph serves the fourth
-        zcache.set_values([m.p.mu, m.p.sigma], v)
-        value, grad = m.loss.value_gradient()
-        np.testing.assert_allclose(float(value), ref(v), rtol=1e-12)
-        np.testing.assert_allclose(grad.numpy(), nd.Gradient(ref)(v), rtol=1e-7)
-        assert float(m.loss.value()) == pytest.approx(ref(v), rel=1e-12)
+    look(([1.2, 0.5], [0.9, 0.7]))  # traced at the third call, and that graph serves the fourth
     assert m.loss._value_fn.trace_count == 1 and gradient_fn().trace_count == 1
     m.loss.value_at([1.1, 0.55])
     assert m.loss._at_fns[tuple(m.loss.params)][0].trace_count == 1
