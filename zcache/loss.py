@@ -69,6 +69,11 @@ __all__ = [
     "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
 ]
 
+#: Calls of ``value()`` / ``value_gradient()`` that run eagerly before they are traced: a look
+#: before and after a fit (15-40 ms each eagerly for the bridged amplitude models, against a
+#: 0.25-1.4 s trace) never pays a trace the fit's own compiled program would not use.
+_EAGER_LOOKS = 2
+
 
 def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
     if tf.inside_function():
@@ -201,9 +206,7 @@ class BaseLoss:
         # A Python float, passed to the traced calls as a tensor argument: a minimizer passes its
         # own offset, so this default is only what value_at uses when none is given.
         self._offset = 0.0
-        # eager_calls=2: a look before and after a fit runs eagerly; the fit compiles its own
-        # program, so tracing this one pays only for a loop of calls.
-        self._value_fn = Function(self._checked_value, wraps="loss", eager_calls=2)
+        self._value_fn = Function(self._checked_value, wraps="loss", eager_calls=_EAGER_LOOKS)
         self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
         self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function, Function]] = {}
 
@@ -359,7 +362,7 @@ class BaseLoss:
         fn = self._gradient_fns.get(params)
         if fn is None:
             fn = self._gradient_fns[params] = Function(
-                lambda: value_and_gradient(self._total, params), wraps="loss", eager_calls=2
+                lambda: value_and_gradient(self._total, params), wraps="loss", eager_calls=_EAGER_LOOKS
             )
         return fn()
 

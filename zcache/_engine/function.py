@@ -74,9 +74,9 @@ class Function:
     eager_calls : int
         How many calls run eagerly before the function is traced, where the graph mode for
         ``wraps`` is ``'auto'``'s choice and no jit mode compiles it (default 0: traced from
-        the first call). A loss's ``value()`` and ``value_gradient()`` take 1: a single call,
-        a check before a fit, then traces nothing that the fit's own program does not
-        replace, and a second call shows that tracing pays.
+        the first call). A loss's ``value()`` and ``value_gradient()`` take 2: a look before
+        and after a fit then traces nothing that the fit's own program does not replace, and
+        a third call shows that tracing pays.
 
     Attributes
     ----------
