@@ -339,6 +339,30 @@ def test_the_first_fit_of_a_fresh_loss_evaluates_it_only_in_its_program():
 
 
 @pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)
+def test_the_program_calls_its_value_gradient_without_shape_inference_through_it():
+    """The program's calls of its value + gradient function (start, seed Hessian, BFGS step, final
+    Hessian, Newton step, flat directions) are built without TensorFlow's shape inference through that
+    function's body (tf_internals item 16: ~95 ms per call site for the J/psi amplitude model), and
+    the fit is the one MIGRAD + HESSE find."""
+    model, loss, params = gauss_exp_study("no_inference", n=800)
+    start = [float(p) for p in params]
+    result = Minuit().minimize(loss)
+    assert result.valid and result.path == "compiled", result.fallback
+    zcache.set_values(params, start)
+    reference = Minuit(compiled=False).minimize(loss)
+    for p in params:
+        assert abs(result.values[p.name] - reference.values[p.name]) < 0.05 * reference.errors[p.name]  # within both EDM goals
+    program = CompiledFit.of(loss, tuple(loss.params))
+    [fn] = program._programs.values()
+    [concrete] = fn._list_all_concrete_functions()
+    graph_def = concrete.graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    sites = [n for n in nodes if n.op in ("PartitionedCall", "StatefulPartitionedCall")
+             and "value_gradient" in n.attr["f"].func.name]
+    assert len(sites) >= 5
+    assert all(n.attr["_disable_call_shape_inference"].b for n in sites)
+
+
 def test_hundreds_of_fits_trace_once():
     model, loss, params = gauss_exp_study("thousand", n=200)
     truth = [5.0, 0.6, -0.3, 60.0, 140.0]

@@ -557,3 +557,43 @@ def test_may_take_higher_order_gradient_counts_the_tapes_that_watch():
             assert not _tf_internals.may_take_higher_order_gradient([x.value()])  # outer does not watch x
             outer.watch(x)
             assert _tf_internals.may_take_higher_order_gradient([x.value()])
+
+
+def test_calls_without_body_shape_inference_marks_this_threads_calls_only():
+    """Item 16: inside the block a call of a traced function built into a graph carries
+    ``_disable_call_shape_inference`` (TensorFlow then does not infer shapes through the body), its
+    outputs keep the function's static shapes and its values; outside the block, and on another
+    thread inside it, calls are built as TensorFlow builds them."""
+    import threading
+
+    inner = tf.function(lambda x: tf.reshape(tf.exp(x) * 2.0, [-1, 2]), autograph=False)
+
+    def calls(graph):
+        return [op for op in graph.get_operations() if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+
+    def marked(op):
+        try:
+            return bool(op.get_attr("_disable_call_shape_inference"))
+        except ValueError:
+            return False
+
+    def outer(x):
+        return inner(x) + 1.0
+
+    spec = tf.TensorSpec([6], tf.float64)
+    with _tf_internals.calls_without_body_shape_inference():
+        with_block = tf.function(outer, autograph=False).get_concrete_function(spec)
+        other = {}
+        thread = threading.Thread(
+            target=lambda: other.setdefault("fn", tf.function(outer, autograph=False).get_concrete_function(spec)))
+        thread.start()
+        thread.join()
+    without = tf.function(outer, autograph=False).get_concrete_function(spec)
+    assert not [m for m in _tf_internals.MISSING if "partitioned_call_op" in m]
+    assert [marked(op) for op in calls(with_block.graph)] == [True]
+    assert [marked(op) for op in calls(without.graph)] == [False]
+    assert [marked(op) for op in calls(other["fn"].graph)] == [False]
+    assert with_block.structured_outputs.shape.as_list() == [3, 2] == without.structured_outputs.shape.as_list()
+    x = tf.constant(np.linspace(-1.0, 1.0, 6))
+    np.testing.assert_array_equal(with_block(x).numpy(), without(x).numpy())
+    np.testing.assert_allclose(with_block(x).numpy(), (np.exp(x.numpy()) * 2.0 + 1.0).reshape(3, 2), rtol=1e-15)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "inside_vectorized_loop",
     "is_second_order_cond_error",
     "is_xla_shape_error",
+    "calls_without_body_shape_inference",
     "can_resume_recording",
     "keep_conditional",
     "made_by_zcache",
@@ -549,3 +551,71 @@ def may_take_higher_order_gradient(tensors: list[tf.Tensor]) -> bool:
     if _POSSIBLE_GRADIENT_TYPES is None:  # pragma: no cover
         return True
     return _POSSIBLE_GRADIENT_TYPES(tensors) > 1
+
+
+# 16. Function calls built without shape inference into the function's body ---------------------
+# Building a call of a traced function in a graph (PartitionedCall, StatefulPartitionedCall) runs
+# TensorFlow's C++ shape inference through the whole body of the function, and of every function it
+# calls, once per call site: a compiled fit calls its value + gradient function at six places (start,
+# seed Hessian, BFGS step, final Hessian, Newton step, flat directions), and for the J/psi amplitude
+# model each such op took ~95 ms to build, 0.75 s of a 1.6 s trace. Python sets every call output's
+# static shape from the function's signature right after (atomic_function.call_flat), so the
+# inference buys nothing there. The node attribute "_disable_call_shape_inference" (what TensorFlow's
+# legacy Defun sets on its calls) skips it; the call op's attributes are fixed inside
+# atomic_function.partitioned_call_op, so the attribute is added to the op it creates, on this thread
+# and inside calls_without_body_shape_inference() only. Fallback: the inference runs (slower traces).
+_SHAPE_INFERENCE_OFF = "_disable_call_shape_inference"
+_CALLS_LOCAL = threading.local()
+try:
+    from tensorflow.core.framework import attr_value_pb2 as _attr_value_pb2
+    from tensorflow.python.eager.polymorphic_function import atomic_function as _atomic_function
+    from tensorflow.python.framework import ops as _ops
+
+    _PARTITIONED_CALL_OP: Callable[..., Any] | None = _atomic_function.partitioned_call_op
+    _ops.Graph.create_op  # noqa: B018 - present in this TensorFlow
+except (ImportError, AttributeError) as _err:  # pragma: no cover - another TensorFlow layout
+    _PARTITIONED_CALL_OP = None
+    _missing(f"atomic_function.partitioned_call_op ({_err})",
+             "compiled fits trace slower (shape inference through every function call).")
+
+
+def _partitioned_call_op(*args: Any, **kwargs: Any) -> Any:
+    """TensorFlow's ``partitioned_call_op``; inside the block the op skips inference into the body."""
+    if not getattr(_CALLS_LOCAL, "active", 0):
+        return _PARTITIONED_CALL_OP(*args, **kwargs)
+    graph = _ops.get_default_graph()
+    create = graph.create_op
+    off = _attr_value_pb2.AttrValue(b=True)
+
+    def create_op(op_type: Any, inputs: Any, dtypes: Any = None, input_types: Any = None, name: Any = None,
+                  attrs: Any = None, *rest: Any, **options: Any) -> Any:
+        return create(op_type, inputs, dtypes, input_types, name, {**(attrs or {}), _SHAPE_INFERENCE_OFF: off},
+                      *rest, **options)
+
+    graph.create_op = create_op  # an instance attribute: this graph only, until removed below
+    try:
+        return _PARTITIONED_CALL_OP(*args, **kwargs)
+    finally:
+        del graph.create_op
+
+
+if _PARTITIONED_CALL_OP is not None:
+    _atomic_function.partitioned_call_op = _partitioned_call_op
+
+
+@contextlib.contextmanager
+def calls_without_body_shape_inference() -> Iterator[None]:
+    """Inside the block, function calls this thread builds into graphs skip shape inference into the body.
+
+    The calls' output shapes are still the functions' declared ones; only TensorFlow's C++
+    inference through the called functions' bodies, repeated at every call site, is skipped.
+
+    Yields
+    ------
+    None
+    """
+    _CALLS_LOCAL.active = getattr(_CALLS_LOCAL, "active", 0) + 1
+    try:
+        yield
+    finally:
+        _CALLS_LOCAL.active -= 1

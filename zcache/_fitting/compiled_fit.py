@@ -59,7 +59,7 @@ from .._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, subs
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
-from .._engine.tf_internals import without_grappler
+from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
@@ -331,7 +331,10 @@ class CompiledFit:
         x0 = np.clip(np.asarray(x0, dtype=np.float64), self.lower, self.upper)
         served = self._served(x0)
         fn = self._program(served, jit)
-        with ENGINE_LOCK, calling_jit(jit), without_grappler():
+        # The program calls its value + gradient function at six places: built without shape
+        # inference through that function's body at each (tf_internals item 16; 0.75 s of the
+        # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
+        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference():
             if fn.experimental_get_tracing_count() == 0:
                 self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
