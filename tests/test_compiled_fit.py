@@ -338,7 +338,6 @@ def test_the_first_fit_of_a_fresh_loss_evaluates_it_only_in_its_program():
         assert result.values[name] == pytest.approx(value, abs=1e-3 * reference.errors[name])
 
 
-@pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)
 def test_the_program_calls_its_value_gradient_without_shape_inference_through_it():
     """The program's calls of its value + gradient function (start, seed Hessian, BFGS step, final
     Hessian, Newton step, flat directions) are built without TensorFlow's shape inference through that
@@ -363,6 +362,7 @@ def test_the_program_calls_its_value_gradient_without_shape_inference_through_it
     assert all(n.attr["_disable_call_shape_inference"].b for n in sites)
 
 
+@pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)
 def test_hundreds_of_fits_trace_once():
     model, loss, params = gauss_exp_study("thousand", n=200)
     truth = [5.0, 0.6, -0.3, 60.0, 140.0]
