@@ -902,3 +902,174 @@ def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(flo
     for name, value in migrad.values.items():
         assert fitted[name] == pytest.approx(value, abs=2e-2 * migrad.errors[name])
         assert result.values[name] == pytest.approx(value, abs=2e-2 * migrad.errors[name])
+
+
+# -- the structured Hessian (issue 26: a Hessian in a few passes, exact) -------------------------------
+def _hessian_bridge(tag, *, polar=True, weights=False, capacity=None, extra=None):
+    """Two Breit-Wigners in two columns (two coupling groups, masses and widths floating), the second
+    coupling polar (a zcache ComplexParameter) or Cartesian; optionally weighted or padded data."""
+    from zcache.amplitudes import ComplexParameter
+
+    x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(7)
+    cols = {"x": rng.uniform(0.3, 1.5, 800), "y": rng.uniform(0.3, 1.5, 800), "th": rng.uniform(0, np.pi, 800)}
+    limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
+    coupling = ComplexParameter(f"{tag}_c2", 0.5 + 0.5j, polar=polar)
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: coupling}, ["x", "y", "th"], cols, name=tag)
+    events = np.stack([cols[k][:250] for k in ("x", "y", "th")], axis=1)
+    data = zcache.Data(events, name=f"{tag}_data", obs=["x", "y", "th"],
+                       weights=rng.uniform(0.2, 1.8, 250) if weights else None, capacity=capacity)
+    return UnbinnedNLL(model, data, **(extra or {}))
+
+
+def _numdifftools_hessian(loss, x):
+    import numdifftools as nd
+
+    params = loss.params
+    with zcache.set_graph_mode(False):
+        gradient = lambda v: loss.value_gradient_at(v, params)[1].numpy()  # noqa: E731
+        reference = nd.Jacobian(gradient, step=nd.step_generators.MaxStepGenerator(1e-4, num_steps=4))(x)
+        loss.value_at(x, params)
+    return 0.5 * (reference + reference.T)
+
+
+@pytest.mark.parametrize("polar, weights, capacity", [(True, False, None), (False, True, None), (True, False, 300)])
+def test_structured_hessian_equals_numdifftools(polar, weights, capacity):
+    """Couplings polar and Cartesian, weighted data, padded data: the structured Hessian (jets of the line
+    shapes, coupling blocks from the amplitudes) equals numdifftools on the exact gradient, eagerly, traced
+    (hessian_at's default now) and with XLA."""
+    loss = _hessian_bridge(f"hs_{polar}_{weights}_{capacity}", polar=polar, weights=weights, capacity=capacity)
+    params = loss.params
+    assert [p.name for p in params][:4] == ["m1", "g1", "m2", "g2"] and len(params) == 6
+    assert loss.supports_structured_hessian(params)
+    x = np.array([float(p) for p in params]) * (1.0 + 0.02 * np.random.default_rng(3).standard_normal(6))
+    reference = _numdifftools_hessian(loss, x)
+    scale = np.abs(reference).max()
+    with zcache.set_graph_mode(False):
+        loss.value_at(x, params)
+        eager = loss.structured_hessian(params).numpy()
+    assert np.abs(eager - reference).max() < 1e-8 * scale
+    np.testing.assert_array_equal(eager, eager.T)
+    found = {"graph": loss.hessian_at(x, params).numpy()}
+    with zcache.set_jit_mode(True):
+        found["jit"] = loss.hessian_at(x, params).numpy()
+    for how, hessian in found.items():
+        assert np.abs(hessian - eager).max() < 1e-11 * scale, how
+    # the parameters are left at x, as hessian_at promises
+    np.testing.assert_allclose([float(p) for p in params], x, rtol=1e-15)
+
+
+def test_structured_hessian_is_refused_where_it_would_not_hold():
+    """A constraint, an extended loss, a parameter behind two symbols of a group: None, and hessian_at
+    falls back to differentiating the loss."""
+    from zcache.loss import GaussianConstraint
+
+    base = _hessian_bridge("hs_refused")
+    params = base.params
+    m1 = params[0]
+    constrained = _hessian_bridge("hs_constrained", extra={"constraints": [GaussianConstraint([m1], [0.9], [0.05])]})
+    assert not constrained.supports_structured_hessian(constrained.params)
+    assert constrained.structured_hessian(constrained.params) is None
+    x = np.array([float(p) for p in constrained.params])
+    h = constrained.hessian_at(x, constrained.params).numpy()
+    reference = _numdifftools_hessian(constrained, x)
+    assert np.abs(h - reference).max() < 1e-5 * np.abs(reference).max()
+
+    # one Parameter object for two symbols of one group: the jets would differentiate one symbol only
+    a, b, x_ = sp.symbols("a b x")
+    shared = zcache.Parameter("hs_shared", 0.8, lower=0.1, upper=2.0)
+    c = sp.Symbol("c")
+    model = SymbolicModel(sp.Abs(c / (a**2 - x_**2 - sp.I * b * 0.1) + 1) ** 2, {a: shared, b: shared, c: 0.3 + 0.1j},
+                          ["x"], {"x": np.linspace(0.2, 1.5, 300)}, name="hs_shared_model")
+    loss = UnbinnedNLL(model, model.to_data({"x": np.linspace(0.25, 1.45, 40)}, name="hs_shared_data"))
+    assert shared in loss.params
+    assert not loss.supports_structured_hessian(loss.params)
+    assert model.nll_hessian(loss.data, loss.params) is None
+
+
+def test_a_parameter_the_model_does_not_read_gets_a_zero_row():
+    """A loss parameter list with a parameter the intensity never reads: its row and column are zero,
+    the rest as without it."""
+    loss = _hessian_bridge("hs_unread")
+    params = loss.params
+    other = zcache.Parameter("hs_unread_other", 1.0)
+    model = loss.model
+    with zcache.set_graph_mode(False):
+        full = model.nll_hessian(loss.data, [*params, other]).numpy()
+        plain = model.nll_hessian(loss.data, params).numpy()
+    np.testing.assert_array_equal(full[-1], 0.0)
+    np.testing.assert_allclose(full[:-1, :-1], plain, rtol=1e-14)
+
+
+def test_compiled_fit_uses_the_structured_hessian(monkeypatch):
+    """The compiled fit's seed and final Hessians come from the structure: no gradient per parameter (nfcn
+    drops by 2n), the same minimum, and the same errors as with differences (to their 1e-5 truncation)."""
+    from zcache.loss import UnbinnedNLL as NLL
+
+    loss = _hessian_bridge("hs_fit")
+    params = loss.params
+    truth = [0.95, 0.12, 0.8, 0.14, 0.6, 0.5]
+    start = [0.93, 0.11, 0.82, 0.15, 0.55, 0.45]
+    # data drawn from the model at the truth: a minimum inside the limits
+    for p, v in zip(params, truth):
+        p.set_value(v)
+    rng = np.random.default_rng(11)
+    pool = np.stack([rng.uniform(0.3, 1.5, 40_000), rng.uniform(0.3, 1.5, 40_000), rng.uniform(0, np.pi, 40_000)], axis=1)
+    intensity = loss.model.intensity(pool).numpy()
+    sample = pool[rng.uniform(0, intensity.max(), len(pool)) < intensity][:600]
+    assert len(sample) == 600
+    data = zcache.Data(sample, name="hs_fit_sample", obs=["x", "y", "th"])
+    results = {}
+    for how in ("structured", "differences"):
+        if how == "differences":
+            monkeypatch.setattr(NLL, "supports_structured_hessian", lambda self, params: False)
+        for p, v in zip(params, start):
+            p.set_value(v)
+        r = Minuit().minimize(NLL(loss.model, data))  # a loss of its own: its own compiled program
+        assert r.valid and r.path == "compiled", (how, r.path)
+        results[how] = r
+    s, d = results["structured"], results["differences"]
+    assert s.nfcn <= d.nfcn - 2 * len(params) + 2
+    assert abs(s.fmin - d.fmin) < 1e-6
+    for name in s.values:
+        assert abs(s.values[name] - d.values[name]) < 1e-3 * d.errors[name]
+        assert abs(s.errors[name] / d.errors[name] - 1.0) < 1e-4, name
+
+
+@pytest.mark.slow  # an ampform model
+def test_structured_hessian_of_an_ampform_model(dzero):
+    """D0 -> K- pi+ pi0 through from_helicity_model (relativistic Breit-Wigners with form factors,
+    Blatt-Weisskopf sqrt's): masses, widths and the coupling floating, against numdifftools."""
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, {k: v[:1500] for k, v in cols.items()}, expression=expr,
+                                  parameters=_line_shapes_floating(model), name="dz_structured")
+    data = bridged.to_data({k: v[:300] for k, v in cols.items()}, name="dz_structured_data")
+    loss = UnbinnedNLL(bridged, data)
+    params = loss.params
+    assert len(params) == 6 and loss.supports_structured_hessian(params)
+    x = np.array([float(p) for p in params]) * (1.0 + 0.01 * np.random.default_rng(5).standard_normal(6))
+    reference = _numdifftools_hessian(loss, x)
+    with zcache.set_graph_mode(False):
+        loss.value_at(x, params)
+        eager = loss.structured_hessian(params).numpy()
+    scale = np.abs(reference).max()
+    assert np.abs(eager - reference).max() < 1e-7 * scale
+    assert np.abs(loss.hessian_at(x, params).numpy() - eager).max() < 1e-11 * scale
+
+
+def test_structured_hessian_of_a_simultaneous_loss():
+    """Two bridged losses, each with parameters the other does not read: the sum of the parts' Hessians
+    (zero rows where a part does not read a parameter) equals numdifftools on the sum."""
+    a, b = _hessian_bridge("hs_sim_a"), _hessian_bridge("hs_sim_b", polar=False)
+    total = a + b
+    params = total.params
+    assert len(params) == 12 and total.supports_structured_hessian(params)
+    x = np.array([float(p) for p in params])
+    reference = _numdifftools_hessian(total, x)
+    found = total.hessian_at(x, params).numpy()
+    assert np.abs(found - reference).max() < 1e-8 * np.abs(reference).max()
+    assert np.all(found[:6, 6:] == 0.0)

@@ -78,6 +78,7 @@ from .sampling import accept_reject
 
 __all__ = [
     "ComplexParameter",
+    "coupling_derivatives",
     "blatt_weisskopf_sq",
     "relativistic_breit_wigner",
     "legendre",
@@ -185,6 +186,43 @@ class ComplexParameter:
         """
         value = complex(value)
         set_values(self.params, [abs(value), cmath.phase(value)] if self.polar else [value.real, value.imag])
+
+
+def coupling_derivatives(couplings: Sequence[ComplexParameter]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    r"""Couplings :math:`c_k` with their first and second derivatives by their two parameters each.
+
+    Parameters
+    ----------
+    couplings : sequence of ComplexParameter
+        Polar (:math:`r e^{i\phi}`) or Cartesian (:math:`a + ib`), mixed as they come.
+
+    Returns
+    -------
+    c : tf.Tensor
+        complex128 (K,), as each :meth:`ComplexParameter.value`.
+    first : tf.Tensor
+        complex128 (K, 2): :math:`\partial c_k / \partial p_{kj}` for ``params`` :math:`p_{k0}, p_{k1}`.
+    second : tf.Tensor
+        complex128 (K, 3): :math:`\partial^2 c_k` by :math:`(p_{k0}, p_{k0})`, :math:`(p_{k0}, p_{k1})`,
+        :math:`(p_{k1}, p_{k1})`.
+
+    Examples
+    --------
+    >>> c, first, second = coupling_derivatives([ComplexParameter("c_d", 2j), ComplexParameter("c_e", 1 + 1j, polar=False)])
+    >>> (np.round(first.numpy(), 12) + 0.0).tolist()    # e^{i phi}, i c; then 1, i
+    [[1j, (-2+0j)], [(1+0j), 1j]]
+    >>> (np.round(second.numpy()[0], 12) + 0.0).tolist()   # 0, i e^{i phi}, -c
+    [0j, (-1+0j), -2j]
+    """
+    values = tf.reshape(tf.stack([p.value() for cp in couplings for p in cp.params]), [-1, 2])
+    a, b = tf.unstack(values, 2, axis=1)
+    polar = tf.constant([cp.polar for cp in couplings])
+    rotation = tf.complex(tf.cos(b), tf.sin(b))
+    c = tf.where(polar, tf.complex(a, tf.zeros_like(a)) * rotation, tf.complex(a, b))
+    one, zero = tf.ones_like(c), tf.zeros_like(c)
+    first = tf.stack([tf.where(polar, rotation, one), tf.where(polar, 1j * c, 1j * one)], axis=1)
+    second = tf.stack([zero, tf.where(polar, 1j * rotation, zero), tf.where(polar, -c, zero)], axis=1)
+    return c, first, second
 
 
 # ---------------------------------------------------------------------------------------

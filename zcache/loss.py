@@ -409,7 +409,41 @@ class BaseLoss:
     def _offset_tensor(self, offset: float | None) -> tf.Tensor:
         return tf.constant(self._offset if offset is None else float(offset), tf.float64)
 
+    def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
+        """Whether :meth:`structured_hessian` is exact for ``params`` (default: no).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters.
+
+        Returns
+        -------
+        bool
+        """
+        return False
+
+    def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
+        """The loss's exact Hessian from its model's structure (:meth:`zcache.models.Model.nll_hessian`), or None.
+
+        A few passes over the data where differences cost a gradient per parameter; the
+        compiled fit and :meth:`hessian_at` use it wherever :meth:`supports_structured_hessian`.
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+            float64 (n, n), or None where the loss has no such Hessian.
+        """
+        return None
+
     def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
+        if self.supports_structured_hessian(params):
+            return self.structured_hessian(params)
         # Exact second derivatives, vectorized over the parameters (pfor): through bypassed
         # caches, or valid ones, whose backward pass then recomputes inside the vectorized loop
         # at its forward values (cache_gradient).
@@ -504,7 +538,8 @@ class BaseLoss:
             float64, shape (n, n), symmetric.
         """
         params = self._param_list(params)
-        if self._exact_hessian_ok(params) if exact is None else exact:
+        structured = exact is not False and self.supports_structured_hessian(params)
+        if structured or (self._exact_hessian_ok(params) if exact is None else exact):
             return self._at(params)[2](tf.constant(x, tf.float64))
         x = np.array(x, dtype=np.float64).reshape(-1)
         at, zero = self._at(params)[1], tf.constant(0.0, tf.float64)
@@ -633,6 +668,38 @@ class UnbinnedNLL(BaseLoss):
             nll = nll + nu - n * tf.math.log(nu)
         return nll
 
+    def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
+        """See :meth:`BaseLoss.supports_structured_hessian`: the model's, without a constraint or a yield.
+
+        The Poisson term and the constraints would need rows of their own: not offered (yet).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        bool
+        """
+        return not self.extended and not self.constraints and self.model.supports_nll_hessian(params)
+
+    def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
+        """See :meth:`BaseLoss.structured_hessian`: :meth:`zcache.models.Model.nll_hessian` of the data.
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+        """
+        if not self.supports_structured_hessian(params):
+            return None
+        return self.model.nll_hessian(self.data, params)
+
     def _events_term(self) -> tuple[tf.Tensor, tf.Tensor]:
         r""":math:`-\sum_i w_i \log p(x_i)` and the events it counts (:math:`\sum_i w_i`; padding rows: w = 0)."""
         weights = self.data.weights
@@ -742,6 +809,36 @@ class SimultaneousLoss(BaseLoss):
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])
+
+    def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
+        """Whether every part supports it (a part's rows are zero for the parameters it does not read).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        bool
+        """
+        return not self.constraints and all(loss.supports_structured_hessian(params) for loss in self.losses)
+
+    def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
+        """The sum of the parts' structured Hessians, or None.
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+        """
+        if not self.supports_structured_hessian(params):
+            return None
+        return tf.add_n([loss.structured_hessian(params) for loss in self.losses])
 
 
 def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (), *,

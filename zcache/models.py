@@ -481,6 +481,41 @@ class Model(Cachable):
         mask = data.mask if isinstance(data, Data) else None
         return tf.reduce_sum(terms if mask is None else mask * terms)
 
+    def supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
+        """Whether :meth:`nll_hessian` gives an exact Hessian for ``params`` (default: no model does).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters.
+
+        Returns
+        -------
+        bool
+        """
+        return False
+
+    def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
+        r"""The Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, where the model's structure gives it cheaply.
+
+        A model that knows its second derivatives (a coherent sum of amplitudes:
+        :meth:`zcache.symbolic.SymbolicModel.nll_hessian`) returns them exactly, for a few passes
+        over the data; the default returns None, and callers differentiate the loss instead.
+
+        Parameters
+        ----------
+        data : zcache.Data
+            The events.
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+            float64 (n, n), or None.
+        """
+        return None
+
     def _rows_pdf(self, data: Any) -> tf.Tensor:
         """The density per row of ``data`` (padding included), NaN where impossible: what pdf checks."""
         if isinstance(data, Data):

@@ -85,9 +85,10 @@ from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._engine.tf_internals import can_resume_recording
+from ._fitting import jets as jets_
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._fitting.fused import fused_program
-from .amplitudes import ComplexParameter
+from .amplitudes import ComplexParameter, coupling_derivatives
 from .exceptions import SymbolicError
 from .fractions import FitFractions, fit_fractions_with_errors
 from .kinematics import HelicityKinematics, phasespace_generator
@@ -472,6 +473,229 @@ class _Translator:
         """The column ``name`` of ``data``: a Data or tensor (the owner's), or a group program's arguments by name."""
         return data[name] if isinstance(data, dict) else self.owner.column(name, data)
 
+    # -- second-order jets (exact Hessians) ------------------------------------------------
+    def jet(self, node: Any, data: Any, memo: dict[Any, Any], jets: dict[Any, jets_.Jet],
+            index: dict[Any, int]) -> jets_.Jet:
+        """``node``'s value with its first and second derivatives by the symbols of ``index`` (symbol -> position).
+
+        A node that reads none of them is a constant jet of its value (:meth:`value`, so that
+        the data-only stack and ``memo`` serve it); each node is visited once per ``jets`` memo.
+
+        Raises
+        ------
+        zcache._fitting.jets.NoJet
+            A function without a derivative rule.
+        """
+        found = jets.get(node)
+        if found is not None:
+            return found
+        n = len(index)
+        if not (self.inputs(node) & index.keys()):
+            out = jets_.constant(self.value(node, data, memo), n)
+        elif node.is_Symbol:
+            out = jets_.variable(self.value(node, data, memo), index[node], n)
+        else:
+            out = self._jet_of(node, data, memo, jets, index)
+        jets[node] = out
+        return out
+
+    def has_jets(self, roots: Sequence[Any], symbols: set[Any]) -> bool:
+        """Whether :meth:`jet` has a rule for every node of ``roots`` that reads one of ``symbols``."""
+        sp = self.sp
+        seen: set[Any] = set()
+        stack = list(roots)
+        rules = {sp.re, sp.im, sp.conjugate, sp.Abs, sp.arg, sp.Piecewise, sp.Min, sp.Max, sp.atan2, *_jet_constants()}
+        while stack:
+            node = stack.pop()
+            if node in seen or not (self.inputs(node) & symbols) or node.is_Symbol:
+                continue
+            seen.add(node)
+            if not (node.is_Add or node.is_Mul or node.is_Pow or node.func in rules or node.func.__name__ in _JET_RULES):
+                return False
+            if node.func in _jet_constants():
+                continue
+            if node.func is sp.Piecewise:
+                stack.extend(e for e, _ in node.args)
+                continue
+            stack.extend(node.args)
+        return True
+
+    def _jet_of(self, node: Any, data: Any, memo: dict[Any, Any], jets: dict[Any, jets_.Jet],
+                index: dict[Any, int]) -> jets_.Jet:
+        sp = self.sp
+        child = lambda a: self.jet(a, data, memo, jets, index)  # noqa: E731
+        if node.is_Add:
+            return _fold([child(a) for a in _numbers_first(node.args)], lambda a, b: jets_.add(a, b, _add))
+        if node.is_Mul:
+            return _fold([child(a) for a in _numbers_first(node.args)], lambda a, b: jets_.mul(a, b, _mul))
+        if node.is_Pow:
+            return self._power_jet(node, child)
+        f = node.func
+        if f in _jet_constants():  # piecewise constant: sign, steps, comparisons, logic
+            return jets_.constant(self.value(node, data, memo), len(index))
+        if f is sp.Piecewise:
+            pieces = list(node.args)
+            out = child(pieces[-1][0])
+            for e, c in reversed(pieces[:-1]):
+                out = jets_.where(self.value(c, data, memo), child(e), out, _select)
+            return out
+        if f in (sp.Min, sp.Max):
+            pick = tf.less if f is sp.Min else tf.greater
+            return _fold([child(a) for a in node.args],
+                         lambda a, b: jets_.where(pick(_tensor(a.v, False), _tensor(b.v, False)), a, b, _select))
+        if f is sp.atan2:  # arg(x + i y)
+            y, x = (child(a) for a in node.args)
+            return _arg_jet(jets_.add(x, jets_.mul(jets_.constant(1j, len(index)), y, _mul), _add))
+        if len(node.args) != 1:
+            raise jets_.NoJet(f.__name__)
+        a = child(node.args[0])
+        if f in (sp.re, sp.im, sp.conjugate):
+            return jets_.linear(a, self.table[f][1])
+        if f is sp.Abs:
+            if _is_complex(a.v):
+                return _sqrt_jet(_abs2_jet(a))
+            return jets_.chain(a, tf.abs(a.v) if isinstance(a.v, tf.Tensor) else abs(a.v),
+                               lambda: _real_sign(a.v), lambda: None)
+        if f is sp.arg:
+            return _arg_jet(a) if _is_complex(a.v) else jets_.constant(self.value(node, data, memo), len(index))
+        rule = _JET_RULES.get(f.__name__)
+        if rule is None:
+            raise jets_.NoJet(f.__name__)
+        value = self.table[f][1](a.v)
+        d1, d2 = rule
+        return jets_.chain(a, value, lambda: d1(a.v, value), lambda: d2(a.v, value))
+
+    def _power_jet(self, node: Any, child: Any) -> jets_.Jet:
+        base, exp = node.args
+        if exp.is_Integer and base.func is self.sp.Abs and int(exp) % 2 == 0:  # |z|^2n as (|z|^2)^n
+            z = child(base.args[0])
+            return _power_rule(_abs2_jet(z) if _is_complex(z.v) else jets_.mul(z, z, _mul), int(exp) // 2)
+        b = child(base)
+        if not exp.is_number:  # b^e = exp(e log b)
+            e = child(exp)
+            log_b = jets_.chain(b, _log(b.v), lambda: _div(1.0, b.v), lambda: _div(-1.0, _mul(b.v, b.v)))
+            z = jets_.mul(e, log_b, _mul)
+            value = _exp(z.v)
+            return jets_.chain(z, value, lambda: value, lambda: value)
+        if exp.is_Integer:
+            return _power_rule(b, int(exp))
+        if exp.is_Rational and exp.q == 2:  # b^(p/2) from one square root, as the value path computes it
+            p = int(exp.p)
+            root = _sqrt(b.v)
+            value = _integer_power(root, p)
+            return jets_.chain(b, value, lambda: _mul(p / 2.0, _integer_power(root, p - 2)),
+                               lambda: _mul(p / 2.0 * (p / 2.0 - 1.0), _integer_power(root, p - 4)))
+        e = complex(exp.evalf(17))
+        e = e.real if e.imag == 0.0 else e
+        power = lambda k: _binary(b.v, e - k, lambda x, y: tf.pow(x, y)) if isinstance(b.v, tf.Tensor) else b.v ** (e - k)  # noqa: E731
+        return jets_.chain(b, power(0), lambda: _mul(e, power(1)), lambda: _mul(e * (e - 1), power(2)))
+
+
+def _select(cond: Any, x: Any, y: Any) -> Any:
+    if isinstance(cond, (bool, np.bool_)):
+        return x if cond else y
+    c = _is_complex(x) or _is_complex(y)
+    x, y = _tensor(x, c), _tensor(y, c)
+    x, y = x + tf.zeros_like(y), y + tf.zeros_like(x)
+    cond = tf.convert_to_tensor(cond)
+    return tf.where(cond, x, y)
+
+
+def _div(a: Any, b: Any) -> Any:
+    return _binary(a, b, lambda x, y: x / y)
+
+
+def _log(x: Any) -> Any:
+    return cmath.log(x) if isinstance(x, (int, float, complex)) else tf.math.log(x)
+
+
+def _exp(x: Any) -> Any:
+    return cmath.exp(x) if isinstance(x, (int, float, complex)) else tf.exp(x)
+
+
+def _sqrt(x: Any) -> Any:
+    if isinstance(x, (int, float, complex)):
+        return cmath.sqrt(x) if isinstance(x, complex) or x < 0 else x**0.5
+    return tf.sqrt(x)
+
+
+def _real_sign(x: Any) -> Any:
+    return (1.0 if x > 0 else -1.0 if x < 0 else 0.0) if isinstance(x, (int, float)) else tf.sign(x)
+
+
+def _power_rule(b: jets_.Jet, n: int) -> jets_.Jet:
+    """``b ** n`` for an integer ``n``, by multiplications as the value path."""
+    if n == 0:
+        return jets_.constant(1.0, len(b.d))
+    if n == 1:
+        return b
+    return jets_.chain(b, _integer_power(b.v, n), lambda: _mul(float(n), _integer_power(b.v, n - 1)),
+                       lambda: _mul(float(n * (n - 1)), _integer_power(b.v, n - 2)))
+
+
+def _abs2_jet(z: jets_.Jet) -> jets_.Jet:
+    r""":math:`|z|^2 = \mathrm{Re}(z)^2 + \mathrm{Im}(z)^2` (not holomorphic: through the real parts)."""
+    re = jets_.linear(z, lambda x: tf.math.real(x) if isinstance(x, tf.Tensor) else complex(x).real)
+    im = jets_.linear(z, lambda x: tf.math.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
+    return jets_.add(jets_.mul(re, re, _mul), jets_.mul(im, im, _mul), _add)
+
+
+def _sqrt_jet(a: jets_.Jet) -> jets_.Jet:
+    root = _sqrt(a.v)
+    return jets_.chain(a, root, lambda: _div(0.5, root), lambda: _div(-0.25, _mul(a.v, root)))
+
+
+def _arg_jet(z: jets_.Jet) -> jets_.Jet:
+    r""":math:`\arg z = \mathrm{Im} \log z` (the principal branch, as ``tf.math.angle``)."""
+    log_z = jets_.chain(z, _log(z.v), lambda: _div(1.0, z.v), lambda: _div(-1.0, _mul(z.v, z.v)))
+    return jets_.linear(log_z, lambda x: tf.math.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
+
+
+def _jet_rules() -> dict[str, tuple[Any, Any]]:
+    """The derivatives f' and f'' of the op table's holomorphic functions, from (x, f(x)), by SymPy function name."""
+    def cos(x: Any) -> Any:
+        return cmath.cos(x) if isinstance(x, (int, float, complex)) else tf.cos(x)
+
+    def sin(x: Any) -> Any:
+        return cmath.sin(x) if isinstance(x, (int, float, complex)) else tf.sin(x)
+
+    def cosh(x: Any) -> Any:
+        return cmath.cosh(x) if isinstance(x, (int, float, complex)) else tf.cosh(x)
+
+    def sinh(x: Any) -> Any:
+        return cmath.sinh(x) if isinstance(x, (int, float, complex)) else tf.sinh(x)
+
+    def one_minus_sq(x: Any) -> Any:
+        return _add(1.0, _mul(-1.0, _mul(x, x)))
+
+    return {
+        "exp": (lambda x, f: f, lambda x, f: f),
+        "log": (lambda x, f: _div(1.0, x), lambda x, f: _div(-1.0, _mul(x, x))),
+        "sin": (lambda x, f: cos(x), lambda x, f: _mul(-1.0, f)),
+        "cos": (lambda x, f: _mul(-1.0, sin(x)), lambda x, f: _mul(-1.0, f)),
+        "tan": (lambda x, f: _add(1.0, _mul(f, f)), lambda x, f: _mul(_mul(2.0, f), _add(1.0, _mul(f, f)))),
+        "sinh": (lambda x, f: cosh(x), lambda x, f: f),
+        "cosh": (lambda x, f: sinh(x), lambda x, f: f),
+        "tanh": (lambda x, f: _add(1.0, _mul(-1.0, _mul(f, f))),
+                 lambda x, f: _mul(_mul(-2.0, f), _add(1.0, _mul(-1.0, _mul(f, f))))),
+        "asin": (lambda x, f: _div(1.0, _sqrt(one_minus_sq(x))),
+                 lambda x, f: _div(x, _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
+        "acos": (lambda x, f: _div(-1.0, _sqrt(one_minus_sq(x))),
+                 lambda x, f: _div(_mul(-1.0, x), _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
+        "atan": (lambda x, f: _div(1.0, _add(1.0, _mul(x, x))),
+                 lambda x, f: _div(_mul(-2.0, x), _mul(_add(1.0, _mul(x, x)), _add(1.0, _mul(x, x))))),
+    }
+
+
+_JET_RULES = _jet_rules()
+
+
+@functools.lru_cache(maxsize=1)
+def _jet_constants() -> frozenset:
+    sp = _sympy()
+    return frozenset([sp.sign, sp.Heaviside, sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan, sp.GreaterThan,
+                      sp.Equality, sp.Unequality, sp.And, sp.Or, sp.Not])
+
 
 def _numbers_first(args: Sequence[Any]) -> list[Any]:
     return sorted(args, key=lambda a: 0 if a.is_number else 1)
@@ -684,6 +908,7 @@ class SymbolicModel(Model, CoherentIntensity):
         self._group_programs: dict[int, tuple[list[Any], Any]] = {}
         self._times_programs: dict[int, Any] = {}
         self._fused_groups: set[int] = set()
+        self._jet_programs: dict[Any, Any] = {}
         self._set_floating(floating, symbols, by_name, complex_symbols, terms)
         self.params = {}
         for obj in self.symbol_params.values():
@@ -963,6 +1188,139 @@ class SymbolicModel(Model, CoherentIntensity):
         if rows:
             return out
         return tf.reshape(tf.stack(out), [len(self._terms), len(couplings), -1])
+
+    # -- the exact Hessian (the coherent-sum core's hooks) -------------------------------------------
+    def supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
+        """Whether :meth:`nll_hessian` is exact for ``params`` (else it returns None).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The parameters.
+
+        Returns
+        -------
+        bool
+            True for a cached coherent sum whose fitted parameters are couplings and line-shape
+            parameters (and parameters it does not read), every function on their path with a
+            derivative rule (:mod:`zcache._fitting.jets`).
+        """
+        return self.cache and self.is_coherent_sum and self._hessian_plan(params) is not None
+
+    def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
+        r"""The exact Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, from the coherent sum's structure.
+
+        About two passes over the data and the phase-space sample (amplitudes, then each moved
+        group's value, first and second derivatives as one XLA program), where differences of
+        gradients cost one gradient per parameter.
+
+        Parameters
+        ----------
+        data : zcache.Data
+            The events (their weights count).
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+            float64 (n, n); None where :meth:`supports_nll_hessian` is False.
+
+        Examples
+        --------
+        >>> import numpy as np, sympy as sp, zcache
+        >>> from zcache.symbolic import SymbolicModel
+        >>> from zcache.loss import UnbinnedNLL
+        >>> x, m, c1, c2 = sp.symbols("x m c1 c2")
+        >>> ps = {"x": np.linspace(0.0, 2.0, 201)}
+        >>> model = SymbolicModel(sp.Abs(c1 / (m**2 - x**2 - 0.1j) + c2 * x) ** 2, {m: 1.0, c1: 1 + 0j, c2: 0.3 + 0.1j},
+        ...                       ["x"], ps, floating=["m", "c2"])
+        >>> data = model.to_data({"x": np.linspace(0.1, 1.9, 50)})
+        >>> params = model.get_params()
+        >>> [p.name for p in params]
+        ['m', 'c2_re', 'c2_im']
+        >>> h = model.nll_hessian(data, params).numpy()
+        >>> loss = UnbinnedNLL(model, data)      # against central differences of its exact gradient
+        >>> d = loss.hessian_at([float(p) for p in params], params, exact=False).numpy()
+        >>> bool(np.abs(h - d).max() < 1e-6 * np.abs(d).max())
+        True
+        """
+        if not (isinstance(data, Data) and self.supports_nll_hessian(params)):
+            return None
+        return self.coherent_nll_hessian(data, self.phasespace, params)
+
+    def _coupling_parameters(self, k: int) -> list[Parameter] | None:
+        coupling = self.couplings[k]
+        return list(coupling.params) if isinstance(coupling, ComplexParameter) else None
+
+    def _coupling_derivatives(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        return coupling_derivatives(self.couplings)
+
+    def _line_symbols(self, g: int, params: Sequence[Parameter]) -> tuple[Any, ...]:
+        by_id = {obj.node_id: s for s, obj in self.symbol_params.items() if isinstance(obj, Parameter)}
+        return tuple(by_id[p.node_id] for p in params)
+
+    def _group_jets_supported(self, g: int, params: Sequence[Parameter]) -> bool:
+        roots = [t[c] for t in self._terms for c in self._groups[g][1] if c in t]
+        return self._translator.has_jets(roots, set(self._line_symbols(g, params)))
+
+    def _group_jets(self, g: int, data: Data, w: tf.Tensor, params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
+        symbols, _ = self._group_program(g)
+        program = self._jet_program(g, self._line_symbols(g, params))
+        columns = [self.column(name, data) for name in self.space.obs]
+        values = [self.symbol_params[s].value() for s in symbols]
+        c = self.coupling_vector()
+        start = sum(len(cs) for _, cs in self._groups[:g])
+        c_g = tf.reshape(tf.slice(c, [start], [len(self._groups[g][1])]), [-1])
+        return program(self._data_stack(data), columns, values, c_g, w)
+
+    def _jet_program(self, g: int, diff: tuple[Any, ...]) -> Any:
+        """Group ``g``'s columns, first and second derivatives by ``diff``, contracted (one XLA program per group)."""
+        key = (g, diff)
+        found = self._jet_programs.get(key)
+        if found is not None:
+            return found
+        symbols, _ = self._group_program(g)
+        couplings = self._groups[g][1]
+        n_h, n_k, n_l = len(self._terms), len(couplings), len(diff)
+        pair_list = jets_.pairs(n_l)
+        signature = [*self._program_signature([tf.TensorSpec([], tf.float64)] * len(symbols)),
+                     tf.TensorSpec([n_k], tf.complex128), tf.TensorSpec([n_h, None], tf.complex128)]
+        obs = list(self.space.obs)
+
+        def jets(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], c: tf.Tensor,
+                 w: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
+            data = dict(zip(obs, columns, strict=True))
+            index = {s: j for j, s in enumerate(diff)}
+            like = tf.zeros_like(columns[0], tf.complex128)
+            cs, ws = tf.unstack(c, n_k), tf.unstack(w, n_h)
+            memo_jets: dict[Any, jets_.Jet] = {}
+            rows, d_rows, t, u = [], [[like] * n_h for _ in range(n_l)], [[0.0] * n_l for _ in range(n_k)], [0.0] * len(pair_list)
+            for h, term in enumerate(self._terms):
+                for k, coupling in enumerate(couplings):
+                    a = term.get(coupling)
+                    if a is None:
+                        rows.append(like)
+                        continue
+                    jet = self._translator.jet(a, data, memo, memo_jets, index)
+                    rows.append(jets_.dense(jet.v, like))
+                    for j in range(n_l):
+                        if jet.d[j] is not None:
+                            da = jets_.dense(jet.d[j], like)
+                            d_rows[j][h] = d_rows[j][h] + cs[k] * da
+                            t[k][j] = t[k][j] + tf.reduce_sum(ws[h] * da)
+                    for p in range(len(pair_list)):
+                        if jet.dd[p] is not None:
+                            u[p] = u[p] + tf.reduce_sum(ws[h] * cs[k] * jets_.dense(jet.dd[p], like))
+            zero = tf.zeros([], tf.complex128)
+            as_tensor = lambda v: v if isinstance(v, tf.Tensor) else zero  # noqa: E731
+            return (tf.reshape(tf.stack(rows), [n_h, n_k, -1]), tf.stack([tf.stack(r) for r in d_rows]),
+                    tf.stack([tf.stack([as_tensor(v) for v in row]) for row in t]),
+                    tf.stack([as_tensor(v) for v in u]))
+
+        found = self._jet_programs[key] = tf.function(jets, input_signature=signature, autograph=False)
+        return found
 
     # -- the translator's caches (the model's, so that caches_of and invalidate_caches see them) --
     @cached(name=lambda self, data: f"data-only sub-expressions[{data.name}]")

@@ -74,7 +74,8 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
                   edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
-                  hesse_step: float = HESSE_STEP) -> tuple[tf.Tensor, ...]:
+                  hesse_step: float = HESSE_STEP, hessian: Callable[[tf.Tensor], tf.Tensor] | None = None
+                  ) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -94,6 +95,9 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         ``vg(x0)`` when the caller has it already (one evaluation fewer).
     hesse_step : float
         The final Hessian's forward-difference step, in units of each row's estimated error.
+    hessian : callable, optional
+        ``hessian(x)`` for ``x`` (B, n): the exact (B, n, n) Hessians, used instead of differences
+        (no function call counted in ``nfcn``).
 
     Returns
     -------
@@ -147,9 +151,12 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     _, x, f, g, hinv, _, _, ok, nfcn = tf.while_loop(
         cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
-    scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-    hess = forward_hessian(vg, x, g, scale, lower, upper, hesse_step)
-    nfcn = nfcn + n
+    if hessian is None:
+        scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
+        hess = forward_hessian(vg, x, g, scale, lower, upper, hesse_step)
+        nfcn = nfcn + n
+    else:
+        hess = hessian(x)
     # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last
     # step uses the same information, and it leaves the EDM far below its bound.
     chol_ok = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)), axis=[1, 2])

@@ -352,6 +352,200 @@ class CoherentIntensity(Cachable):
         jacobian = tf.stack([tf.stack([rows[min(a, b), max(a, b)] for b in range(ng)]) for a in range(ng)])
         return f, jacobian
 
+    # -- the exact Hessian of the log-likelihood ---------------------------------------------------
+    def _coupling_parameters(self, k: int) -> list[Parameter] | None:
+        """Coupling ``k``'s two real parameters (None: no exact Hessian; default)."""
+        return None
+
+    def _coupling_derivatives(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The couplings (K,), their derivatives by their two parameters (K, 2) and the second ones (K, 3: 00, 01, 11)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _coupling_derivatives().")
+
+    def _group_jets(self, g: int, data: Data, w: tf.Tensor, params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
+        r"""Group ``g``'s columns and derivatives by its fitted ``params`` (:math:`L` of them).
+
+        Returns :math:`A` (H, K_g, N); :math:`D_j = \sum_k c_k \partial_j A_k` (L, H, N);
+        :math:`T_{kj} = \sum w \, \partial_j A_k` (K_g, L) and
+        :math:`U_{jl} = \sum w \sum_k c_k \partial_j \partial_l A_k` (one per ``jets.pairs(L)``),
+        the sums over events and helicities, with ``w`` (H, N).
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _group_jets.")
+
+    def _group_jets_supported(self, g: int, params: Sequence[Parameter]) -> bool:
+        """Whether :meth:`_group_jets` has a derivative rule for everything group ``g`` computes (default: no)."""
+        return False
+
+    def _hessian_plan(self, params: Sequence[Parameter]) -> dict[str, Any] | None:
+        """How each of ``params`` enters (a coupling's part, a line-shape parameter, nothing), or None.
+
+        None where a parameter enters otherwise (through a composed parameter, a yield, a coupling
+        the subclass does not describe) or a group has a function without a derivative rule.
+        """
+        ids = {p.node_id: a for a, p in enumerate(params)}
+        couplings: dict[int, tuple[int, int]] = {}  # parameter position -> (coupling, part)
+        reached: set[int] = set()
+        for k in range(sum(self._group_sizes)):
+            parts = self._coupling_parameters(k)
+            if parts is None:
+                return None
+            for j, p in enumerate(parts):
+                reached.add(p.node_id)
+                if p.node_id in ids:
+                    couplings[ids[p.node_id]] = (k, j)
+                elif ids.keys() & set(GRAPH.ancestor_inputs(p.node_id)):
+                    return None
+        lines: list[int] = []  # line-shape parameter positions, in the order of D's columns
+        groups: list[list[int]] = []  # per group: its fitted line-shape parameters' positions
+        for g in range(len(self._group_sizes)):
+            mine = []
+            for p in self._group_parameters(g):
+                if not isinstance(p, Parameter):
+                    return None
+                reached.add(p.node_id)
+                if p.node_id in ids:
+                    if ids[p.node_id] in mine:  # one parameter behind two symbols of a group
+                        return None
+                    mine.append(ids[p.node_id])
+                    if ids[p.node_id] not in lines:
+                        lines.append(ids[p.node_id])
+                elif ids.keys() & set(GRAPH.ancestor_inputs(p.node_id)):
+                    return None
+            if mine and not self._group_jets_supported(g, [params[a] for a in mine]):
+                return None
+            groups.append(mine)
+        for a, p in enumerate(params):
+            if a in couplings or a in lines:
+                continue
+            # a parameter the intensity does not read: a zero row, unless the model reads it elsewhere
+            if p.node_id in reached or any(p.node_id == q.node_id or p.node_id in GRAPH.ancestor_inputs(q.node_id)
+                                           for q in self.get_params(None)):
+                return None
+        return {"couplings": couplings, "lines": lines, "groups": groups}
+
+    def coherent_nll_hessian(self, data: Data, mc: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
+        r"""The exact Hessian of :math:`-\sum_i w_i \log(I(x_i) / \langle I \rangle_{mc})` by ``params``.
+
+        From the model's structure, in about two passes over each dataset (one for the
+        amplitudes, one for the groups' jets), not one gradient per parameter:
+
+        .. math::
+
+            \nabla^2 = \sum_i \frac{w_i}{I_i^2} g_i g_i^T - \sum_i \frac{w_i}{I_i} \nabla^2 I_i
+            + \frac{W}{Z} \langle \nabla^2 I \rangle - \frac{W}{Z^2} \langle g \rangle \langle g \rangle^T,
+
+        with :math:`g_i = \nabla I_i`, :math:`Z = \langle I \rangle` and :math:`W = \sum w_i`;
+        :math:`\nabla I = 2 \mathrm{Re} \sum_h \bar S_h \nabla S_h` and
+        :math:`\nabla^2 I = 2 \mathrm{Re} \sum_h (\nabla \bar S_h \nabla S_h^T + \bar S_h \nabla^2 S_h)`
+        for the amplitudes :math:`S_h = \sum_k c_k A_{kh}`: linear in the couplings, and a
+        line-shape parameter moves its group's columns only (:meth:`_group_jets`).
+
+        Parameters
+        ----------
+        data : zcache.Data
+            The events (weights and padding rows enter as :math:`w_i`).
+        mc : zcache.Data
+            The integration sample of the normalization :math:`\langle I \rangle`.
+        params : sequence of Parameter
+            The parameters, in the Hessian's order.
+
+        Returns
+        -------
+        tf.Tensor or None
+            float64 (n, n); None where :meth:`_hessian_plan` finds no plan (the caller
+            differentiates instead).
+        """
+        plan = self._hessian_plan(params)
+        if plan is None:
+            return None
+        n_p, sizes = len(params), self._group_sizes
+        n_k = sum(sizes)
+        lines, groups, couplings = plan["lines"], plan["groups"], plan["couplings"]
+        n_q = n_k + len(lines)
+        first_k = np.cumsum([0, *sizes])
+        _, dc, d2c = self._coupling_derivatives()  # (K, 2), (K, 3)
+        dc_flat, d2c_flat = tf.reshape(dc, [-1]), tf.reshape(d2c, [-1])
+        # J (Q, P): the columns X_q (the couplings' amplitudes A_k, then each line-shape parameter's
+        # D) to the parameters, dS/dp_a = sum_q X_q J_qa: one scatter
+        where = [[k, a] for a, (k, _) in couplings.items()] + [[n_k + q, a] for q, a in enumerate(lines)]
+        picks = [2 * k + j for k, j in couplings.values()]
+        entries = tf.concat([tf.gather(dc_flat, picks), tf.ones([len(lines)], tf.complex128)], axis=0)
+        jac = tf.scatter_nd(tf.constant(where, tf.int64), entries, [n_q, n_p])
+        # Where each second derivative of S goes (the index lists fixed here, the values gathered per dataset):
+        # a coupling's own (d2c times V_k), a coupling part with a line-shape parameter of its group
+        # (dc times T), two line-shape parameters of one group (U)
+        own = [(a, b, k, 3 * k + j + j2) for a, (k, j) in couplings.items() for b, (k2, j2) in couplings.items()
+               if k2 == k and j <= j2]
+        t_offsets = np.cumsum([0] + [sizes[g] * len(groups[g]) for g in range(len(sizes))])
+        u_offsets = np.cumsum([0] + [len(m) * (len(m) + 1) // 2 for m in groups])
+        mixed, paired = [], []
+        for g, mine in enumerate(groups):
+            for a, (k, j) in couplings.items():
+                if mine and first_k[g] <= k < first_k[g + 1]:
+                    mixed += [(a, b, 2 * k + j, t_offsets[g] + (k - first_k[g]) * len(mine) + i) for i, b in enumerate(mine)]
+            paired += [(mine[i], mine[k], u_offsets[g] + p)
+                       for p, (i, k) in enumerate((i, k) for i in range(len(mine)) for k in range(i, len(mine)))]
+        r_where = tf.constant([[a, b] for a, b, *_ in own + mixed] + [[a, b] for a, b, _ in paired], tf.int64)
+
+        def terms(ds: Data, weights_of: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            """(g_i (N, P), I (N,), sum_i u_i nabla^2 I_i (P, P)) with u = weights_of(I)."""
+            s = self._amplitudes(ds)  # (H, N)
+            intensity = tf.reduce_sum(tf.square(tf.math.real(s)) + tf.square(tf.math.imag(s)), axis=0)
+            u = weights_of(intensity)
+            w = tf.cast(u, tf.complex128) * tf.math.conj(s)  # (H, N)
+            columns, d_rows, t_parts, u_parts = [], [None] * len(lines), [], []
+            for g in range(len(sizes)):
+                if groups[g]:
+                    a_g, d_g, t_g, u_g = self._group_jets(g, ds, w, [params[a] for a in groups[g]])
+                    for j, d in enumerate(tf.unstack(d_g, len(groups[g]))):
+                        q = lines.index(groups[g][j])
+                        d_rows[q] = d if d_rows[q] is None else d_rows[q] + d
+                    t_parts.append(tf.reshape(t_g, [-1]))
+                    u_parts.append(u_g)
+                else:
+                    a_g = self._group(g, ds)
+                columns.append(a_g)
+            x = tf.transpose(tf.concat(columns, axis=1), [1, 0, 2])  # (K, H, N)
+            if lines:
+                x = tf.concat([x, tf.stack(d_rows)], axis=0)  # (Q, H, N)
+            y = 2.0 * tf.reduce_sum(tf.math.conj(s)[None] * x, axis=1)  # (Q, N): dI/dX_q
+            grads = tf.math.real(tf.matmul(y, jac, transpose_a=True))  # (N, P)
+            flat = tf.reshape(x, [n_q, -1])
+            uf = tf.cast(tf.tile(u, [tf.shape(s)[0]]), tf.complex128)
+            m = tf.matmul(tf.math.conj(flat) * uf[None, :], flat, transpose_b=True)  # sum u conj(X_q) X_q'
+            second = 2.0 * tf.math.real(tf.matmul(jac, tf.matmul(m, jac), adjoint_a=True))
+            updates = []
+            if own:
+                v = tf.reduce_sum(w[None] * x[:n_k], axis=[1, 2])  # (K,): sum w A_k
+                updates.append(tf.gather(d2c_flat, [i for *_, i in own]) * tf.gather(v, [k for _, _, k, _ in own]))
+            if mixed:
+                t_all = tf.concat(t_parts, axis=0)
+                updates.append(tf.gather(dc_flat, [i for _, _, i, _ in mixed]) * tf.gather(t_all, [i for *_, i in mixed]))
+            if paired:
+                updates.append(tf.gather(tf.concat(u_parts, axis=0), [i for *_, i in paired]))
+            if updates:
+                r = tf.math.real(tf.scatter_nd(r_where, tf.concat(updates, axis=0), [n_p, n_p]))
+                second = second + 2.0 * (r + tf.transpose(r) - tf.linalg.diag(tf.linalg.diag_part(r)))
+            return grads, intensity, second
+
+        weights = data.weights if data.weights is not None else data.mask
+        total = tf.cast(data.nevents, tf.float64) if weights is None else tf.reduce_sum(weights)
+
+        def data_weights(intensity: tf.Tensor) -> tf.Tensor:
+            return -(tf.ones_like(intensity) if weights is None else weights) / intensity
+
+        def mc_weights(intensity: tf.Tensor) -> tf.Tensor:
+            n = tf.cast(tf.shape(intensity)[0], tf.float64)
+            return tf.fill(tf.shape(intensity), total / (tf.reduce_mean(intensity) * n))
+
+        g_d, i_d, h_d = terms(data, data_weights)
+        wi2 = (tf.ones_like(i_d) if weights is None else weights) / tf.square(i_d)
+        g_m, i_m, h_m = terms(mc, mc_weights)
+        z = tf.reduce_mean(i_m)
+        zg = tf.reduce_mean(g_m, axis=0)
+        hess = tf.matmul(g_d * wi2[:, None], g_d, transpose_a=True) + h_d + h_m - (total / tf.square(z)) * (
+            zg[:, None] * zg[None, :])
+        return 0.5 * (hess + tf.transpose(hess))
+
     def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
         """Group ``g``'s columns computed anew, past every parameter-dependent cache (default: ``_group_now``)."""
         return self._group_now(g, data)

@@ -226,6 +226,13 @@ class CompiledFit:
         g = tape.gradient(f, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return f, g, ok & tf.reduce_all(tf.math.is_finite(g))
 
+    def _structured_hessian(self, x: tf.Tensor, served: dict[int, tf.Tensor]) -> tf.Tensor:
+        """The loss's structured Hessian at ``x`` (n,), inside the program (as :meth:`_evaluate`)."""
+        stand_ins: dict[Any, Any] = dict(served)
+        stand_ins.update({p.node_id: xj for p, xj in zip(self.params, tf.unstack(x, len(self.params)), strict=True)})
+        with substituted(stand_ins), collecting():
+            return self.loss.structured_hessian(self.params)
+
     def _body(self, x0: tf.Tensor, served: dict[int, tf.Tensor], lower: tf.Tensor, upper: tf.Tensor,
               maxiter: tf.Tensor, edm_max: tf.Tensor, *, jit: bool) -> tuple[tf.Tensor, ...]:
         self.traces += 1
@@ -242,6 +249,14 @@ class CompiledFit:
             return f[None], g[None], ok[None]
 
         f0, g0, ok0 = vg(x0[None])
+        # The loss's exact Hessian from its model's structure, where it has one (a coherent sum of
+        # amplitudes: two passes over the data, where differences cost one gradient per parameter)
+        exact = None
+        if self.loss.supports_structured_hessian(self.params):
+            h_fn = tf.function(functools.partial(self._structured_hessian, served=served), autograph=False)
+
+            def exact(x: tf.Tensor) -> tf.Tensor:
+                return h_fn(x[0])[None]
 
         def first_inverse_hessian() -> tf.Tensor:
             # BFGS's first inverse Hessian: forward differences of exact gradients at the start
@@ -249,7 +264,10 @@ class CompiledFit:
             # diagonal with eigenvalues by magnitude, at least SEED_FLOOR: a descent direction
             # also away from the minimum, and no step of thousands of errors along a flat
             # direction (two amplitudes of one shape: their difference is unconstrained).
-            h0 = forward_hessian(vg, x0[None], g0, (default_step(x0) / HESSE_STEP)[None], lower, upper)[0]
+            if exact is not None:
+                h0 = exact(x0[None])[0]
+            else:
+                h0 = forward_hessian(vg, x0[None], g0, (default_step(x0) / HESSE_STEP)[None], lower, upper)[0]
             h0 = tf.where(tf.reduce_all(tf.math.is_finite(h0)), h0, tf.eye(n, dtype=tf.float64))
             d = tf.sqrt(tf.maximum(tf.abs(tf.linalg.diag_part(h0)), 1e-300))
             d = tf.where(tf.linalg.diag_part(h0) != 0.0, d, tf.ones_like(d))
@@ -262,7 +280,8 @@ class CompiledFit:
         # reproducible to the last digit.
         hinv0 = first_inverse_hessian()
         x, f, hess, edm, ok, converged, nfcn = lockstep_bfgs(
-            vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0, g0, ok0), hesse_step=SERIAL_HESSE_STEP)
+            vg, x0[None], hinv0[None], lower, upper, maxiter, edm_max, first=(f0, g0, ok0), hesse_step=SERIAL_HESSE_STEP,
+            hessian=exact)
         ok = ok[0] & ok0[0] & tf.reduce_all(tf.math.is_finite(hess))
         x, f, hess, edm, converged = x[0], f[0], hess[0], edm[0], converged[0]
         posdef = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hess)))
@@ -277,7 +296,8 @@ class CompiledFit:
             return shifted, edm_made, nearly_flat & ok_g[0] & (edm_made < edm_max), nearly_flat
 
         hess, edm, converged, made = tf.cond(posdef, lambda: (hess, edm, converged, tf.constant(False)), flat)
-        return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + n + tf.cast(made, tf.int32), made
+        seed_calls = 0 if exact is not None else n
+        return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + seed_calls + tf.cast(made, tf.int32), made
 
     # -- running -----------------------------------------------------------------------------
     def _served(self, x0: np.ndarray) -> dict[int, tf.Tensor]:
