@@ -433,7 +433,8 @@ class FitMachine(RuleBasedStateMachine):
         bridged line shapes``: ``fused="auto"`` (the default) with the second line shape fixed at the
         first evaluation and floated since: one fused group, one plain.
         ``exact``: second-order autodiff through the caches, valid or bypassed (issue 26), against
-        the differences too (not for the bridge here: its second-order trace is test_symbolic's)."""
+        the differences too; for the bridge its structured Hessian (hessian_at's default there: jets
+        of the line shapes, issue 26), against the differences too."""
         if which == "gauss":
             loss, params = self.loss, self.loss.params
             if not ({"mu", "sigma"} & set(self.floating())):
@@ -443,16 +444,21 @@ class FitMachine(RuleBasedStateMachine):
             loss, params = _line_shape()
         else:
             loss, params = _bridged(fused={"fused": True, "auto": "auto"}.get(which.split()[0], False))
+        # the bridge's "exact" is its structured Hessian (hessian_at's default there; jets of the line
+        # shapes), not second-order autodiff (whose trace is test_symbolic's)
+        structured = exact and "bridged" in which
         exact = exact and "bridged" not in which
+        if structured:
+            assert loss.supports_structured_hessian(params)
         before = [p._current() for p in params]
-        plain = loss.hessian_at(before, params, exact=exact).numpy()
-        if exact:
+        plain = loss.hessian_at(before, params, exact=None if structured else exact).numpy()
+        if exact or structured:
             differences = loss.hessian_at(before, params, exact=False).numpy()
             np.testing.assert_allclose(plain, differences, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(plain).max()))
         with zcache.set_jit_mode(jit):
             # the first call after new data may run uncompiled (it stores the caches XLA then reads)
-            calls = [loss.hessian_at(before, params, exact=exact).numpy() for _ in range(3)]
-        note(f"{which}{' (exact)' if exact else ''}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
+            calls = [loss.hessian_at(before, params, exact=None if structured else exact).numpy() for _ in range(3)]
+        note(f"{which}{' (exact)' if exact else ' (structured)' if structured else ''}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
         np.testing.assert_array_equal(calls[2], calls[1])  # compiled twice: the same numbers
         for got in calls:
             # XLA sums in another order: gradients differ by ~1e-13 relative, their differences

@@ -905,7 +905,7 @@ def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(flo
 
 
 # -- the structured Hessian (issue 26: a Hessian in a few passes, exact) -------------------------------
-def _hessian_bridge(tag, *, polar=True, weights=False, capacity=None, extra=None):
+def _hessian_bridge(tag, *, polar=True, weights=False, capacity=None, extra=None, coupling_floats=True):
     """Two Breit-Wigners in two columns (two coupling groups, masses and widths floating), the second
     coupling polar (a zcache ComplexParameter) or Cartesian; optionally weighted or padded data."""
     from zcache.amplitudes import ComplexParameter
@@ -918,7 +918,7 @@ def _hessian_bridge(tag, *, polar=True, weights=False, capacity=None, extra=None
     cols = {"x": rng.uniform(0.3, 1.5, 800), "y": rng.uniform(0.3, 1.5, 800), "th": rng.uniform(0, np.pi, 800)}
     limits = {m1: (0.9, 0.45, 1.35), g1: (0.1, 0.05, 0.15), m2: (0.77, 0.4, 1.2), g2: (0.15, 0.075, 0.225)}
     params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
-    coupling = ComplexParameter(f"{tag}_c2", 0.5 + 0.5j, polar=polar)
+    coupling = ComplexParameter(f"{tag}_c2", 0.5 + 0.5j, polar=polar, floating=coupling_floats)
     model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: coupling}, ["x", "y", "th"], cols, name=tag)
     events = np.stack([cols[k][:250] for k in ("x", "y", "th")], axis=1)
     data = zcache.Data(events, name=f"{tag}_data", obs=["x", "y", "th"],
@@ -937,16 +937,20 @@ def _numdifftools_hessian(loss, x):
     return 0.5 * (reference + reference.T)
 
 
-@pytest.mark.parametrize("polar, weights, capacity", [(True, False, None), (False, True, None), (True, False, 300)])
-def test_structured_hessian_equals_numdifftools(polar, weights, capacity):
-    """Couplings polar and Cartesian, weighted data, padded data: the structured Hessian (jets of the line
-    shapes, coupling blocks from the amplitudes) equals numdifftools on the exact gradient, eagerly, traced
-    (hessian_at's default now) and with XLA."""
-    loss = _hessian_bridge(f"hs_{polar}_{weights}_{capacity}", polar=polar, weights=weights, capacity=capacity)
+@pytest.mark.parametrize("polar, weights, capacity, coupling_floats",
+                         [(True, False, None, True), (False, True, None, True), (True, False, 300, True),
+                          (True, False, None, False)])
+def test_structured_hessian_equals_numdifftools(polar, weights, capacity, coupling_floats):
+    """Couplings polar and Cartesian (or fixed), weighted data, padded data: the structured Hessian (jets of
+    the line shapes, coupling blocks from the amplitudes) equals numdifftools on the exact gradient, eagerly,
+    traced (hessian_at's default now) and with XLA."""
+    loss = _hessian_bridge(f"hs_{polar}_{weights}_{capacity}_{coupling_floats}", polar=polar, weights=weights,
+                           capacity=capacity, coupling_floats=coupling_floats)
     params = loss.params
-    assert [p.name for p in params][:4] == ["m1", "g1", "m2", "g2"] and len(params) == 6
+    n = 6 if coupling_floats else 4
+    assert [p.name for p in params][:4] == ["m1", "g1", "m2", "g2"] and len(params) == n
     assert loss.supports_structured_hessian(params)
-    x = np.array([float(p) for p in params]) * (1.0 + 0.02 * np.random.default_rng(3).standard_normal(6))
+    x = np.array([float(p) for p in params]) * (1.0 + 0.02 * np.random.default_rng(3).standard_normal(n))
     reference = _numdifftools_hessian(loss, x)
     scale = np.abs(reference).max()
     with zcache.set_graph_mode(False):

@@ -467,7 +467,9 @@ class CoherentIntensity(Cachable):
         # J (Q, P): the columns X_q (the couplings' amplitudes A_k, then each line-shape parameter's
         # D) to the parameters, dS/dp_a = sum_q X_q J_qa: one scatter
         where = [[k, a] for a, (k, _) in couplings.items()] + [[n_k + q, a] for q, a in enumerate(lines)]
-        picks = [2 * k + j for k, j in couplings.values()]
+        if not where:  # no parameter that the intensity reads
+            return tf.zeros([n_p, n_p], tf.float64)
+        picks = _indices(2 * k + j for k, j in couplings.values())
         entries = tf.concat([tf.gather(dc_flat, picks), tf.ones([len(lines)], tf.complex128)], axis=0)
         jac = tf.scatter_nd(tf.constant(where, tf.int64), entries, [n_q, n_p])
         # Where each second derivative of S goes (the index lists fixed here, the values gathered per dataset):
@@ -516,12 +518,12 @@ class CoherentIntensity(Cachable):
             updates = []
             if own:
                 v = tf.reduce_sum(w[None] * x[:n_k], axis=[1, 2])  # (K,): sum w A_k
-                updates.append(tf.gather(d2c_flat, [i for *_, i in own]) * tf.gather(v, [k for _, _, k, _ in own]))
+                updates.append(tf.gather(d2c_flat, _indices(i for *_, i in own)) * tf.gather(v, _indices(k for _, _, k, _ in own)))
             if mixed:
                 t_all = tf.concat(t_parts, axis=0)
-                updates.append(tf.gather(dc_flat, [i for _, _, i, _ in mixed]) * tf.gather(t_all, [i for *_, i in mixed]))
+                updates.append(tf.gather(dc_flat, _indices(i for _, _, i, _ in mixed)) * tf.gather(t_all, _indices(i for *_, i in mixed)))
             if paired:
-                updates.append(tf.gather(tf.concat(u_parts, axis=0), [i for *_, i in paired]))
+                updates.append(tf.gather(tf.concat(u_parts, axis=0), _indices(i for *_, i in paired)))
             if updates:
                 r = tf.math.real(tf.scatter_nd(r_where, tf.concat(updates, axis=0), [n_p, n_p]))
                 second = second + 2.0 * (r + tf.transpose(r) - tf.linalg.diag(tf.linalg.diag_part(r)))
@@ -549,6 +551,11 @@ class CoherentIntensity(Cachable):
     def _group_uncached(self, g: int, data: Data) -> tf.Tensor:
         """Group ``g``'s columns computed anew, past every parameter-dependent cache (default: ``_group_now``)."""
         return self._group_now(g, data)
+
+
+def _indices(values: Any) -> tf.Tensor:
+    """Gather indices as int32 (an empty Python list would become float32)."""
+    return tf.constant([int(v) for v in values], tf.int32)
 
 
 def _row_times(c: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
