@@ -458,7 +458,8 @@ class FitMachine(RuleBasedStateMachine):
         with zcache.set_jit_mode(jit):
             # the first call after new data may run uncompiled (it stores the caches XLA then reads)
             calls = [loss.hessian_at(before, params, exact=None if structured else exact).numpy() for _ in range(3)]
-        note(f"{which}{' (exact)' if exact else ' (structured)' if structured else ''}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
+        kind = " (exact)" if exact else " (structured)" if structured else ""
+        note(f"{which}{kind}: Hessian {plain.tolist()} compiled {calls[-1].tolist()}")
         np.testing.assert_array_equal(calls[2], calls[1])  # compiled twice: the same numbers
         for got in calls:
             # XLA sums in another order: gradients differ by ~1e-13 relative, their differences

@@ -518,10 +518,12 @@ class CoherentIntensity(Cachable):
             updates = []
             if own:
                 v = tf.reduce_sum(w[None] * x[:n_k], axis=[1, 2])  # (K,): sum w A_k
-                updates.append(tf.gather(d2c_flat, _indices(i for *_, i in own)) * tf.gather(v, _indices(k for _, _, k, _ in own)))
+                updates.append(tf.gather(d2c_flat, _indices(i for *_, i in own))
+                               * tf.gather(v, _indices(k for _, _, k, _ in own)))
             if mixed:
                 t_all = tf.concat(t_parts, axis=0)
-                updates.append(tf.gather(dc_flat, _indices(i for _, _, i, _ in mixed)) * tf.gather(t_all, _indices(i for *_, i in mixed)))
+                updates.append(tf.gather(dc_flat, _indices(i for _, _, i, _ in mixed))
+                               * tf.gather(t_all, _indices(i for *_, i in mixed)))
             if paired:
                 updates.append(tf.gather(tf.concat(u_parts, axis=0), _indices(i for *_, i in paired)))
             if updates:
