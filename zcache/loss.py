@@ -516,7 +516,9 @@ class BaseLoss:
     def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None, *, exact: bool | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the Hessian of the loss.
 
-        Exact (second-order autodiff, one traced call) when every cache on the path is
+        The structured Hessian (:meth:`structured_hessian`: exact, one traced call) wherever the
+        loss offers it, unless ``exact=False``. Else exact (second-order autodiff, one traced
+        call) when every cache on the path is
         bypassed for these parameters (after :func:`zcache.precompute`); otherwise central
         differences of exact gradients, each a call of the traced :meth:`value_gradient_at`,
         so no larger graph is ever built: the step is clipped into the limits.
@@ -528,9 +530,10 @@ class BaseLoss:
         params : sequence of Parameter, optional
             Default: :attr:`params` (the floating parameters now).
         exact : bool, optional
-            ``False`` forces central differences; ``True`` second-order autodiff (one traced
-            call, through the caches, valid or not). Default: exact where precompute bypassed
-            every cache on the fitted parameters' path, else differences (no new graph).
+            ``False`` forces central differences; ``True`` exact: the structured Hessian where
+            offered, else second-order autodiff (one traced call, through the caches, valid or
+            not). Default: the structured Hessian where offered, else exact where precompute
+            bypassed every cache on the fitted parameters' path, else differences (no new graph).
 
         Returns
         -------

@@ -234,7 +234,7 @@ class CompiledFit:
             return self.loss.structured_hessian(self.params)
 
     def _body(self, x0: tf.Tensor, served: dict[int, tf.Tensor], lower: tf.Tensor, upper: tf.Tensor,
-              maxiter: tf.Tensor, edm_max: tf.Tensor, *, jit: bool) -> tuple[tf.Tensor, ...]:
+              maxiter: tf.Tensor, edm_max: tf.Tensor, *, jit: bool, structured: bool) -> tuple[tf.Tensor, ...]:
         self.traces += 1
         n = len(self.params)
         # Value + gradient is a function of its own, traced once and called wherever it is needed
@@ -252,7 +252,7 @@ class CompiledFit:
         # The loss's exact Hessian from its model's structure, where it has one (a coherent sum of
         # amplitudes: two passes over the data, where differences cost one gradient per parameter)
         exact = None
-        if self.loss.supports_structured_hessian(self.params):
+        if structured and self.loss.supports_structured_hessian(self.params):
             h_fn = tf.function(functools.partial(self._structured_hessian, served=served), autograph=False)
 
             def exact(x: tf.Tensor) -> tf.Tensor:
@@ -316,15 +316,16 @@ class CompiledFit:
         caches = [c for c in (ref() for ref in self._invariants[1]) if c is not None]
         return {c.node_id: c.value() for c in caches}
 
-    def _program(self, served: dict[int, tf.Tensor], jit: bool) -> Any:
-        key = (tuple(served), jit)
+    def _program(self, served: dict[int, tf.Tensor], jit: bool, structured: bool) -> Any:
+        key = (tuple(served), jit, structured)
         fn = self._programs.get(key)
         if fn is None:
-            fn = self._programs[key] = tf.function(functools.partial(self._body, jit=jit), autograph=False,
-                                                   reduce_retracing=True)
+            fn = self._programs[key] = tf.function(functools.partial(self._body, jit=jit, structured=structured),
+                                                   autograph=False, reduce_retracing=True)
         return fn
 
-    def run(self, x0: np.ndarray, edm_max: float, maxiter: int = 500, jit: bool = False) -> CompiledOutcome:
+    def run(self, x0: np.ndarray, edm_max: float, maxiter: int = 500, jit: bool = False,
+            structured_hessian: bool = False) -> CompiledOutcome:
         """Fit from ``x0``; the parameters are not changed (the caller sets them from the outcome).
 
         Parameters
@@ -337,6 +338,9 @@ class CompiledFit:
             Bound on BFGS steps.
         jit : bool
             Compile the loss's value + gradient with XLA (the loop around it stays a graph).
+        structured_hessian : bool
+            Both Hessians from ``loss.structured_hessian`` where the loss supports it (else
+            forward differences of exact gradients).
 
         Returns
         -------
@@ -350,7 +354,7 @@ class CompiledFit:
         forbid_in_trace("a compiled fit")
         x0 = np.clip(np.asarray(x0, dtype=np.float64), self.lower, self.upper)
         served = self._served(x0)
-        fn = self._program(served, jit)
+        fn = self._program(served, jit, bool(structured_hessian))
         # The program calls its value + gradient function at six places: built without shape
         # inference through that function's body at each (tf_internals item 16; 0.75 s of the
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
