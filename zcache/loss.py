@@ -45,7 +45,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -409,25 +409,36 @@ class BaseLoss:
     def _offset_tensor(self, offset: float | None) -> tf.Tensor:
         return tf.constant(self._offset if offset is None else float(offset), tf.float64)
 
+    def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
+        """The terms whose sum is the structured Hessian (each built when called), or None (default)."""
+        return None
+
     def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
-        """Whether :meth:`structured_hessian` is exact for ``params`` (default: no).
+        """Whether :meth:`structured_hessian` is offered for ``params``.
+
+        True for an unbinned NLL without constraints or yield whose model gives
+        :meth:`zcache.models.Model.nll_hessian` (a bridged coherent sum), and for a
+        :class:`SimultaneousLoss` of such losses (each part's rows zero for the parameters it does
+        not read).
 
         Parameters
         ----------
         params : sequence of Parameter
-            The parameters.
+            The fitted parameters, in the Hessian's order.
 
         Returns
         -------
         bool
+            Whether :meth:`structured_hessian` returns a tensor rather than None.
         """
-        return False
+        return self._structured_parts(params) is not None
 
     def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
         """The loss's exact Hessian from its model's structure (:meth:`zcache.models.Model.nll_hessian`), or None.
 
-        A few passes over the data where differences cost a gradient per parameter; the
-        compiled fit and :meth:`hessian_at` use it wherever :meth:`supports_structured_hessian`.
+        A few passes over the data where differences cost a gradient per parameter;
+        :meth:`hessian_at` uses it wherever :meth:`supports_structured_hessian`, the compiled fit
+        where asked (``Minuit(structured_hessian=...)``).
 
         Parameters
         ----------
@@ -439,7 +450,10 @@ class BaseLoss:
         tf.Tensor or None
             float64 (n, n), or None where the loss has no such Hessian.
         """
-        return None
+        parts = self._structured_parts(params)
+        if parts is None:
+            return None
+        return tf.add_n([part() for part in parts])
 
     def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
         if self.supports_structured_hessian(params):
@@ -671,37 +685,11 @@ class UnbinnedNLL(BaseLoss):
             nll = nll + nu - n * tf.math.log(nu)
         return nll
 
-    def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
-        """See :meth:`BaseLoss.supports_structured_hessian`: the model's, without a constraint or a yield.
-
-        The Poisson term and the constraints would need rows of their own: not offered (yet).
-
-        Parameters
-        ----------
-        params : sequence of Parameter
-            The parameters, in the Hessian's order.
-
-        Returns
-        -------
-        bool
-        """
-        return not self.extended and not self.constraints and self.model.supports_nll_hessian(params)
-
-    def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
-        """See :meth:`BaseLoss.structured_hessian`: :meth:`zcache.models.Model.nll_hessian` of the data.
-
-        Parameters
-        ----------
-        params : sequence of Parameter
-            The parameters, in the Hessian's order.
-
-        Returns
-        -------
-        tf.Tensor or None
-        """
-        if not self.supports_structured_hessian(params):
+    def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
+        # the Poisson term and the constraints would need rows of their own: not offered (yet)
+        if self.extended or self.constraints or not self.model.supports_nll_hessian(params):
             return None
-        return self.model.nll_hessian(self.data, params)
+        return [lambda: self.model.nll_hessian(self.data, params)]
 
     def _events_term(self) -> tuple[tf.Tensor, tf.Tensor]:
         r""":math:`-\sum_i w_i \log p(x_i)` and the events it counts (:math:`\sum_i w_i`; padding rows: w = 0)."""
@@ -813,35 +801,12 @@ class SimultaneousLoss(BaseLoss):
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])
 
-    def supports_structured_hessian(self, params: Sequence[Parameter]) -> bool:
-        """Whether every part supports it (a part's rows are zero for the parameters it does not read).
-
-        Parameters
-        ----------
-        params : sequence of Parameter
-            The parameters, in the Hessian's order.
-
-        Returns
-        -------
-        bool
-        """
-        return not self.constraints and all(loss.supports_structured_hessian(params) for loss in self.losses)
-
-    def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
-        """The sum of the parts' structured Hessians, or None.
-
-        Parameters
-        ----------
-        params : sequence of Parameter
-            The parameters, in the Hessian's order.
-
-        Returns
-        -------
-        tf.Tensor or None
-        """
-        if not self.supports_structured_hessian(params):
+    def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
+        # every part's, each a zero row for the parameters it does not read
+        parts = [loss._structured_parts(params) for loss in self.losses]
+        if self.constraints or any(p is None for p in parts):
             return None
-        return tf.add_n([loss.structured_hessian(params) for loss in self.losses])
+        return [term for part in parts for term in part]
 
 
 def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (), *,

@@ -482,17 +482,25 @@ class Model(Cachable):
         return tf.reduce_sum(terms if mask is None else mask * terms)
 
     def supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
-        """Whether :meth:`nll_hessian` gives an exact Hessian for ``params`` (default: no model does).
+        """Whether :meth:`nll_hessian` gives the exact Hessian for ``params`` rather than None.
+
+        True for a cached coherent sum of :class:`zcache.symbolic.SymbolicModel` whose fitted
+        parameters are couplings and line-shape parameters (and parameters it does not read),
+        every function on their path with a derivative rule; no other model offers one yet.
 
         Parameters
         ----------
         params : sequence of Parameter
-            The parameters.
+            The parameters to differentiate by.
 
         Returns
         -------
         bool
+            False by default; a model that knows its second derivatives says where.
         """
+        return self._supports_nll_hessian(params)
+
+    def _supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
         return False
 
     def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:

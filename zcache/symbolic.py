@@ -1190,21 +1190,7 @@ class SymbolicModel(Model, CoherentIntensity):
         return tf.reshape(tf.stack(out), [len(self._terms), len(couplings), -1])
 
     # -- the exact Hessian (the coherent-sum core's hooks) -------------------------------------------
-    def supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
-        """Whether :meth:`nll_hessian` is exact for ``params`` (else it returns None).
-
-        Parameters
-        ----------
-        params : sequence of Parameter
-            The parameters.
-
-        Returns
-        -------
-        bool
-            True for a cached coherent sum whose fitted parameters are couplings and line-shape
-            parameters (and parameters it does not read), every function on their path with a
-            derivative rule (:mod:`zcache._fitting.jets`).
-        """
+    def _supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
         return self.cache and self.is_coherent_sum and self._hessian_plan(params) is not None
 
     def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
