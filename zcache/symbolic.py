@@ -1210,7 +1210,7 @@ class SymbolicModel(Model, CoherentIntensity):
         Returns
         -------
         tf.Tensor or None
-            float64 (n, n); None where :meth:`supports_nll_hessian` is False.
+            float64 (n, n); None where :meth:`zcache.models.Model.supports_nll_hessian` is False.
 
         Examples
         --------
