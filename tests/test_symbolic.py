@@ -1010,9 +1010,9 @@ def test_a_parameter_the_model_does_not_read_gets_a_zero_row():
 
 
 def test_compiled_fit_uses_the_structured_hessian_where_asked():
-    """Minuit(structured_hessian=True), and the default under a jit mode: the compiled fit's seed and final
-    Hessians come from the structure (no gradient per parameter: nfcn drops by 2n); the default without XLA
-    keeps differences. The same minimum, and the same errors (to the differences' 1e-5 truncation)."""
+    """Minuit(structured_hessian=True), with and without XLA: the compiled fit's seed and final Hessians come
+    from the structure (no gradient per parameter: nfcn drops by 2n); the default keeps differences. The same
+    minimum, and the same errors (to the differences' 1e-5 truncation)."""
     from zcache.loss import UnbinnedNLL as NLL
 
     loss = _hessian_bridge("hs_fit")
@@ -1030,7 +1030,7 @@ def test_compiled_fit_uses_the_structured_hessian_where_asked():
     data = zcache.Data(sample, name="hs_fit_sample", obs=["x", "y", "th"])
     results = {}
     for how, minuit, jit in (("structured", Minuit(structured_hessian=True), False), ("default", Minuit(), False),
-                             ("jit", Minuit(), True), ("jit, differences", Minuit(structured_hessian=False), True)):
+                             ("jit", Minuit(structured_hessian=True), True), ("jit, differences", Minuit(), True)):
         for p, v in zip(params, start):
             p.set_value(v)
         with zcache.set_jit_mode(jit):

@@ -441,16 +441,15 @@ class Minuit:
         on with MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
         MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created when
         first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
-    structured_hessian : bool, optional
-        The compiled fit's two Hessians from the loss's structure
+    structured_hessian : bool
+        ``True``: the compiled fit's two Hessians from the loss's structure where it offers one
         (:meth:`zcache.loss.BaseLoss.structured_hessian`: exact, about two passes over the data, for
         a bridged amplitude model) instead of forward differences (one gradient per parameter).
-        ``None`` (default): where the fit runs under XLA (:func:`zcache.set_jit_mode` compiles
-        ``'loss'`` functions, the setting for toy studies and scans) and the loss offers it. Measured
-        on J/psi -> gamma pi0 pi0 with 18 parameters free at 1e5 + 1e5 events: each warm fit 35-45 %
-        faster (24 value + gradient calls instead of 60), the first fit 3-4 s slower (the line
-        shapes' jet programs traced and run once): it pays from the third fit of a loss
-        (``benchmarks/RESULTS.md``, "The structured Hessian"). ``True``: wherever offered.
+        Measured on J/psi -> gamma pi0 pi0 with 18 parameters free at 1e5 + 1e5 events: each warm
+        fit 35-45 % faster (24 value + gradient calls instead of 60), the first fit 3-4 s slower (the
+        line shapes' jet programs traced and run once), so it pays from the third fit of a loss (a
+        toy study, a scan); with the couplings free only it is slower (each gradient is cheap there)
+        (``benchmarks/RESULTS.md``, "The structured Hessian"). Default ``False``.
 
     Raises
     ------
@@ -468,7 +467,7 @@ class Minuit:
         maxfcn: int | None = None,
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
-        structured_hessian: bool | None = None,
+        structured_hessian: bool = False,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
@@ -484,7 +483,7 @@ class Minuit:
         self.maxfcn = maxfcn
         self.weightcorr = weightcorr
         self.compiled = bool(compiled)
-        self.structured_hessian = None if structured_hessian is None else bool(structured_hessian)
+        self.structured_hessian = bool(structured_hessian)
 
     def __repr__(self) -> str:
         return (f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient}, "
@@ -585,10 +584,8 @@ class Minuit:
         maxiter = 500 if self.maxfcn is None else max(1, int(self.maxfcn))
         try:
             # MIGRAD's stopping rule: EDM < 0.002 tol errordef.
-            jit = compiles("loss")
-            structured = jit if self.structured_hessian is None else self.structured_hessian
-            outcome = fit.run(obj.start, edm_max=0.002 * self.tol * obj.errordef, maxiter=maxiter, jit=jit,
-                              structured_hessian=structured)
+            outcome = fit.run(obj.start, edm_max=0.002 * self.tol * obj.errordef, maxiter=maxiter,
+                              jit=compiles("loss"), structured_hessian=self.structured_hessian)
         except (ZCacheError, tf.errors.OpError, ValueError, TypeError, NotImplementedError, LookupError) as err:
             # Not every loss traces with its parameters replaced by a vector (a model reading a
             # Variable behind zcache's back, say): MIGRAD fits it, and this loss is not tried again.
