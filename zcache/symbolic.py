@@ -474,6 +474,11 @@ class _Translator:
         return data[name] if isinstance(data, dict) else self.owner.column(name, data)
 
     # -- second-order jets (exact Hessians) ------------------------------------------------
+    @functools.cached_property
+    def jet_rules(self) -> dict[Any, tuple[Any, Any]]:
+        """The derivatives f' and f'' of each holomorphic function of the op table (built on first use)."""
+        return _jet_rules(self.table)
+
     def jet(self, node: Any, data: Any, memo: dict[Any, Any], jets: dict[Any, jets_.Jet],
             index: dict[Any, int]) -> jets_.Jet:
         """``node``'s value with its first and second derivatives by the symbols of ``index`` (symbol -> position).
@@ -510,7 +515,7 @@ class _Translator:
             if node in seen or not (self.inputs(node) & symbols) or node.is_Symbol:
                 continue
             seen.add(node)
-            if not (node.is_Add or node.is_Mul or node.is_Pow or node.func in rules or node.func.__name__ in _JET_RULES):
+            if not (node.is_Add or node.is_Mul or node.is_Pow or node.func in rules or node.func in self.jet_rules):
                 return False
             if node.func in _jet_constants():
                 continue
@@ -545,7 +550,7 @@ class _Translator:
                          lambda a, b: jets_.where(pick(_tensor(a.v, False), _tensor(b.v, False)), a, b, _select))
         if f is sp.atan2:  # arg(x + i y)
             y, x = (child(a) for a in node.args)
-            return _arg_jet(jets_.add(x, jets_.mul(jets_.constant(1j, len(index)), y, _mul), _add))
+            return _arg_jet(jets_.add(x, jets_.mul(jets_.constant(1j, len(index)), y, _mul), _add), self.table[sp.log][1])
         if len(node.args) != 1:
             raise jets_.NoJet(f.__name__)
         a = child(node.args[0])
@@ -557,8 +562,10 @@ class _Translator:
             return jets_.chain(a, tf.abs(a.v) if isinstance(a.v, tf.Tensor) else abs(a.v),
                                lambda: _real_sign(a.v), lambda: None)
         if f is sp.arg:
-            return _arg_jet(a) if _is_complex(a.v) else jets_.constant(self.value(node, data, memo), len(index))
-        rule = _JET_RULES.get(f.__name__)
+            if _is_complex(a.v):
+                return _arg_jet(a, self.table[sp.log][1])
+            return jets_.constant(self.value(node, data, memo), len(index))
+        rule = self.jet_rules.get(f)
         if rule is None:
             raise jets_.NoJet(f.__name__)
         value = self.table[f][1](a.v)
@@ -573,9 +580,10 @@ class _Translator:
         b = child(base)
         if not exp.is_number:  # b^e = exp(e log b)
             e = child(exp)
-            log_b = jets_.chain(b, _log(b.v), lambda: _div(1.0, b.v), lambda: _div(-1.0, _mul(b.v, b.v)))
+            log_b = jets_.chain(b, self.table[self.sp.log][1](b.v), lambda: _div(1.0, b.v),
+                                lambda: _div(-1.0, _mul(b.v, b.v)))
             z = jets_.mul(e, log_b, _mul)
-            value = _exp(z.v)
+            value = self.table[self.sp.exp][1](z.v)
             return jets_.chain(z, value, lambda: value, lambda: value)
         if exp.is_Integer:
             return _power_rule(b, int(exp))
@@ -603,14 +611,6 @@ def _select(cond: Any, x: Any, y: Any) -> Any:
 
 def _div(a: Any, b: Any) -> Any:
     return _binary(a, b, lambda x, y: x / y)
-
-
-def _log(x: Any) -> Any:
-    return cmath.log(x) if isinstance(x, (int, float, complex)) else tf.math.log(x)
-
-
-def _exp(x: Any) -> Any:
-    return cmath.exp(x) if isinstance(x, (int, float, complex)) else tf.exp(x)
 
 
 def _sqrt(x: Any) -> Any:
@@ -645,49 +645,37 @@ def _sqrt_jet(a: jets_.Jet) -> jets_.Jet:
     return jets_.chain(a, root, lambda: _div(0.5, root), lambda: _div(-0.25, _mul(a.v, root)))
 
 
-def _arg_jet(z: jets_.Jet) -> jets_.Jet:
-    r""":math:`\arg z = \mathrm{Im} \log z` (the principal branch, as ``tf.math.angle``)."""
-    log_z = jets_.chain(z, _log(z.v), lambda: _div(1.0, z.v), lambda: _div(-1.0, _mul(z.v, z.v)))
+def _arg_jet(z: jets_.Jet, log: Any) -> jets_.Jet:
+    r""":math:`\arg z = \mathrm{Im} \log z` (the principal branch, as ``tf.math.angle``), ``log`` the op table's."""
+    log_z = jets_.chain(z, log(z.v), lambda: _div(1.0, z.v), lambda: _div(-1.0, _mul(z.v, z.v)))
     return jets_.linear(log_z, lambda x: tf.math.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
 
 
-def _jet_rules() -> dict[str, tuple[Any, Any]]:
-    """The derivatives f' and f'' of the op table's holomorphic functions, from (x, f(x)), by SymPy function name."""
-    def cos(x: Any) -> Any:
-        return cmath.cos(x) if isinstance(x, (int, float, complex)) else tf.cos(x)
-
-    def sin(x: Any) -> Any:
-        return cmath.sin(x) if isinstance(x, (int, float, complex)) else tf.sin(x)
-
-    def cosh(x: Any) -> Any:
-        return cmath.cosh(x) if isinstance(x, (int, float, complex)) else tf.cosh(x)
-
-    def sinh(x: Any) -> Any:
-        return cmath.sinh(x) if isinstance(x, (int, float, complex)) else tf.sinh(x)
+def _jet_rules(table: dict[Any, Any]) -> dict[Any, tuple[Any, Any]]:
+    """The derivatives f' and f'' from (x, f(x)) per holomorphic function of the op ``table`` (whose functions they call)."""
+    sp = _sympy()
+    cos, sin, cosh, sinh = (table[f][1] for f in (sp.cos, sp.sin, sp.cosh, sp.sinh))
 
     def one_minus_sq(x: Any) -> Any:
         return _add(1.0, _mul(-1.0, _mul(x, x)))
 
     return {
-        "exp": (lambda x, f: f, lambda x, f: f),
-        "log": (lambda x, f: _div(1.0, x), lambda x, f: _div(-1.0, _mul(x, x))),
-        "sin": (lambda x, f: cos(x), lambda x, f: _mul(-1.0, f)),
-        "cos": (lambda x, f: _mul(-1.0, sin(x)), lambda x, f: _mul(-1.0, f)),
-        "tan": (lambda x, f: _add(1.0, _mul(f, f)), lambda x, f: _mul(_mul(2.0, f), _add(1.0, _mul(f, f)))),
-        "sinh": (lambda x, f: cosh(x), lambda x, f: f),
-        "cosh": (lambda x, f: sinh(x), lambda x, f: f),
-        "tanh": (lambda x, f: _add(1.0, _mul(-1.0, _mul(f, f))),
-                 lambda x, f: _mul(_mul(-2.0, f), _add(1.0, _mul(-1.0, _mul(f, f))))),
-        "asin": (lambda x, f: _div(1.0, _sqrt(one_minus_sq(x))),
-                 lambda x, f: _div(x, _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
-        "acos": (lambda x, f: _div(-1.0, _sqrt(one_minus_sq(x))),
-                 lambda x, f: _div(_mul(-1.0, x), _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
-        "atan": (lambda x, f: _div(1.0, _add(1.0, _mul(x, x))),
-                 lambda x, f: _div(_mul(-2.0, x), _mul(_add(1.0, _mul(x, x)), _add(1.0, _mul(x, x))))),
+        sp.exp: (lambda x, f: f, lambda x, f: f),
+        sp.log: (lambda x, f: _div(1.0, x), lambda x, f: _div(-1.0, _mul(x, x))),
+        sp.sin: (lambda x, f: cos(x), lambda x, f: _mul(-1.0, f)),
+        sp.cos: (lambda x, f: _mul(-1.0, sin(x)), lambda x, f: _mul(-1.0, f)),
+        sp.tan: (lambda x, f: _add(1.0, _mul(f, f)), lambda x, f: _mul(_mul(2.0, f), _add(1.0, _mul(f, f)))),
+        sp.sinh: (lambda x, f: cosh(x), lambda x, f: f),
+        sp.cosh: (lambda x, f: sinh(x), lambda x, f: f),
+        sp.tanh: (lambda x, f: _add(1.0, _mul(-1.0, _mul(f, f))),
+                  lambda x, f: _mul(_mul(-2.0, f), _add(1.0, _mul(-1.0, _mul(f, f))))),
+        sp.asin: (lambda x, f: _div(1.0, _sqrt(one_minus_sq(x))),
+                  lambda x, f: _div(x, _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
+        sp.acos: (lambda x, f: _div(-1.0, _sqrt(one_minus_sq(x))),
+                  lambda x, f: _div(_mul(-1.0, x), _mul(one_minus_sq(x), _sqrt(one_minus_sq(x))))),
+        sp.atan: (lambda x, f: _div(1.0, _add(1.0, _mul(x, x))),
+                  lambda x, f: _div(_mul(-2.0, x), _mul(_add(1.0, _mul(x, x)), _add(1.0, _mul(x, x))))),
     }
-
-
-_JET_RULES = _jet_rules()
 
 
 @functools.lru_cache(maxsize=1)
@@ -1197,7 +1185,7 @@ class SymbolicModel(Model, CoherentIntensity):
         r"""The exact Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, from the coherent sum's structure.
 
         About two passes over the data and the phase-space sample (amplitudes, then each moved
-        group's value, first and second derivatives as one XLA program), where differences of
+        group's value, first and second derivatives as one ``tf.function``), where differences of
         gradients cost one gradient per parameter.
 
         Parameters
@@ -1250,18 +1238,16 @@ class SymbolicModel(Model, CoherentIntensity):
         roots = [t[c] for t in self._terms for c in self._groups[g][1] if c in t]
         return self._translator.has_jets(roots, set(self._line_symbols(g, params)))
 
-    def _group_jets(self, g: int, data: Data, w: tf.Tensor, params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
+    def _group_jets(self, g: int, data: Data, w: tf.Tensor, c: tf.Tensor,
+                    params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
         symbols, _ = self._group_program(g)
         program = self._jet_program(g, self._line_symbols(g, params))
         columns = [self.column(name, data) for name in self.space.obs]
         values = [self.symbol_params[s].value() for s in symbols]
-        c = self.coupling_vector()
-        start = sum(len(cs) for _, cs in self._groups[:g])
-        c_g = tf.reshape(tf.slice(c, [start], [len(self._groups[g][1])]), [-1])
-        return program(self._data_stack(data), columns, values, c_g, w)
+        return program(self._data_stack(data), columns, values, c, w)
 
     def _jet_program(self, g: int, diff: tuple[Any, ...]) -> Any:
-        """Group ``g``'s columns, first and second derivatives by ``diff``, contracted (one XLA program per group)."""
+        """Group ``g``'s columns, first and second derivatives by ``diff``, contracted (one ``tf.function`` per group)."""
         key = (g, diff)
         found = self._jet_programs.get(key)
         if found is not None:

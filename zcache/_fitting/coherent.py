@@ -361,8 +361,9 @@ class CoherentIntensity(Cachable):
         """The couplings (K,), their derivatives by their two parameters (K, 2) and the second ones (K, 3: 00, 01, 11)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _coupling_derivatives().")
 
-    def _group_jets(self, g: int, data: Data, w: tf.Tensor, params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
-        r"""Group ``g``'s columns and derivatives by its fitted ``params`` (:math:`L` of them).
+    def _group_jets(self, g: int, data: Data, w: tf.Tensor, c: tf.Tensor,
+                    params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
+        r"""Group ``g``'s columns and derivatives by its fitted ``params`` (:math:`L` of them), its couplings ``c`` (K_g,).
 
         Returns :math:`A` (H, K_g, N); :math:`D_j = \sum_k c_k \partial_j A_k` (L, H, N);
         :math:`T_{kj} = \sum w \, \partial_j A_k` (K_g, L) and
@@ -462,7 +463,8 @@ class CoherentIntensity(Cachable):
         lines, groups, couplings = plan["lines"], plan["groups"], plan["couplings"]
         n_q = n_k + len(lines)
         first_k = np.cumsum([0, *sizes])
-        _, dc, d2c = self._coupling_derivatives()  # (K, 2), (K, 3)
+        c_all, dc, d2c = self._coupling_derivatives()  # (K,), (K, 2), (K, 3)
+        c_groups = tf.split(c_all, list(sizes)) if len(sizes) > 1 else [c_all]
         dc_flat, d2c_flat = tf.reshape(dc, [-1]), tf.reshape(d2c, [-1])
         # J (Q, P): the columns X_q (the couplings' amplitudes A_k, then each line-shape parameter's
         # D) to the parameters, dS/dp_a = sum_q X_q J_qa: one scatter
@@ -497,7 +499,7 @@ class CoherentIntensity(Cachable):
             columns, d_rows, t_parts, u_parts = [], [None] * len(lines), [], []
             for g in range(len(sizes)):
                 if groups[g]:
-                    a_g, d_g, t_g, u_g = self._group_jets(g, ds, w, [params[a] for a in groups[g]])
+                    a_g, d_g, t_g, u_g = self._group_jets(g, ds, w, c_groups[g], [params[a] for a in groups[g]])
                     for j, d in enumerate(tf.unstack(d_g, len(groups[g]))):
                         q = lines.index(groups[g][j])
                         d_rows[q] = d if d_rows[q] is None else d_rows[q] + d

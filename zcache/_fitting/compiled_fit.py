@@ -17,7 +17,9 @@ around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in
    3e-5 relative of the exact Hessian in the worst case measured, a Crystal Ball's tail),
    one Newton step from it and the final EDM. Second-order autodiff would
    be exact to rounding, but its trace costs seconds and each such Hessian more than the n
-   gradients of the differences (``design/architecture.md``, "Compiled fits").
+   gradients of the differences (``design/architecture.md``, "Compiled fits"). With
+   ``structured_hessian`` both Hessians are the loss's structured one instead
+   (:meth:`zcache.loss.BaseLoss.structured_hessian`) where it offers one.
 
 The loss is the user's own code, traced once: the fitted parameters are replaced by the
 entries of the program's vector ``x`` (:func:`zcache._engine.context.substituted`, the

@@ -13,9 +13,11 @@ each group's amplitudes by its line-shape parameters. SymPy's ``diff`` of ampfor
 grows from ~600 to ~10,000 operations per row and takes 12 s (every product rule copies the
 subtrees); TensorFlow's forward mode builds each JVP from a gradient of a gradient. A jet walks the
 expression's DAG once, each shared node once, and its derivatives are a few ops per node per
-parameter pair, compiled into one XLA program with the values.
+parameter pair, in one ``tf.function`` per group with the values (without XLA: its compile cost
+seconds, ``benchmarks/RESULTS.md``, "The structured Hessian").
 
-Functions without a rule here raise :class:`NoJet`; the caller then falls back to differences.
+A walk that meets a function without a rule raises :class:`NoJet`; callers check first
+(``_Translator.has_jets``) and differentiate the loss instead where a rule is missing.
 """
 
 from __future__ import annotations
