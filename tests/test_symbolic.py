@@ -544,6 +544,42 @@ def test_generator_must_return_every_column():
         SymbolicModel(expr, params, ["x"], {"x": np.linspace(0.5, 1.5, 100)}, generator=5)
 
 
+_HASH_SEED_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import zcache
+from test_symbolic import _ampform, DZERO_BOX
+import numpy as np
+from zcache.symbolic import from_helicity_model
+model, expr = _ampform("D0", ["K-", "pi+", "pi0"], ["K*(892)0", "rho(770)+"], ["strong", "weak"], "helicity")
+bridged = from_helicity_model(model, 200, expression=expr, name="dz_seed")
+print("OBS", ",".join(bridged.space.obs))
+"""
+
+
+@pytest.mark.slow  # three processes, each building an ampform model (~8 s each)
+def test_bridged_columns_do_not_depend_on_string_hashing():
+    """The columns' order (the group programs' argument order) is the same in every process.
+
+    ampform's ``kinematic_variables`` come out in an order that changes with PYTHONHASHSEED; taken
+    as they came, each new process traced other XLA programs and missed the persistent compile
+    cache, so every first call of a bridged model compiled its programs again.
+    """
+    import subprocess
+    import sys
+
+    seen = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "TF_CPP_MIN_LOG_LEVEL": "3", "TQDM_DISABLE": "1"}
+        proc = subprocess.run([sys.executable, "-c", _HASH_SEED_SCRIPT.format(tests=str(pathlib.Path(__file__).parent))],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        seen.add(next(line for line in proc.stdout.splitlines() if line.startswith("OBS ")))
+    assert len(seen) == 1
+    obs = seen.pop()[4:].split(",")
+    assert obs == sorted(obs) and len(obs) == 7
+
+
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_bridged_ampform_sample_has_no_repeated_events(dzero):
     """The bridged ampform model: without a generator no event twice (or a named error), with one fresh events."""

@@ -1681,7 +1681,8 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     limit of 0 unless given one (a negative value then raises ParameterValueError). By default
     the couplings float except the first one.
 
-    The data columns are the keys of ``model.kinematic_variables``. The model's
+    The data columns are the keys of ``model.kinematic_variables``, sorted by name (the model's
+    ``space.obs``). The model's
     ``SymbolicModel.kinematics`` (a :class:`zcache.kinematics.HelicityKinematics`) computes
     them from four-momenta with ampform's own expressions, for the phase-space sample and for
     :meth:`~SymbolicModel.to_data` alike, so that data, phase space and generated events go
@@ -1784,7 +1785,11 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
         floating = [f for f in floating if f in read]
     # parameters the expression does not read (e.g. the meson radius of a spin-0 resonance)
     values = {k: v for k, v in values.items() if k in read}
-    return SymbolicModel(expr, values, [s.name for s in model.kinematic_variables], phasespace,
+    # sorted: ampform's kinematic_variables come out in an order that changes with Python's string hashing
+    # (PYTHONHASHSEED), and the columns' order is the group programs' argument order: unsorted, each new
+    # process traced other XLA programs and missed the compile cache (every first call compiled again)
+    columns = sorted(s.name for s in model.kinematic_variables)
+    return SymbolicModel(expr, values, columns, phasespace,
                          floating=floating, name=name or "HelicityModel", cache=cache, doit=False,
                          generator=generator, kinematics=kinematics, **kwargs)
 
