@@ -22,7 +22,7 @@ Examples
 ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
 >>> kinematics = HelicityKinematics(ampform.get_builder(reaction).formulate())
 >>> kinematics.momenta, kinematics.names[:4]
-(('p0', 'p1', 'p2'), ('m_0', 'm_01', 'm_1', 'm_2'))
+(('p0', 'p1', 'p2'), ('m_0', 'm_01', 'm_012', 'm_1'))
 >>> momenta = kinematics.sample_momenta(3)          # fresh phase space (zcache.sampling.rng)
 >>> columns = kinematics.columns(momenta)
 >>> p = momenta["p0"] + momenta["p1"]
@@ -88,7 +88,7 @@ class HelicityKinematics:
     Attributes
     ----------
     names : tuple of str
-        The columns, the keys of ``model.kinematic_variables`` in their order.
+        The columns, the keys of ``model.kinematic_variables`` sorted by name.
     momenta : tuple of str
         ampform's names of the final-state four-momenta (``'p0', 'p1', ...``), in final-state order.
     parent_mass : float or None
@@ -110,11 +110,13 @@ class HelicityKinematics:
         initial, final = dict(info.initial_state), dict(info.final_state)
         ids = sorted(final)
         self.momenta = tuple(f"p{i}" for i in ids)
-        self.names = tuple(s.name for s in model.kinematic_variables)
+        # by name: ampform's order changes with PYTHONHASHSEED (the bridge's columns follow these names)
+        variables = sorted(model.kinematic_variables.items(), key=lambda item: item[0].name)
+        self.names = tuple(s.name for s, _ in variables)
         self.parent_mass = float(next(iter(initial.values())).mass) if len(initial) == 1 else None
         self.final_masses = tuple(float(final[i].mass) for i in ids)
         self.is_three_body = len(initial) == 1 and ids == [0, 1, 2]
-        self._expressions = list(model.kinematic_variables.values())
+        self._expressions = [e for _, e in variables]
 
     @cached_property
     def _lambdified(self) -> tuple[Any, list[int]]:

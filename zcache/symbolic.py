@@ -1785,11 +1785,10 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
         floating = [f for f in floating if f in read]
     # parameters the expression does not read (e.g. the meson radius of a spin-0 resonance)
     values = {k: v for k, v in values.items() if k in read}
-    # sorted: ampform's kinematic_variables come out in an order that changes with Python's string hashing
-    # (PYTHONHASHSEED), and the columns' order is the group programs' argument order: unsorted, each new
-    # process traced other XLA programs and missed the compile cache (every first call compiled again)
-    columns = sorted(s.name for s in model.kinematic_variables)
-    return SymbolicModel(expr, values, columns, phasespace,
+    # sorted (kinematics.names): ampform's kinematic_variables come out in an order that changes with Python's
+    # string hashing (PYTHONHASHSEED), and the columns' order is the group programs' argument order: unsorted,
+    # each new process traced other XLA programs and missed the compile cache (every first call compiled again)
+    return SymbolicModel(expr, values, list(kinematics.names), phasespace,
                          floating=floating, name=name or "HelicityModel", cache=cache, doit=False,
                          generator=generator, kinematics=kinematics, **kwargs)
 
