@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["measure", "child_env", "current_rss_mib", "peak_rss_mib", "read_inputs", "write_inputs"]
+__all__ = ["measure", "import_rss_mib", "child_env", "current_rss_mib", "peak_rss_mib", "read_inputs", "write_inputs"]
 
 HERE = Path(__file__).resolve().parent
 _MARK = "RSS-RESULT "
@@ -98,6 +98,25 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
     if proc.returncode or not lines:
         raise RuntimeError(f"_rss_fit.py {side} {model} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(lines[-1][len(_MARK):])
+
+
+def import_rss_mib(module: str) -> float:
+    """The resident set (MiB) of a fresh Python process right after ``import module``, and nothing else.
+
+    Parameters
+    ----------
+    module : str
+        A module name (``"tensorflow"``, ``"jax"``).
+
+    Returns
+    -------
+    float
+        ``VmRSS`` of the child after the import.
+    """
+    code = (f"import {module}\n"
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')][0])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
+    return int(proc.stdout.split()[-1]) / 1024.0
 
 
 def child_env() -> dict[str, str]:

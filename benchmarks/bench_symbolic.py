@@ -45,6 +45,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
@@ -388,6 +390,21 @@ def _memory(sample: Sample, tw_ok: bool) -> tuple[list[dict], str]:
     return rows, text
 
 
+def _import_footprint() -> str:
+    """One sentence: the resident set of ``import tensorflow`` and ``import jax`` alone, each in a fresh process."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    tf_mib = rss.import_rss_mib("tensorflow")
+    try:
+        jax_mib = f"{rss.import_rss_mib('jax'):.0f} MiB"
+    except subprocess.CalledProcessError:
+        jax_mib = "not installed"
+    return (f"The frameworks alone (a fresh process, nothing but the import; `VmRSS`): `import tensorflow` "
+            f"{tf_mib:.0f} MiB, `import jax` {jax_mib}. A zcache process starts from TensorFlow's footprint; "
+            "where tensorwaves' whole fit peaks below it, the peak RSS goal cannot be met on TensorFlow, and "
+            "what zcache controls is the fit's own memory (peak - baseline, and the private peak above it).")
+
+
 def _model_sections(key: str, cfg: Config, tw_ok: bool) -> tuple[list[tuple[str, str]], list[dict], str]:
     spec = SPECS[key]
     sample = make_sample(key, cfg, tw_ok)
@@ -438,7 +455,7 @@ def run(quick: bool = False) -> list[tuple[str, str]]:
         "Goal: zcache's peak <= tensorwaves'. Where the difference lies: "
         "the libraries' file-backed pages (`RssFile` at the baseline: shared, mapped from TensorFlow's or jax's "
         "libraries) and the private memory (`RssAnon`, its peak sampled every 5 ms during the first fit).\n\n"
-        + "\n\n".join(t for t in mem_texts if t))
+        + "\n\n".join(t for t in [*mem_texts, _import_footprint() if mem_rows else ""] if t))
     sections.append(("Memory: peak RSS of the all-free fit", memory))
     counts = (f"{cfg.n_data} data events, {cfg.n_phsp} phase-space events per model; per-evaluation times are "
               f"medians of {cfg.repeats} interleaved calls.")
