@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # 3: also the harmless cache-load lines TensorFlow prints beside jax
 
 import argparse  # noqa: E402
 import subprocess  # noqa: E402
