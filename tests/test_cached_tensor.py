@@ -771,30 +771,6 @@ def test_a_traced_miss_with_a_gradient_computes_the_function_once(how):
             np.testing.assert_allclose(grad, _square_sum_gradient(x.numpy(), value), rtol=1e-12)
 
 
-@pytest.mark.filterwarnings("ignore::zcache.exceptions.UntrackedVariableWarning")  # calls, the counter
-def test_a_miss_that_gives_its_gradient_runs_its_branch_inlined():
-    """A read whose miss gives its own gradient runs its flat branch inlined, not as a function call (a call,
-    and its gradient another, cost 3-8 % of an uncached value + gradient at 1e5 events). A cache whose
-    branch reads another cache keeps calling its shared branch. Values and gradients are exact."""
-    x, p, calls, cache = _counted_model()
-    above = zcache.CachedTensor(lambda: 2.0 * cache.value(), name="above_counted")
-    value = zcache.function(lambda: tf.reduce_sum(above.value() ** 2))
-    grad = zcache.function(lambda: zcache.value_and_gradient(lambda: tf.reduce_sum(cache.value() ** 2), [p])[1][0])
-    with zcache.set_graph_mode(True):
-        p.set_value(0.9)
-        np.testing.assert_allclose(float(value()), 4.0 * np.sum(np.exp(2.0 * np.sin(x.numpy() * 0.9))), rtol=1e-12)
-        assert above._miss._inlined_fn is None  # not flat: it calls the branch of the cache below
-        p.set_value(1.1)
-        np.testing.assert_allclose(float(grad()), _square_sum_gradient(x.numpy(), 1.1), rtol=1e-12)
-        assert cache._miss._inlined_fn is not None
-        concrete = cache._miss._inlined_fn.get_concrete_function()
-        assert not concrete.graph.as_graph_def().library.function  # flat: nothing else is copied in
-        p.set_value(0.8)  # both kinds of read after a change: misses, each computing the function once
-        before = int(calls.numpy())
-        np.testing.assert_allclose(float(grad()), _square_sum_gradient(x.numpy(), 0.8), rtol=1e-12)
-        assert int(calls.numpy()) - before == 1
-
-
 @pytest.mark.filterwarnings("ignore::zcache.exceptions.UntrackedVariableWarning")  # scale, on purpose
 def test_the_miss_gradient_stays_exact_where_the_miss_branch_cannot_give_it():
     """Where TensorFlow's gradient of the cond is not the cache's whole gradient, or cannot be built,

@@ -52,41 +52,22 @@ class MissBranch:
     def __init__(self, compute_and_store: Callable[[], tf.Tensor]) -> None:
         self._method = weakref.WeakMethod(compute_and_store)
         self._fn: Any = None
-        self._inlined_fn: Any = None
         self._differentiable: bool | None = None
-
-    def _miss(self) -> Callable[[], tf.Tensor]:
-        method = self._method
-
-        def miss() -> tf.Tensor:
-            # No trace's mutations enter a shared function. No cache read here attaches a
-            # gradient, and the data carry none: the only gradient that leaves the branch
-            # (read_in_graph_differentiably) is that of the parameters read directly.
-            with isolated_trace(), differentiating(()), constant_data():
-                return method()()
-
-        return miss
 
     def function(self) -> Any:
         """The compiled branch (traced on its first call)."""
         fn = self._fn
         if fn is None:
-            fn = self._fn = separately_compiled(self._miss())
-        return fn
+            method = self._method
 
-    def inlined(self) -> Any:
-        """The same branch as a function that graphs inline (traced on its first call); for a flat branch only.
+            def miss() -> tf.Tensor:
+                # No trace's mutations enter a shared function. No cache read here attaches a
+                # gradient, and the data carry none: the only gradient that leaves the branch
+                # (read_in_graph_differentiably) is that of the parameters read directly.
+                with isolated_trace(), differentiating(()), constant_data():
+                    return method()()
 
-        A differentiable read (:meth:`differentiable`: the branch calls no function) takes TensorFlow's
-        gradient of the branch. Called as a separate function, each call is a function call at run time
-        and its gradient another: measured (``bench_core`` e, quiet machine, alternating processes), a
-        miss with a gradient cost 1.08-1.13x the uncached value + gradient at 1e5 events and 1.05x at
-        1e6 as a call, 1.05-1.06x and 1.005-1.01x inlined. Inlining a flat branch copies no other
-        cache's branch, which is why :meth:`function` keeps branches separate.
-        """
-        fn = self._inlined_fn
-        if fn is None:
-            fn = self._inlined_fn = tf.function(self._miss(), autograph=False)
+            fn = self._fn = separately_compiled(miss)
         return fn
 
     def trace(self) -> None:
@@ -101,7 +82,6 @@ class MissBranch:
     def drop(self) -> None:
         """Forget the traced branch (the next read traces it anew)."""
         self._fn = None
-        self._inlined_fn = None
         self._differentiable = None
 
     def untracked_variables(self) -> list[str]:
@@ -197,7 +177,7 @@ def _cond(state: CacheState, miss: MissBranch, missed: tf.Tensor, differentiable
     static_shape: list[tf.TensorShape] = []
 
     def compute_and_store() -> tf.Tensor:
-        out = (miss.inlined() if differentiable else miss.function())()
+        out = miss.function()()
         static_shape.append(out.shape)
         return state.validated_in_graph(out)
 
