@@ -210,6 +210,35 @@ def test_precompute_of_a_model_and_of_a_callable(world):
     assert [n.name for n in report.nodes] == ["twice"] and report.nodes[0].status == "cached"
 
 
+def test_target_evaluated_again_only_to_fill_newly_kept_caches(world):
+    """A precompute that only bypasses caches runs its target once; one that keeps a cache it bypassed
+    before runs it a second time, filling that cache, so the next call hits."""
+    mu, lam = world["mu"], world["lam"]
+    below = zcache.CachedTensor(lambda: lam.value() * 2.0, name="fixed part")
+    moved = zcache.CachedTensor(lambda: below.value() + mu.value(), name="moved part")
+    runs = []
+
+    def target():
+        runs.append(1)
+        return moved.value()
+
+    report = zcache.precompute(target)  # moved bypassed (mu floats), below kept: nothing to fill
+    assert {n.name: n.status for n in report.nodes} == {"fixed part": "cached", "moved part": "always dirty"}
+    assert len(runs) == 1
+    mu.floating = False
+    try:
+        report = zcache.precompute(target)  # moved kept now: filled by a second run
+        assert {n.name: n.status for n in report.nodes}["moved part"] == "cached"
+        assert len(runs) == 3
+        misses = moved.stats["misses"]
+        np.testing.assert_allclose(float(moved.value()), 2.0 * float(lam.value()) + float(mu.value()))
+        assert moved.stats["misses"] == misses  # a hit: the second run stored it
+        zcache.precompute(target)  # nothing changed: one run
+        assert len(runs) == 4
+    finally:
+        mu.floating = True
+
+
 def test_any_precomputable_object_is_a_target(world):
     """The protocol: __zcache_evaluate__ computes what a fit reads and returns the caches read besides."""
     from zcache._engine.precompute import Precomputable

@@ -343,7 +343,10 @@ def precompute(
             changed.append(c)
     if changed:
         drop_traces(changed)  # graphs traced before hold the old choice of tf.cond or direct computation
-        _evaluate(target)  # fill the newly kept caches now, not inside the first timed call
+        if any(not c.always_dirty for c in changed):
+            # fill the newly kept caches now (the evaluation above computed them without storing), not
+            # inside the first timed call; a precompute that only bypasses caches has nothing to fill
+            _evaluate(target)
 
     order = {uid: i for i, uid in enumerate(_topological(g, uids))}
     nodes = []
