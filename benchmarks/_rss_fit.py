@@ -113,6 +113,7 @@ def import_rss_mib(module: str) -> float:
     float
         ``VmRSS`` of the child after the import.
     """
+    # /proc read inline: importing this module (numpy) would add to the footprint being measured
     code = (f"import {module}\n"
             "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')][0])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)

@@ -547,9 +547,7 @@ def test_generator_must_return_every_column():
 _HASH_SEED_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-import zcache
-from test_symbolic import _ampform, DZERO_BOX
-import numpy as np
+from test_symbolic import _ampform
 from zcache.symbolic import from_helicity_model
 model, expr = _ampform("D0", ["K-", "pi+", "pi0"], ["K*(892)0", "rho(770)+"], ["strong", "weak"], "helicity")
 bridged = from_helicity_model(model, 200, expression=expr, name="dz_seed")

@@ -464,7 +464,7 @@ class CoherentIntensity(Cachable):
         n_q = n_k + len(lines)
         first_k = np.cumsum([0, *sizes])
         c_all, dc, d2c = self._coupling_derivatives()  # (K,), (K, 2), (K, 3)
-        c_groups = tf.split(c_all, list(sizes)) if len(sizes) > 1 else [c_all]
+        c_groups = tf.split(c_all, list(sizes))
         dc_flat, d2c_flat = tf.reshape(dc, [-1]), tf.reshape(d2c, [-1])
         # J (Q, P): the columns X_q (the couplings' amplitudes A_k, then each line-shape parameter's
         # D) to the parameters, dS/dp_a = sum_q X_q J_qa: one scatter
