@@ -434,6 +434,34 @@ def test_jit_hessian_line_shapes_floating_bridge(dzero):
 
 
 @pytest.mark.slow
+def test_fused_programs_convert_fast(dzero):
+    """Issue 26: the fused programs of a model with line shapes floating (each moved group's forward and
+    backward XLA programs) hold no op that TensorFlow converts to XLA through its per-op MLIR legalization
+    (3-4 ms each, at each program's first call in every process) but their square roots: real and
+    imaginary parts and reciprocals are spelled with Casts and Inv (zcache._engine.xla_ops), and the
+    gradient of tf.complex takes its parts with Casts (tf_internals item 17). The D0 model's held 110.
+    Values and gradients stay the uncached model's (test_jit_hessian_line_shapes_floating_bridge and the
+    compiled-fit tests)."""
+    from zcache._engine import xla_ops
+
+    model, expr, cols = dzero
+    bridged = from_helicity_model(model, {k: v[:600] for k, v in cols.items()}, expression=expr,
+                                  parameters=_line_shapes_floating(model), name="dz_convert")
+    data = bridged.to_data({k: v[:200] for k, v in cols.items()}, name="dz_convert_data")
+    loss = UnbinnedNLL(bridged, data)
+    with zcache.set_graph_mode(True):
+        loss.value_gradient()
+        loss.value_gradient()
+        [fn] = loss._gradient_fns.values()
+        [concrete] = fn._concrete.values()
+    library = concrete.graph.as_graph_def().library.function
+    compiled = [f for f in library if f.attr["_XlaMustCompile"].b]
+    assert len(compiled) >= 2 * len(bridged._fused_groups) >= 4  # a forward and a backward per moved group
+    slow = sorted({node.op for f in compiled for node in f.node_def if node.op in xla_ops.SLOW_TO_CONVERT})
+    assert slow == ["Sqrt"]
+
+
+@pytest.mark.slow
 def test_compiled_mode_and_toys(dzero):
     """The bridged model under set_jit_mode('auto') (XLA) gives the uncompiled loss and gradient; run_toys fits it."""
     from zcache.toys import run_toys

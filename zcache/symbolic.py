@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._engine import xla_ops
 from ._engine.cachable import cached, caches_of
 from ._engine.cached_tensor import CachedTensor, once_per_evaluation
 from ._engine.context import substituting
@@ -171,7 +172,7 @@ def _integer_power(x: Any, n: int) -> Any:
         k >>= 1
         if k:
             base = base * base
-    return tf.math.reciprocal(out) if n < 0 else out
+    return xla_ops.reciprocal(out) if n < 0 else out
 
 
 def _real_fn(name: str, tf_fn: Any, np_fn: Any) -> Any:
@@ -193,12 +194,12 @@ def _op_table() -> dict[Any, Any]:
     def re_(x: Any) -> Any:
         if isinstance(x, (int, float, complex)):
             return complex(x).real
-        return tf.math.real(x) if x.dtype.is_complex else x
+        return xla_ops.real(x) if x.dtype.is_complex else x
 
     def im_(x: Any) -> Any:
         if isinstance(x, (int, float, complex)):
             return complex(x).imag
-        return tf.math.imag(x) if x.dtype.is_complex else tf.zeros_like(x)
+        return xla_ops.imag(x) if x.dtype.is_complex else tf.zeros_like(x)
 
     def conj_(x: Any) -> Any:
         if isinstance(x, (int, float, complex)):
@@ -392,7 +393,7 @@ class _Translator:
             if _STACK not in memo:  # one read (one tf.cond in a graph) per evaluation
                 memo[_STACK] = self.owner._data_stack(data)
             stacked = memo[_STACK][i]
-            out = stacked if self._complex_point[node] else tf.math.real(stacked)
+            out = stacked if self._complex_point[node] else xla_ops.real(stacked)
         else:
             out = self.compute(node, data, memo)
         memo[node] = out
@@ -450,7 +451,7 @@ class _Translator:
         if exp.is_Integer and base.func is self.sp.Abs and int(exp) % 2 == 0:  # |z|^2n without the sqrt
             z = child(base.args[0])
             if _is_complex(z):
-                sq = tf.square(tf.math.real(z)) + tf.square(tf.math.imag(z)) if isinstance(z, tf.Tensor) else abs(z) ** 2
+                sq = tf.square(xla_ops.real(z)) + tf.square(xla_ops.imag(z)) if isinstance(z, tf.Tensor) else abs(z) ** 2
             else:
                 sq = z * z
             return _integer_power(sq, int(exp) // 2)
@@ -635,8 +636,8 @@ def _power_rule(b: jets_.Jet, n: int) -> jets_.Jet:
 
 def _abs2_jet(z: jets_.Jet) -> jets_.Jet:
     r""":math:`|z|^2 = \mathrm{Re}(z)^2 + \mathrm{Im}(z)^2` (not holomorphic: through the real parts)."""
-    re = jets_.linear(z, lambda x: tf.math.real(x) if isinstance(x, tf.Tensor) else complex(x).real)
-    im = jets_.linear(z, lambda x: tf.math.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
+    re = jets_.linear(z, lambda x: xla_ops.real(x) if isinstance(x, tf.Tensor) else complex(x).real)
+    im = jets_.linear(z, lambda x: xla_ops.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
     return jets_.add(jets_.mul(re, re, _mul), jets_.mul(im, im, _mul), _add)
 
 
@@ -648,7 +649,7 @@ def _sqrt_jet(a: jets_.Jet) -> jets_.Jet:
 def _arg_jet(z: jets_.Jet, log: Any) -> jets_.Jet:
     r""":math:`\arg z = \mathrm{Im} \log z` (the principal branch, as ``tf.math.angle``), ``log`` the op table's."""
     log_z = jets_.chain(z, log(z.v), lambda: _div(1.0, z.v), lambda: _div(-1.0, _mul(z.v, z.v)))
-    return jets_.linear(log_z, lambda x: tf.math.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
+    return jets_.linear(log_z, lambda x: xla_ops.imag(x) if isinstance(x, tf.Tensor) else complex(x).imag)
 
 
 def _jet_rules(table: dict[Any, Any]) -> dict[Any, tuple[Any, Any]]:
@@ -1133,7 +1134,7 @@ class SymbolicModel(Model, CoherentIntensity):
                 columns = self._obs_columns(data)
                 parts = tf.unstack(c, len(self._groups[g][1]))
                 values = ([self.symbol_params[s].value() for s in symbols]
-                          + [tf.math.real(ck) for ck in parts] + [tf.math.imag(ck) for ck in parts])
+                          + [xla_ops.real(ck) for ck in parts] + [xla_ops.imag(ck) for ck in parts])
                 return program(self._data_stack(data), columns, values)
         return super()._group_times(g, c, data)
 
@@ -1358,7 +1359,7 @@ class SymbolicModel(Model, CoherentIntensity):
             out = self._cached_root(data)
         else:
             out = tr.value(self._root, data, {})
-        out = tf.math.real(out) if _is_complex(out) else out
+        out = xla_ops.real(out) if _is_complex(out) else out
         return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
 
     # -- normalization ------------------------------------------------------------------

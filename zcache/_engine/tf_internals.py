@@ -28,6 +28,7 @@ from ..exceptions import TensorFlowInternalsWarning, ZCacheError
 __all__ = [
     "EAGER_TENSOR",
     "MISSING",
+    "complex_gradient_converts_fast",
     "complex_gradients_fixed",
     "eager_variable",
     "failed_assertion_text",
@@ -619,3 +620,51 @@ def calls_without_body_shape_inference() -> Iterator[None]:
         yield
     finally:
         _CALLS_LOCAL.active -= 1
+
+
+# 17. The gradient of Complex under XLA -----------------------------------------------------------
+# TensorFlow differentiates tf.complex(re, im) by the Real and the Imag of the incoming gradient,
+# two ops that TensorFlow 2.21 converts to XLA through a per-op MLIR legalization, 3-4 ms each
+# (zcache._engine.xla_ops). A bridged model's fused backward programs held dozens of them (a
+# coupling, a Breit-Wigner's denominator, each real-to-complex promotion): most of their conversion
+# time, paid at each program's first call in every process, compile cache or not. Inside an XLA
+# context the gradient's parts are taken with Casts instead, whose conversion is direct: the real
+# part by a Cast to the real type, the imaginary part as the real part of -i g (the same values to
+# the last bit). Not Cast's public spelling tf.cast, which warns on every complex-to-real cast.
+# Elsewhere TensorFlow's own gradient. Fallback: TensorFlow's gradient everywhere (slower first
+# calls of compiled programs, the same values).
+def _complex_parts_for_xla(tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
+    def gradient(op: Any, grad: Any) -> Any:
+        if xla_calling_graph() is None:
+            return tf_gradient(op, grad)
+        re, im = op.inputs
+        g_re = tf.raw_ops.Cast(x=grad, DstT=re.dtype)
+        g_im = tf.raw_ops.Cast(x=grad * tf.constant(-1j, grad.dtype), DstT=im.dtype)
+        if re.shape.is_fully_defined() and im.shape.is_fully_defined() and re.shape == im.shape == grad.shape:
+            return g_re, g_im
+        s_re, s_im = tf.shape(re), tf.shape(im)
+        r_re, r_im = tf.raw_ops.BroadcastGradientArgs(s0=s_re, s1=s_im)
+        return (tf.reshape(tf.reduce_sum(g_re, r_re), s_re), tf.reshape(tf.reduce_sum(g_im, r_im), s_im))
+
+    gradient.zcache_xla_parts = True  # type: ignore[attr-defined]
+    return gradient
+
+
+def complex_gradient_converts_fast() -> bool:
+    """Whether the gradient of ``tf.complex`` takes its parts with Casts inside an XLA context (item 17).
+
+    Returns
+    -------
+    bool
+        False when TensorFlow's gradient registry could not be found (the gradient is then
+        TensorFlow's own everywhere: the same values, slower first calls of compiled programs).
+    """
+    entry = None if _GRADIENT_REGISTRY is None else _GRADIENT_REGISTRY.get("Complex")
+    return entry is not None and getattr(entry.get("type"), "zcache_xla_parts", False)
+
+
+if _GRADIENT_REGISTRY is not None and callable((_GRADIENT_REGISTRY.get("Complex") or {}).get("type")):
+    _GRADIENT_REGISTRY["Complex"]["type"] = _complex_parts_for_xla(_GRADIENT_REGISTRY["Complex"]["type"])
+elif _GRADIENT_REGISTRY is not None:  # pragma: no cover - another TensorFlow layout
+    _missing("the gradient registry entry of Complex",
+             "gradients of complex numbers built inside XLA programs convert slower (the same values).")
