@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .._engine import xla_ops
 from .._engine.cachable import Cachable, cache_of, cached
 from .._engine.context import differentiating, substitute, substituting, varies
 from .._engine.data import Data
@@ -180,7 +181,7 @@ class CoherentIntensity(Cachable):
         amp = self._amplitudes(data)
         # tf.square, not ** 2: TensorFlow's Pow kernel (and its gradient, which takes logs) cost
         # 10-17 ms per call here at 1e5 events, half of a couplings fit's time without Grappler
-        return tf.reduce_sum(tf.square(tf.math.real(amp)) + tf.square(tf.math.imag(amp)), axis=0)
+        return tf.reduce_sum(tf.square(xla_ops.real(amp)) + tf.square(xla_ops.imag(amp)), axis=0)
 
     # -- integrals over a phase-space sample -----------------------------------------------------
     def integral_matrix(self, mc: Data) -> tf.Tensor:
@@ -245,7 +246,7 @@ class CoherentIntensity(Cachable):
         m = self.integral_matrix(mc)
         c = self.coupling_vector()
         # reshapes, not c[:, None]: a slice's gradient is a StridedSliceGrad (~30 µs each in a fit's program)
-        return tf.math.real(tf.reduce_sum(tf.reshape(c, [-1, 1]) * m * tf.reshape(tf.math.conj(c), [1, -1])))
+        return xla_ops.real(tf.reduce_sum(tf.reshape(c, [-1, 1]) * m * tf.reshape(tf.math.conj(c), [1, -1])))
 
     def fractions(self, mc: Data) -> np.ndarray:
         r"""Fit fractions :math:`|c_k|^2 I_{kk} / c^T I c^*`, in the order of :meth:`coupling_vector`.
@@ -307,7 +308,7 @@ class CoherentIntensity(Cachable):
             member[g, start:start + k] = 1.0
             start += k
         member = tf.constant(member, tf.complex128)
-        blocks = tf.math.real(tf.linalg.matmul(tf.linalg.matmul(member, terms), member, adjoint_b=True))
+        blocks = xla_ops.real(tf.linalg.matmul(tf.linalg.matmul(member, terms), member, adjoint_b=True))
         blocks = 0.5 * (blocks + tf.transpose(blocks))  # symmetric to the last bit, not only to rounding
         return (2.0 - tf.eye(len(self._group_sizes), dtype=tf.float64)) * blocks / tf.reduce_sum(blocks)
 
@@ -493,7 +494,7 @@ class CoherentIntensity(Cachable):
         def terms(ds: Data, weights_of: Any) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             """(g_i (N, P), I (N,), sum_i u_i nabla^2 I_i (P, P)) with u = weights_of(I)."""
             s = self._amplitudes(ds)  # (H, N)
-            intensity = tf.reduce_sum(tf.square(tf.math.real(s)) + tf.square(tf.math.imag(s)), axis=0)
+            intensity = tf.reduce_sum(tf.square(xla_ops.real(s)) + tf.square(xla_ops.imag(s)), axis=0)
             u = weights_of(intensity)
             w = tf.cast(u, tf.complex128) * tf.math.conj(s)  # (H, N)
             columns, d_rows, t_parts, u_parts = [], [None] * len(lines), [], []
@@ -512,11 +513,11 @@ class CoherentIntensity(Cachable):
             if lines:
                 x = tf.concat([x, tf.stack(d_rows)], axis=0)  # (Q, H, N)
             y = 2.0 * tf.reduce_sum(tf.math.conj(s)[None] * x, axis=1)  # (Q, N): dI/dX_q
-            grads = tf.math.real(tf.matmul(y, jac, transpose_a=True))  # (N, P)
+            grads = xla_ops.real(tf.matmul(y, jac, transpose_a=True))  # (N, P)
             flat = tf.reshape(x, [n_q, -1])
             uf = tf.cast(tf.tile(u, [tf.shape(s)[0]]), tf.complex128)
             m = tf.matmul(tf.math.conj(flat) * uf[None, :], flat, transpose_b=True)  # sum u conj(X_q) X_q'
-            second = 2.0 * tf.math.real(tf.matmul(jac, tf.matmul(m, jac), adjoint_a=True))
+            second = 2.0 * xla_ops.real(tf.matmul(jac, tf.matmul(m, jac), adjoint_a=True))
             updates = []
             if own:
                 v = tf.reduce_sum(w[None] * x[:n_k], axis=[1, 2])  # (K,): sum w A_k
@@ -529,7 +530,7 @@ class CoherentIntensity(Cachable):
             if paired:
                 updates.append(tf.gather(tf.concat(u_parts, axis=0), _indices(i for *_, i in paired)))
             if updates:
-                r = tf.math.real(tf.scatter_nd(r_where, tf.concat(updates, axis=0), [n_p, n_p]))
+                r = xla_ops.real(tf.scatter_nd(r_where, tf.concat(updates, axis=0), [n_p, n_p]))
                 second = second + 2.0 * (r + tf.transpose(r) - tf.linalg.diag(tf.linalg.diag_part(r)))
             return grads, intensity, second
 
