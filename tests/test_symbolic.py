@@ -439,7 +439,7 @@ def test_fused_programs_convert_fast(dzero):
     backward XLA programs) hold no op that TensorFlow converts to XLA through its per-op MLIR legalization
     (3-4 ms each, at each program's first call in every process) but their square roots: real and
     imaginary parts and reciprocals are spelled with Casts and Inv (zcache._engine.xla_ops), and the
-    gradient of tf.complex takes its parts with Casts (tf_internals item 17). The D0 model's held 110.
+    gradient of tf.complex takes its parts with Casts (tf_internals item 17). The D0 model's held 88.
     Values and gradients stay the uncached model's (test_jit_hessian_line_shapes_floating_bridge and the
     compiled-fit tests)."""
     from zcache._engine import xla_ops

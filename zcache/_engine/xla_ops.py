@@ -6,8 +6,8 @@ MLIR legalization per op (``MlirXlaOpKernel``), which costs 3-4 ms each: Real, I
 Sqrt, Exp, Cos, Abs, IsFinite and more (:data:`SLOW_TO_CONVERT`, measured by
 ``benchmarks/_xla_convert.py``). The conversion runs at the first call of each compiled program
 in every process, also when the persistent compile cache then finds the program, because the
-cache is keyed by the converted HLO. A bridged D0 model's four fused programs held 110 such ops,
-most of them the Real and Imag in the gradient of ``tf.complex``: 0.4 s of its first call.
+cache is keyed by the converted HLO. A bridged D0 model's four fused programs held 88 such ops,
+most of them Real and Imag (many from TensorFlow's gradient of ``tf.complex``): 0.4 s of its first call.
 
 Inside an XLA context (:func:`zcache._engine.tf_internals.xla_calling_graph`) the functions here
 spell each op with converters of the fast kind whose gradients use fast ones too, and XLA computes
