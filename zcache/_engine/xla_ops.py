@@ -49,6 +49,16 @@ def _in_xla() -> bool:
 def real(z: tf.Tensor) -> tf.Tensor:
     """The real part of a complex tensor (``tf.math.real``).
 
+    Parameters
+    ----------
+    z : tf.Tensor
+        complex64 or complex128.
+
+    Returns
+    -------
+    tf.Tensor
+        float32 or float64, the same values as ``tf.math.real(z)`` and the same gradient.
+
     Examples
     --------
     >>> import tensorflow as tf
@@ -84,7 +94,7 @@ def reciprocal(x: tf.Tensor) -> tf.Tensor:
 
 
 def slow_to_convert(graph: Any) -> list[str]:
-    """``function/op`` names of the ops in ``graph`` and the functions it calls that are :data:`SLOW_TO_CONVERT`.
+    """The ops of ``graph``, and of the functions it calls, whose types are :data:`SLOW_TO_CONVERT`.
 
     Parameters
     ----------
@@ -94,7 +104,8 @@ def slow_to_convert(graph: Any) -> list[str]:
     Returns
     -------
     list of str
-        Empty when XLA converts every op quickly.
+        ``"Type:name"`` for an op of ``graph`` itself, ``"function/Type:name"`` for one inside a
+        called function; empty when XLA converts every op quickly.
     """
     graph_def = graph.as_graph_def()
     found = [f"{node.op}:{node.name}" for node in graph_def.node if node.op in SLOW_TO_CONVERT]
