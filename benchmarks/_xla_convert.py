@@ -16,6 +16,7 @@ Not part of ``make bench``: ``PYTHONPATH=. .venv-bench/bin/python benchmarks/_xl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -131,7 +132,7 @@ class _TensorFlowsOwnOps:
         xla_ops._in_xla = lambda: False
         entry = tf_internals._GRADIENT_REGISTRY["Complex"]
         self._complex = entry["type"]
-        entry["type"] = self._complex.__closure__[0].cell_contents  # TensorFlow's own gradient
+        entry["type"] = self._complex.tensorflow_gradient
 
     def __exit__(self, *exc: Any) -> None:
         xla_ops._in_xla = self._in_xla
@@ -154,11 +155,7 @@ def programs_table(keys: tuple[str, ...] = ("dzero", "jpsi"), repeats: int = 3) 
                 slow: dict[str, int] = {}
                 for _ in range(repeats):
                     for label in ("tf", "zc"):
-                        if label == "tf":
-                            with _TensorFlowsOwnOps():
-                                times[label].append(convert_seconds(build, *args))
-                                slow[label] = _slow_ops(build, args)
-                        else:
+                        with _TensorFlowsOwnOps() if label == "tf" else contextlib.nullcontext():
                             times[label].append(convert_seconds(build, *args))
                             slow[label] = _slow_ops(build, args)
                 t_tf, t_zc = 1e3 * float(np.median(times["tf"])), 1e3 * float(np.median(times["zc"]))

@@ -646,7 +646,7 @@ def _complex_parts_for_xla(tf_gradient: Callable[..., Any]) -> Callable[..., Any
         r_re, r_im = tf.raw_ops.BroadcastGradientArgs(s0=s_re, s1=s_im)
         return (tf.reshape(tf.reduce_sum(g_re, r_re), s_re), tf.reshape(tf.reduce_sum(g_im, r_im), s_im))
 
-    gradient.zcache_xla_parts = True  # type: ignore[attr-defined]
+    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]  # (also: this wrapper is in place)
     return gradient
 
 
@@ -660,7 +660,7 @@ def complex_gradient_converts_fast() -> bool:
         TensorFlow's own everywhere: the same values, slower first calls of compiled programs).
     """
     entry = None if _GRADIENT_REGISTRY is None else _GRADIENT_REGISTRY.get("Complex")
-    return entry is not None and getattr(entry.get("type"), "zcache_xla_parts", False)
+    return entry is not None and hasattr(entry.get("type"), "tensorflow_gradient")
 
 
 if _GRADIENT_REGISTRY is not None and callable((_GRADIENT_REGISTRY.get("Complex") or {}).get("type")):
