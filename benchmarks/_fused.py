@@ -81,18 +81,18 @@ def groups(n: int = 100_000, key: str = "jpsi", repeats: int = 9) -> None:
     for fused in (True, False):
         model = build(sample, fused)[0].model
         stack = model._data_stack(model.phasespace)
-        columns = [model.column(o, model.phasespace) for o in model.space.obs]
+        events = model._events(model.phasespace)
         for g in range(len(model._groups)):
             symbols, program = model._group_program(g)
             values = [tf.constant(float(model.symbol_params[s].value()), tf.float64) for s in symbols]
-            forward = tf.function(lambda program=program, values=values, stack=stack, columns=columns:
-                                  program(stack, columns, values))
+            forward = tf.function(lambda program=program, values=values, stack=stack, events=events:
+                                  program(stack, events, values))
 
             @tf.function
-            def value_gradient(program=program, values=values, stack=stack, columns=columns):
+            def value_gradient(program=program, values=values, stack=stack, events=events):
                 with tf.GradientTape() as tape:
                     tape.watch(values)
-                    y = tf.reduce_sum(tf.abs(program(stack, columns, values)) ** 2)
+                    y = tf.reduce_sum(tf.abs(program(stack, events, values)) ** 2)
                 return y, tape.gradient(y, values)
 
             forward(), value_gradient()

@@ -79,8 +79,8 @@ def per_op_table() -> str:
 
 # -- the fused programs of a bridged model ------------------------------------------------------
 def _three_arguments(fn: Any) -> Any:
-    def program(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> Any:
-        return fn(stack, columns, values)
+    def program(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor]) -> Any:
+        return fn(stack, events, values)
     return program
 
 
@@ -109,15 +109,15 @@ def _captured_programs(key: str) -> list[tuple[Any, list[Any]]]:
                               sorted(s.name for s in sample.free("all")), f"{key}_convert")
     finally:
         symbolic.fused_program = original
-    stack, columns = fit.bridged._data_stack(fit.data), fit.bridged._obs_columns(fit.data)
-    return [(fn, [stack, columns, [tf.constant(0.5 + 0.01 * k, tf.float64) for k in range(n)]]) for fn, n in captured]
+    stack, events = fit.bridged._data_stack(fit.data), fit.bridged._events(fit.data)
+    return [(fn, [stack, events, [tf.constant(0.5 + 0.01 * k, tf.float64) for k in range(n)]]) for fn, n in captured]
 
 
 def _vjp(fn: Any) -> Any:
-    def vjp(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> tf.Tensor:
+    def vjp(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
         with tf.GradientTape() as tape:
             tape.watch(values)
-            out = fn(stack, columns, values)
+            out = fn(stack, events, values)
             out = tf.stack(out) if isinstance(out, (list, tuple)) else out
         return tf.stack(tape.gradient(out, values, output_gradients=tf.ones_like(out),
                                       unconnected_gradients=tf.UnconnectedGradients.ZERO))

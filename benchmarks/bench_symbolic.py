@@ -22,10 +22,12 @@ Per model:
 2. fits, MIGRAD + HESSE, same start and data, (a) the couplings free (all but the reference one),
    (b) every coupling, mass and width free. zcache's **first fit** is a fresh model object's
    build + first value-and-gradient call + fit (its tracing counted: TensorFlow's function caches
-   are per object), its **warm fit** a second fit of that object from the same start;
+   are per object), its **warm fit** a further fit of that object from the same start;
    tensorwaves' first fit is ``create_cached_function`` + data transform + ``UnbinnedNLL`` + its
-   first calls (jax compiles then) + fit, its warm fit a second fit. Each time is **one fit**
-   (not a median); per-evaluation times are interleaved medians. Checks: the same minimum
+   first calls (jax compiles then) + fit, its warm fit a further fit. A first fit is **one fit**;
+   a warm fit is the median of ``warm_repeats`` fits, the two sides' interleaved (one fit of a few
+   tenths of a second moves by 20-30 % with the machine's load); per-evaluation times are
+   interleaved medians. Checks: the same minimum
    (|delta NLL| <= 1e-3) and HESSE errors (1e-3 relative, matched by parameter);
 3. (c) a fixed width changed, then a refit of the couplings: zcache's ``set_value`` + refit vs
    tensorwaves' rebuild + refit (goal <= 0.2);
@@ -84,6 +86,7 @@ class Config:
     n_data: int
     n_phsp: int
     repeats: int
+    warm_repeats: int = 3
     seed: int = 14
     models: tuple[str, ...] = ("jpsi", "dzero")
     all_free: tuple[str, ...] = ("jpsi", "dzero")
@@ -92,7 +95,7 @@ class Config:
 
 FULL = Config(n_data=100_000, n_phsp=100_000, repeats=7)
 #: The J/psi all-free fit traces a Hessian over every line shape (~35 s): only D0's runs in quick mode.
-QUICK = Config(n_data=2_000, n_phsp=2_000, repeats=2, all_free=("dzero",), memory=("dzero",))
+QUICK = Config(n_data=2_000, n_phsp=2_000, repeats=2, warm_repeats=1, all_free=("dzero",), memory=("dzero",))
 
 
 @dataclass(frozen=True)
@@ -266,18 +269,29 @@ def _flat_directions(fit: dict[str, Any]) -> int:
     return int(np.sum(eig < 1e-6 * eig.max()))
 
 
+def _warm_fits(zc: Any, tw: Any, repeats: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Each side's warm fit: of ``repeats`` fits from the same start, interleaved, the one of median time."""
+    fits: dict[str, list[dict[str, Any]]] = {"zcache": [], "tensorwaves": []}
+    for _ in range(repeats):
+        fits["zcache"].append(zc.fit())
+        if tw is not None:
+            fits["tensorwaves"].append(tw.fit())
+    median = {side: sorted(runs, key=lambda fit: fit["seconds"])[len(runs) // 2] if runs else None
+              for side, runs in fits.items()}
+    return median["zcache"], median["tensorwaves"]
+
+
 def _scenario(sample: Sample, scenario: str, label: str, cfg: Config, tw_ok: bool, notes: list[str]) -> list[dict]:
     """Rows (a) or (b) of one model: first and warm fits of both sides, per-call times, checks."""
     zc, zfirst = zcache_first_fit(sample, scenario)
-    zwarm = zc.fit()
     zvalue, zgrad = zc.moved_calls()
     variants = {"zcache value": zvalue, "zcache value + gradient": zgrad}
-    tw = tfirst = twarm = None
+    tw = tfirst = None
     if tw_ok:
         tw, tfirst = tensorwaves_first_fit(sample, scenario)
-        twarm = tw.fit()
         tvalue, tgrad = tw.moved_calls()
         variants.update({"tensorwaves value": tvalue, "tensorwaves value + gradient": tgrad})
+    zwarm, twarm = _warm_fits(zc, tw, cfg.warm_repeats)
     # (c) before the per-call timing: the first fit after value_at / value_gradient_at calls pays a one-off ~0.3 s
     width_note = _width_change(sample, zc, label, tw_ok) if scenario == "couplings" else None
     per_call = time_interleaved(variants, repeats=cfg.repeats, warmup=2, inner=1)
@@ -420,10 +434,11 @@ def _model_sections(key: str, cfg: Config, tw_ok: bool) -> tuple[list[tuple[str,
     text = markdown_table(rows)
     if key not in cfg.all_free:
         text += "\n\n(--quick: the fit with masses and widths free is left out for this model.)"
-    text += ("\n\nEach time is one fit (MIGRAD + HESSE; not a median). First fit: a fresh model object's build, "
-             "first value + gradient call (tracing; jax: compiling) and fit; warm fit: a second fit of the same "
-             "object from the same start. Per-evaluation times: medians of interleaved calls at alternating points "
-             f"(every free parameter moves). `doit()` of the model (shared, not in the rows): {sample.doit_s:.2f} s."
+    text += ("\n\nFits are MIGRAD + HESSE. First fit (one fit): a fresh model object's build, first value + gradient "
+             "call (tracing; jax: compiling) and fit; warm fit: of the same object from the same start, the median of "
+             f"{cfg.warm_repeats} fits, the two sides' interleaved. Per-evaluation times: medians of interleaved calls at "
+             "alternating points (every free parameter moves). `doit()` of the model (shared, not in the rows): "
+             f"{sample.doit_s:.2f} s."
              "\n\n" + "\n\n".join(notes))
     sections = [(f"{spec.title}: intensity, bridged zcache model vs tensorwaves (numpy)", _intensity_check(sample, tw_ok)),
                 (f"{spec.title}: fits, same start and data", text)]

@@ -911,6 +911,46 @@ def test_the_coherent_sums_gradient_slices_nothing():
     np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
+    """Issue 26: a moved group's fused programs take the data's (N, columns) matrix and slice it inside
+    XLA (sliced outside, each column was a strided copy per call): the graph of a value + gradient
+    holds no slice of the events. A Data whose columns come in another order, with one more, gives
+    the same value and gradient (reordered once), equal to the uncached model's."""
+    model, loss, plain = _two_resonances("events_matrix", True)
+    events = loss.datasets()[0].value().numpy()
+    extra = np.random.default_rng(1).normal(size=len(events))
+    shuffled = zcache.Data(np.stack([events[:, 1], extra, events[:, 0]], axis=1), obs=["y", "z", "x"],
+                           name="events_matrix_shuffled")
+    other = UnbinnedNLL(model, shuffled)
+    params = [p for p in loss.params if p.floating]
+    assert {p.name for p in params} >= {"m1", "g1"}
+    with zcache.set_graph_mode(mode == "graph"):
+        value, grad = loss.value_gradient(params)
+        value_other, grad_other = other.value_gradient(params)
+        ref_value, ref_grad = plain.value_gradient([next(q for q in plain.params if q.name == p.name) for p in params])
+    np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-12)
+    np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(float(value_other), float(value), rtol=1e-13)
+    np.testing.assert_allclose(grad_other.numpy(), grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert model._times_programs, "the floating line shape's group is fused"
+    if mode == "graph":  # a compiled fit's value + gradient, called at every step: the events enter XLA whole
+        from zcache._fitting.compiled_fit import CompiledFit
+
+        result = Minuit().minimize(loss)
+        assert result.valid and result.path == "compiled"
+        [program] = CompiledFit.of(loss, params)._programs.values()
+        [concrete] = program._list_all_concrete_functions()
+        graphs = {f.graph.name: f.graph for f in concrete.graph._functions.values()}
+        assert {"_value_gradient", "times", "vjp"} <= set(graphs)
+        events = tf.TensorShape([None, 2])
+        slices = [(name, op.type) for name, graph in graphs.items() if name not in ("times", "vjp")
+                  for op in graph.get_operations() if op.inputs and op.inputs[0].dtype == tf.float64
+                  and op.inputs[0].shape == events
+                  and op.type in ("StridedSlice", "Slice", "Unpack", "GatherV2", "Split", "SplitV", "Transpose")]
+        assert slices == []
+
+
 @pytest.mark.parametrize("floating", [True, False])
 def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(floating):
     """Issue 26: a group whose line shape floats is computed at every call of a fit; its fused program

@@ -991,15 +991,32 @@ class SymbolicModel(Model, CoherentIntensity):
         data = tf.convert_to_tensor(data, tf.float64)
         return data[:, self.space.obs.index(name)] if data.shape.rank == 2 else data
 
-    def _obs_columns(self, data: Data) -> list[tf.Tensor]:
-        """The space's columns of ``data``, sliced once per evaluation for all groups' programs.
+    def _events(self, data: Any) -> tf.Tensor:
+        """(N, columns): ``data``'s events with the space's columns in order, the group programs' input.
 
-        Each group's program takes every column (N,); sliced per call, a compiled fit's program made
-        84 slices of the (N, 7) J/psi data per value + gradient (no Grappler there to merge them).
+        The programs take the matrix as stored and slice their columns inside: in an XLA program
+        the slices are read in the loops that use them. Sliced outside, each column of the (N, 7)
+        D0 data was a strided copy: 1 ms per dataset and value + gradient call at 1e5 events, a
+        tenth of a warm fit. Reordered (a Data whose columns are in another order, or more of
+        them) once per evaluation.
         """
-        obs = tuple(self.space.obs)
-        return once_per_evaluation(("columns", data.node_id, obs), lambda: [self.column(n, data) for n in obs],
+        if not isinstance(data, Data):  # a tensor in the space's column order (see column)
+            data = tf.convert_to_tensor(data, tf.float64)
+            return data if data.shape.rank == 2 else data[:, None]
+        values = data.value()
+        if values.shape.rank == 1:
+            return values[:, None]
+        obs = list(self.space.obs)
+        if list(data.obs) == obs:
+            return values
+        return once_per_evaluation(("events", data.node_id, tuple(obs)),
+                                   lambda: tf.gather(values, [data.obs.index(n) for n in obs], axis=1),
                                    reads=(data,))
+
+    def _named_columns(self, events: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The space's columns (N,) of a program's ``events`` (N, columns), by name."""
+        obs = list(self.space.obs)
+        return dict(zip(obs, tf.unstack(events, len(obs), axis=1), strict=True))
 
     def to_data(self, columns: Any, name: str = "data") -> Data:
         """A :class:`zcache.Data` with this model's observables from ``name -> array`` columns (or four-momenta).
@@ -1037,13 +1054,12 @@ class SymbolicModel(Model, CoherentIntensity):
         if not (self.cache and isinstance(data, Data)):
             return self._group_terms(g, data, {})
         symbols, program = self._group_program(g)
-        columns = self._obs_columns(data)
         values = [self.symbol_params[s].value() for s in symbols]
-        out = program(self._data_stack(data), columns, values)  # (H K_g, N) when fused
+        out = program(self._data_stack(data), self._events(data), values)  # (H K_g, N) when fused
         return tf.reshape(out, [len(self._terms), len(self._groups[g][1]), -1])
 
     def _group_program(self, g: int) -> tuple[list[Any], Any]:
-        """Group ``g``'s amplitudes as one ``tf.function`` of (data-only stack, columns, parameter values).
+        """Group ``g``'s amplitudes as one ``tf.function`` of (data-only stack, events, parameter values).
 
         Traced once for every dataset (the events axis is left open) and every caller: the
         value, the gradient (TensorFlow differentiates the call with the function's own
@@ -1059,8 +1075,8 @@ class SymbolicModel(Model, CoherentIntensity):
                  for s in symbols]
         signature = self._program_signature(specs)
 
-        def group(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], fused: bool = False) -> Any:
-            return self._group_rows(g, symbols, stack, columns, values, fused)
+        def group(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor], fused: bool = False) -> Any:
+            return self._group_rows(g, symbols, stack, events, values, fused)
 
         # fused: XLA forward and backward programs (zcache._fitting.fused); real parameters only (its
         # backward pass returns real cotangents), and not where TensorFlow's tape internals are missing.
@@ -1075,11 +1091,11 @@ class SymbolicModel(Model, CoherentIntensity):
         return found
 
     def _program_signature(self, value_specs: list[tf.TensorSpec]) -> list[Any]:
-        """A group program's input signature: the data-only stack, the columns, then ``value_specs``."""
+        """A group program's input signature: the data-only stack, the events (:meth:`_events`), then ``value_specs``."""
         return [tf.TensorSpec([len(self._translator.data_points), None], tf.complex128),
-                [tf.TensorSpec([None], tf.float64) for _ in self.space.obs], list(value_specs)]
+                tf.TensorSpec([None, len(self.space.obs)], tf.float64), list(value_specs)]
 
-    def _group_rows(self, g: int, symbols: list[Any], stack: tf.Tensor, columns: list[tf.Tensor],
+    def _group_rows(self, g: int, symbols: list[Any], stack: tf.Tensor, events: tf.Tensor,
                     values: list[tf.Tensor], fused: bool) -> Any:
         """Group ``g``'s amplitudes from a program's inputs (``values`` in the order of ``symbols``).
 
@@ -1093,10 +1109,10 @@ class SymbolicModel(Model, CoherentIntensity):
             # backward program at 1e5 events: 25.6 ms -> 9.6 ms. Fused programs only: in plain
             # TensorFlow the parameter-only sub-expressions (m**2, m**7) would become kernels
             # over the events.
-            zeros = tf.zeros_like(columns[0])
+            zeros = tf.zeros_like(events[:, 0])
             values = [v + zeros for v in values]
         memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
-        return self._group_terms(g, dict(zip(self.space.obs, columns, strict=True)), memo, rows=fused)
+        return self._group_terms(g, self._named_columns(events), memo, rows=fused)
 
     def _group_parameters(self, g: int) -> list[Any]:
         return [self.symbol_params[s] for s in self._groups[g][0]]
@@ -1131,11 +1147,10 @@ class SymbolicModel(Model, CoherentIntensity):
             program = self._times_program(g)
             if program is not None:
                 symbols, _ = self._group_program(g)
-                columns = self._obs_columns(data)
                 parts = tf.unstack(c, len(self._groups[g][1]))
                 values = ([self.symbol_params[s].value() for s in symbols]
                           + [xla_ops.real(ck) for ck in parts] + [xla_ops.imag(ck) for ck in parts])
-                return program(self._data_stack(data), columns, values)
+                return program(self._data_stack(data), self._events(data), values)
         return super()._group_times(g, c, data)
 
     def _times_program(self, g: int) -> Any:
@@ -1153,9 +1168,9 @@ class SymbolicModel(Model, CoherentIntensity):
         n_sym, n_c, n_h = len(symbols), len(self._groups[g][1]), len(self._terms)
         signature = self._program_signature([tf.TensorSpec([], tf.float64)] * (n_sym + 2 * n_c))
 
-        def times(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> list[tf.Tensor]:
-            rows = self._group_rows(g, symbols, stack, columns, values[:n_sym], True)  # row h K_g + k
-            zeros = tf.zeros_like(columns[0])  # the couplings widened over the events too
+        def times(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor]) -> list[tf.Tensor]:
+            rows = self._group_rows(g, symbols, stack, events, values[:n_sym], True)  # row h K_g + k
+            zeros = tf.zeros_like(events[:, 0])  # the couplings widened over the events too
             parts = [v + zeros for v in values[n_sym:]]
             c = [tf.complex(re, im) for re, im in zip(parts[:n_c], parts[n_c:], strict=True)]
             return [functools.reduce(tf.add, [c[k] * rows[h * n_c + k] for k in range(n_c)]) for h in range(n_h)]
@@ -1243,9 +1258,8 @@ class SymbolicModel(Model, CoherentIntensity):
                     params: Sequence[Parameter]) -> tuple[tf.Tensor, ...]:
         symbols, _ = self._group_program(g)
         program = self._jet_program(g, self._line_symbols(g, params))
-        columns = [self.column(name, data) for name in self.space.obs]
         values = [self.symbol_params[s].value() for s in symbols]
-        return program(self._data_stack(data), columns, values, c, w)
+        return program(self._data_stack(data), self._events(data), values, c, w)
 
     def _jet_program(self, g: int, diff: tuple[Any, ...]) -> Any:
         """Group ``g``'s columns, first and second derivatives by ``diff``, contracted (one ``tf.function`` per group)."""
@@ -1259,14 +1273,13 @@ class SymbolicModel(Model, CoherentIntensity):
         pair_list = jets_.pairs(n_l)
         signature = [*self._program_signature([tf.TensorSpec([], tf.float64)] * len(symbols)),
                      tf.TensorSpec([n_k], tf.complex128), tf.TensorSpec([n_h, None], tf.complex128)]
-        obs = list(self.space.obs)
 
-        def jets(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], c: tf.Tensor,
+        def jets(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor], c: tf.Tensor,
                  w: tf.Tensor) -> tuple[tf.Tensor, ...]:
             memo: dict[Any, Any] = {_STACK: stack, **dict(zip(symbols, values, strict=True))}
-            data = dict(zip(obs, columns, strict=True))
+            data = self._named_columns(events)
             index = {s: j for j, s in enumerate(diff)}
-            like = tf.zeros_like(columns[0], tf.complex128)
+            like = tf.zeros_like(events[:, 0], tf.complex128)
             cs, ws = tf.unstack(c, n_k), tf.unstack(w, n_h)
             memo_jets: dict[Any, jets_.Jet] = {}
             rows, d_rows, t, u = [], [[like] * n_h for _ in range(n_l)], [[0.0] * n_l for _ in range(n_k)], [0.0] * len(pair_list)

@@ -5,7 +5,7 @@ hundred element-wise operations over (H, K, N) complex tensors that depend on a 
 (a mass, a width). Run as TensorFlow kernels, each operation is a pass over memory, and TensorFlow's
 backward pass reads every intermediate the forward pass kept.
 
-:func:`fused_program` turns the group's function ``fn(stack, columns, values)`` into a program whose
+:func:`fused_program` turns the group's function ``fn(stack, events, values)`` into a program whose
 forward pass is ``fn`` compiled with XLA (one loop over the events) and whose backward pass is a second
 XLA program that recomputes ``fn`` and differentiates it in the same loop (rematerialization): nothing
 but the inputs is kept between the two, and each is one pass over memory. The parameters' cotangents
@@ -31,7 +31,7 @@ derivatives in the forward pass by forward-mode accumulators (the backward pass 
 still; XLA on the forward pass alone with TensorFlow differentiating it, which must return every
 intermediate.
 
-Gradients with respect to the data (``stack``, ``columns``) are not propagated: they are event columns,
+Gradients with respect to the data (``stack``, ``events``) are not propagated: they are event columns,
 which no fit differentiates.
 """
 
@@ -47,22 +47,25 @@ from .._engine.tf_internals import recording_resumed
 __all__ = ["fused_program"]
 
 
-def fused_program(fn: Callable[[tf.Tensor, list[tf.Tensor], list[tf.Tensor]], Any],
+def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
                   signature: Sequence[Any], n_values: int) -> Any:
     """``fn`` as a ``tf.function`` of the same ``signature``: XLA forward, XLA (recompute + reverse mode) backward.
 
     Parameters
     ----------
     fn : callable
-        ``fn(stack, columns, values) -> A``: ``stack`` a tensor, ``columns`` a list of tensors (data),
-        ``values`` a list of ``n_values`` real float64 scalars; ``A`` a tensor, or a list of tensors of
-        one shape, which the program returns stacked along a new first axis. The stack is made outside
+        ``fn(stack, events, values) -> A``: ``stack`` and ``events`` tensors (data; ``events`` the
+        (N, columns) matrix as stored, sliced inside the program, where XLA reads each column in the
+        loops that use it: sliced outside, each column was a strided copy, 2 ms of a D0 value +
+        gradient call at 1e5 + 1e5 events), ``values`` a list of ``n_values`` real float64 scalars;
+        ``A`` a tensor, or a list of tensors of one shape, which the program returns stacked along a new
+        first axis. The stack is made outside
         XLA: XLA's CPU code for a concatenation of fused operands evaluates each operand's expression
         per output element, without vectorizing, and recomputes what the operands share (measured on
         the J/psi model's spin-2 group, 12 rows of 1e5 events: 20 ms as one (H, N, K) output, 5 ms as
         a list, 8 ms with TensorFlow's stack after it).
     signature : sequence
-        ``fn``'s input signature, ``[stack_spec, [column_specs], [value_specs]]``.
+        ``fn``'s input signature, ``[stack_spec, events_spec, [value_specs]]``.
     n_values : int
         The number of values (at least one).
 
@@ -75,22 +78,22 @@ def fused_program(fn: Callable[[tf.Tensor, list[tf.Tensor], list[tf.Tensor]], An
     Examples
     --------
     >>> import tensorflow as tf
-    >>> def line(stack, columns, values):
+    >>> def line(stack, events, values):
     ...     m, g = values
-    ...     z = 1.0 / tf.complex(m**2 - columns[0] ** 2, -m * g)
+    ...     z = 1.0 / tf.complex(m**2 - events[:, 0] ** 2, -m * g)
     ...     return tf.reshape(z, [1, -1, 1]) * stack[0][None, :, None]
-    >>> spec = [tf.TensorSpec([1, None], tf.complex128), [tf.TensorSpec([None], tf.float64)],
+    >>> spec = [tf.TensorSpec([1, None], tf.complex128), tf.TensorSpec([None, 1], tf.float64),
     ...         [tf.TensorSpec([], tf.float64)] * 2]
     >>> fused = fused_program(line, spec, 2)
-    >>> x = tf.constant([0.7, 0.8, 0.9], tf.float64)
+    >>> x = tf.constant([[0.7], [0.8], [0.9]], tf.float64)
     >>> stack = tf.ones([1, 3], tf.complex128)
     >>> m, g = tf.constant(0.8, tf.float64), tf.constant(0.1, tf.float64)
     >>> with tf.GradientTape() as tape:
     ...     tape.watch([m, g])
-    ...     loss = tf.reduce_sum(tf.abs(fused(stack, [x], [m, g])) ** 2)
+    ...     loss = tf.reduce_sum(tf.abs(fused(stack, x, [m, g])) ** 2)
     >>> with tf.GradientTape() as plain:
     ...     plain.watch([m, g])
-    ...     reference = tf.reduce_sum(tf.abs(line(stack, [x], [m, g])) ** 2)
+    ...     reference = tf.reduce_sum(tf.abs(line(stack, x, [m, g])) ** 2)
     >>> [float(abs(a - b) / abs(b)) < 1e-12 for a, b in zip(tape.gradient(loss, [m, g]),
     ...                                                       plain.gradient(reference, [m, g]))]
     [True, True]
@@ -103,54 +106,44 @@ def fused_program(fn: Callable[[tf.Tensor, list[tf.Tensor], list[tf.Tensor]], An
     def stacked(out: Any) -> tf.Tensor:
         return tf.stack(out) if isinstance(out, (list, tuple)) else out
 
-    def vjp(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor], da: tf.Tensor) -> tf.Tensor:
+    def vjp(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor], da: tf.Tensor) -> tf.Tensor:
         # (P,): the values' cotangents, fn recomputed and differentiated in one program. Its trace may
         # be made where tapes are paused (a gradient taken inside a cache's miss branch, built with
         # tf_internals.stop_recording): paused, this tape would record nothing and give zeros (item 14).
         with recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(values)
-            a = stacked(fn(stack, columns, values))  # (in XLA the stack is dead code: only its gradient is used)
+            a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
         return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
 
     forward = tf.function(fn, jit_compile=True, autograph=False)
     backward = tf.function(vjp, jit_compile=True, autograph=False)
 
-    def split(flat: Sequence[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
-        # custom_gradient takes tensors only: (stack, *columns, *values) back into fn's arguments
-        n_columns = len(flat) - 1 - n_values
-        return flat[0], list(flat[1:1 + n_columns]), list(flat[1 + n_columns:])
-
-    def body(stack: tf.Tensor, columns: list[tf.Tensor], values: list[tf.Tensor]) -> tf.Tensor:
-        n_columns = len(columns)
-
+    def body(stack: tf.Tensor, events: tf.Tensor, values: list[tf.Tensor]) -> tf.Tensor:
+        # custom_gradient takes tensors only: (stack, events, *values)
         @tf.custom_gradient
-        def fused(*flat: tf.Tensor) -> Any:
-            st, cols, vals = split(flat)
-
+        def fused(st: tf.Tensor, ev: tf.Tensor, *vals: tf.Tensor) -> Any:
             def grad(da: tf.Tensor) -> tuple:
-                bar = cotangents(da, st, *cols, *vals)
-                return (None, *([None] * n_columns), *tf.unstack(bar, n_values))
+                bar = cotangents(da, st, ev, *vals)
+                return (None, None, *tf.unstack(bar, n_values))
 
-            return stacked(forward(st, cols, vals)), grad
+            return stacked(forward(st, ev, list(vals))), grad
 
-        return fused(stack, *columns, *values)
+        return fused(stack, events, *values)
 
     @tf.custom_gradient
     def cotangents(da: tf.Tensor, *flat: tf.Tensor) -> Any:
         # Local copies: custom_gradient hands this function the caller's tensors (of another graph), and
         # its own backward pass may be built in a graph that reaches only tensors made here.
-        da, *flat = [tf.identity(t) for t in (da, *flat)]
-        st, cols, vals = split(flat)
-        n_columns = len(cols)
+        da, st, ev, *vals = [tf.identity(t) for t in (da, *flat)]
 
         def second_order(u: tf.Tensor) -> tuple:
             # reverse over reverse through the plain fn (as without fusing)
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch([da, *vals])
-                bar = vjp(st, cols, vals, da)
+                bar = vjp(st, ev, vals, da)
             d_da, *d_vals = tape.gradient(bar, [da, *vals], output_gradients=u, unconnected_gradients=zero)
-            return (d_da, None, *([None] * n_columns), *d_vals)
+            return (d_da, None, None, *d_vals)
 
-        return backward(st, cols, vals, da), second_order
+        return backward(st, ev, vals, da), second_order
 
     return tf.function(body, input_signature=signature, autograph=False)
