@@ -61,6 +61,10 @@ MOVES = {"mu": (4.6, 5.4), "sigma": (0.45, 0.8), "lam": (-0.45, -0.18), "nsig": 
 TOL = 1e-4  # EDM tolerance of every fit, zcache's and the reference's: edm < 2e-7 ...
 VALUE_TOL = 2e-3  # ... so the two minima agree to about 1e-3 of the errors
 MINOS_REL = 3e-3  # MINOS crossings at TOL are good to ~2e-4; the two minima differ a little too
+#: a fit with an undetermined parameter (flat NLL, possibly bumpy): local minima may differ by this much
+#: in the NLL (1/2 is one standard deviation) and the determined parameters by this fraction of their error
+UNDETERMINED_NLL_TOL = 1e-3
+UNDETERMINED_VALUE_TOL = 0.1
 #: the floating parameters of a search at a known mass (small_signal_fit), and their start
 SEARCH = ("lam", "nsig", "nbkg")
 SEARCH_START = {"lam": -0.3, "nsig": 5.0, "nbkg": 450.0}
@@ -232,17 +236,21 @@ class FitMachine(RuleBasedStateMachine):
         ref = np_minuit(self.x, before, floating)
         assert ref.valid, "the reference fails where zcache converged"
         undetermined = self._undetermined({**before, **{n: ref.values[n] for n in floating}}, floating)
+        # With a parameter the data do not determine, the NLL along it is flat to within 1/2 but may have
+        # bumps (a signal of a fraction of an event placed on a fluctuation, its mean floating): the two
+        # fits may stop at different local minima (equal to ~1e-4 in the NLL), and the others follow.
+        value_tol = VALUE_TOL if not undetermined else UNDETERMINED_VALUE_TOL
         for n in floating:
             name = self.p[n].name
             if n in undetermined:
                 continue
-            assert abs(result.values[name] - ref.values[n]) <= VALUE_TOL * ref.errors[n], (
+            assert abs(result.values[name] - ref.values[n]) <= value_tol * ref.errors[n], (
                 n, result.values[name], ref.values[n], ref.errors[n])
         if undetermined:
-            # Every value of such a parameter is a minimum (sigma of a signal whose yield is at its limit 0):
-            # the fits agree on the NLL, not on where they stop along it, and no curvature error exists.
+            # Every value of such a parameter is (nearly) a minimum (sigma of a signal whose yield is at its
+            # limit 0): the fits agree on the NLL, not on where they stop along it, and no curvature error exists.
             note(f"not determined by the data: {undetermined}; compared the NLL at the minima only")
-            assert result.fmin == pytest.approx(ref.fval, abs=1e-5)
+            assert result.fmin == pytest.approx(ref.fval, abs=UNDETERMINED_NLL_TOL)
             return
         # the errors as documented (the curvature in the parameters themselves; Minuit's HESSE of
         # the numpy NLL agrees away from limits, not next to one)
@@ -505,7 +513,10 @@ class FitMachine(RuleBasedStateMachine):
             at = dict(fitted.values)
             fmin = np_extended_nll(fitted.x, *at.values())
             scan = [np_extended_nll(fitted.x, *{**at, n: g}.values()) - fmin for g in grid]
-            assert (delta <= np.array(scan) + 1e-5).all() and abs(delta[1]) < 1e-5
+            assert (delta <= np.array(scan) + 1e-5).all() and delta.min() > -1e-5
+            # the grid is centred on the best value unless a limit cuts it (a yield at 0: [0, 2 sigma])
+            if not (np.isclose(grid[0], LIMITS[n][0]) or np.isclose(grid[-1], LIMITS[n][1])):
+                assert grid[1] == pytest.approx(at[n], rel=1e-12, abs=1e-12) and abs(delta[1]) < 1e-5
         elif kind == "minuit.mnprofile":
             result.minuit.mnprofile(name, size=3, bound=1.0)
         else:
@@ -523,8 +534,11 @@ class FitMachine(RuleBasedStateMachine):
         if reference is None:
             return
         assert valid, f"MINOS of {n} invalid where the reference's is valid: {reference}"
-        assert lower == pytest.approx(reference[0], rel=MINOS_REL), (n, lower, reference)
-        assert upper == pytest.approx(reference[1], rel=MINOS_REL), (n, upper, reference)
+        # relative to the interval's width too: a lower crossing at the limit 0 of a yield fitted at 2e-10
+        # is -2.26e-10 on one side and -2.27e-10 on the other (where each fit stopped), both "the limit"
+        width = MINOS_REL * (reference[1] - reference[0])
+        assert lower == pytest.approx(reference[0], rel=MINOS_REL, abs=width), (n, lower, reference)
+        assert upper == pytest.approx(reference[1], rel=MINOS_REL, abs=width), (n, upper, reference)
 
     @precondition(lambda self: self.floating())
     @rule()
