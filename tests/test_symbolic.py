@@ -911,6 +911,39 @@ def test_the_coherent_sums_gradient_slices_nothing():
     np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-9, atol=1e-9)
 
 
+def test_the_data_only_stack_holds_real_rows():
+    """Issue 26: the cached data-only sub-expressions are float64 rows, a complex one as two (its real
+    and imaginary parts): the group programs that read them at every call of a fit are bound by
+    memory, and a real value stored as complex was twice its bytes. Each point's rows equal the
+    sub-expression evaluated by numpy (sympy.lambdify), and the model's value and gradient the
+    uncached model's."""
+    x, y, m1, g1, m2, g2, c1, c2 = sp.symbols("x y m1 g1 m2 g2 c1 c2")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - x**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.exp(sp.I * y) + c2 * bw2 * sp.cos(y) ** 2) ** 2
+    rng = np.random.default_rng(8)
+    cols = {"x": rng.uniform(0.3, 1.5, 3000), "y": rng.uniform(0, np.pi, 3000)}
+    params = {m1: dict(value=0.9, lower=0.5, upper=1.3, floating=True), g1: 0.1, m2: 0.77, g2: 0.15,
+              c1: 1.0 + 0j, c2: 0.4 - 0.3j}
+    model = SymbolicModel(expr, params, ["x", "y"], cols, name="real_rows")
+    plain = SymbolicModel(expr, params, ["x", "y"], cols, name="real_rows_plain", cache=False)
+    data = zcache.Data(np.stack([cols["x"][:500], cols["y"][:500]], axis=1), obs=["x", "y"], name="real_rows_data")
+    stack = model._data_stack(data).numpy()
+    layout = model._translator.stack_rows()
+    kinds = {bool(complex_) for _, complex_ in layout.values()}
+    assert stack.dtype == np.float64 and kinds == {True, False}  # both kinds occur in this model
+    assert stack.shape == (sum(2 if c else 1 for _, c in layout.values()), 500)
+    for node, (row, complex_) in layout.items():
+        want = np.broadcast_to(sp.lambdify([x, y], node, modules="numpy")(cols["x"][:500], cols["y"][:500]), (500,))
+        got = stack[row] + 1j * stack[row + 1] if complex_ else stack[row]
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, err_msg=str(node))
+        assert complex_ == bool(np.iscomplexobj(want)), node
+    losses = [UnbinnedNLL(m, data) for m in (model, plain)]
+    got, want = (loss.value_gradient([q for q in loss.params if q.floating]) for loss in losses)
+    np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-12)
+    np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
     """Issue 26: a moved group's fused programs take the data's (N, columns) matrix and slice it inside
