@@ -4,9 +4,11 @@ The peak resident set of a process only grows, so each side's fit runs in a fres
 (``python _rss_fit.py SIDE MODEL DATA.npz FREE.json``): it imports only its own side (the
 tensorwaves child never imports TensorFlow or zcache), builds the ampform model, computes
 ``doit()``, loads the events the parent drew, reads its baseline resident set, then runs the
-first fit (build + first call + fit, as ``bench_symbolic.py`` times it) and reports its peak
-resident set on one line of JSON. zcache's child starts with an empty compile cache
-(``ZCACHE_CACHE_DIR`` in a temporary folder). :func:`measure` is the parent's side.
+first fit (build + first call + fit, as ``bench_symbolic.py`` times it), reads its peak resident
+set, then runs the warm fits asked for (the same object's further fits from the same start: a
+process with one library in it, as a user runs it) and reports on one line of JSON. zcache's
+child starts with an empty compile cache (``ZCACHE_CACHE_DIR`` in a temporary folder).
+:func:`measure` is the parent's side.
 
 The peak is ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this process image),
 not ``getrusage(RUSAGE_SELF).ru_maxrss``: on Linux ``ru_maxrss`` survives ``fork`` and
@@ -61,7 +63,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, np.ndarray],
-            free: list[str], fused: bool | str = "auto") -> dict[str, Any]:
+            free: list[str], fused: bool | str = "auto", warm: int = 0) -> dict[str, Any]:
     """Run the first fit of ``side`` (``"zcache"`` or ``"tensorwaves"``) in a child process.
 
     Parameters
@@ -76,13 +78,16 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         Names of the free parameters (sympy symbols' names).
     fused : bool or "auto"
         zcache only: the bridged model's ``fused`` option (default ``"auto"``, zcache's default).
+    warm : int
+        How many warm fits follow the first (after its peak is read).
 
     Returns
     -------
     dict
         ``peak_mib``, ``baseline_mib``, ``seconds`` (the first fit in the child), ``valid``, ``path``;
         ``peak_private_mib`` and ``baseline_private_mib`` (``RssAnon``: sampled peak during the fit, and at
-        the baseline) and ``baseline_files_mib`` (``RssFile``, the libraries' pages, at the baseline).
+        the baseline) and ``baseline_files_mib`` (``RssFile``, the libraries' pages, at the baseline);
+        ``warm_seconds`` (one per warm fit) and ``warm_valid``.
     """
     env = child_env()
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,7 +97,7 @@ def measure(side: str, model: str, phsp: dict[str, np.ndarray], data: dict[str, 
         env["ZCACHE_CACHE_DIR"] = str(Path(tmp) / "zcache_cache")
         events, names = write_inputs(Path(tmp), phsp, data, free)
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), side, model, str(events), str(names),
-                               {True: "fused", False: "plain"}.get(fused, "auto")],
+                               {True: "fused", False: "plain"}.get(fused, "auto"), str(int(warm))],
                               capture_output=True, text=True, env=env, cwd=HERE.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(_MARK)]
     if proc.returncode or not lines:
@@ -189,7 +194,7 @@ class _PrivatePeak:
             self.peak = max(self.peak, now)
 
 
-def _child(side: str, model_key: str, events: str, names: str, variant: str = "auto") -> dict[str, Any]:
+def _child(side: str, model_key: str, events: str, names: str, variant: str = "auto", warm: str = "0") -> dict[str, Any]:
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import _peers_tensorwaves as peers
@@ -214,7 +219,12 @@ def _child(side: str, model_key: str, events: str, names: str, variant: str = "a
                                       [s for s in model.parameter_defaults if s.name in free], peers.fit_limits)
             fit = tw.fit()
     seconds = time.perf_counter() - t0
-    return {"peak_mib": peak_rss_mib(), "baseline_mib": baseline, "seconds": seconds, "valid": bool(fit["valid"]),
+    peak = peak_rss_mib()
+    # warm fits after the peak is read: the same object's further fits from the same start, in a process of
+    # this side's library alone
+    warm_fits = [(zc if side == "zcache" else tw).fit() for _ in range(int(warm))]
+    return {"warm_seconds": [w["seconds"] for w in warm_fits], "warm_valid": all(w["valid"] for w in warm_fits),
+            "peak_mib": peak, "baseline_mib": baseline, "seconds": seconds, "valid": bool(fit["valid"]),
             "peak_private_mib": private.peak, "baseline_private_mib": baseline_private,
             "baseline_files_mib": baseline_files,
             "path": fit.get("path", "iminuit MIGRAD"),
@@ -222,4 +232,4 @@ def _child(side: str, model_key: str, events: str, names: str, variant: str = "a
 
 
 if __name__ == "__main__":
-    print(_MARK + json.dumps(_child(*sys.argv[1:6])), flush=True)
+    print(_MARK + json.dumps(_child(*sys.argv[1:7])), flush=True)

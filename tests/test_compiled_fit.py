@@ -460,3 +460,48 @@ def test_made_positive_definite_only_for_flat_directions():
     saddle = np.array([[1.0, 0.0], [0.0, -0.5]])
     assert not bool(made_positive_definite(tf.constant(saddle))[1])
     assert not bool(made_positive_definite(tf.constant(np.array([[1.0, 2.0], [2.0, 1.0]])))[1])
+
+
+# -- a Hessian with an exact block (structured_hessian="auto") --------------------------------------
+@pytest.mark.parametrize("traced", [False, True])
+def test_forward_hessian_takes_an_exact_block_and_differences_the_rest(traced):
+    """forward_hessian with ``block``: the block's entries are the given ones, the mixed and the other
+    entries forward differences (against the analytic Hessian), one gradient per differenced parameter;
+    a block of every parameter is the given matrix, and a wrong block shows where it sits."""
+    from zcache._fitting.batched_bfgs import forward_hessian
+
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(5, 5))
+    a = a @ a.T + np.eye(5)
+    calls = []
+
+    def vg(x):  # f = x A x / 2 + sum x^4 / 4
+        calls.append(1)
+        g = tf.einsum("ij,bj->bi", a, x) + x**3
+        return 0.5 * tf.reduce_sum(x * (g - x**3), axis=1) + 0.25 * tf.reduce_sum(x**4, axis=1), g, tf.ones([1], tf.bool)
+
+    x = tf.constant([[0.3, -0.2, 0.5, 0.1, -0.4]], tf.float64)
+    exact = a + np.diag(3.0 * x.numpy()[0] ** 2)
+    lower, upper = tf.fill([5], tf.constant(-9.0, tf.float64)), tf.fill([5], tf.constant(9.0, tf.float64))
+    _, g, _ = vg(x)
+
+    def hessian(block):
+        fn = lambda: forward_hessian(vg, x, g, tf.ones_like(x), lower, upper, 1e-6, block)[0]  # noqa: E731
+        calls.clear()
+        out = tf.function(fn, autograph=False)() if traced else fn()
+        return out.numpy(), len(calls)
+
+    plain, n_plain = hessian(None)
+    inside = [1, 3]
+    mixed, n_mixed = hessian((inside, lambda _: tf.constant(exact[np.ix_(inside, inside)])[None]))
+    assert np.abs(plain - exact).max() < 1e-5 and np.abs(mixed - exact).max() < 1e-5
+    np.testing.assert_array_equal(mixed[np.ix_(inside, inside)], exact[np.ix_(inside, inside)])
+    np.testing.assert_array_equal(mixed, mixed.T)
+    if not traced:  # eager: one gradient per differenced parameter (traced, the loop body is traced once)
+        assert (n_plain, n_mixed) == (5, 3)
+    whole, _ = hessian((range(5), lambda _: tf.constant(exact)[None]))
+    np.testing.assert_array_equal(whole, exact)
+    wrong, _ = hessian((inside, lambda _: tf.zeros([1, 2, 2], tf.float64)))
+    np.testing.assert_array_equal(wrong[np.ix_(inside, inside)], 0.0)
+    np.testing.assert_allclose(np.delete(np.delete(wrong, inside, 0), inside, 1),
+                               np.delete(np.delete(mixed, inside, 0), inside, 1), rtol=1e-12)

@@ -102,6 +102,8 @@ def test_fit_errors_are_named_and_leave_parameters_unchanged(sample):
         Minuit(strategy=3)
     with pytest.raises(ValueError):
         Minuit(tol=0.0)
+    with pytest.raises(ValueError, match="structured_hessian"):
+        Minuit(structured_hessian="yes")
     # a model that is zero at an event: the loss is infinite at the start
     narrow = zcache.Parameter("sigma_narrow", 0.01, lower=0.001, upper=1.0)
     far = zcache.Parameter("mu_far", -7.0, lower=-8.0, upper=8.0)

@@ -433,6 +433,31 @@ class BaseLoss:
         """
         return self._structured_parts(params) is not None
 
+    def structured_hessian_block(self, params: Sequence[Parameter]) -> list[int]:
+        """Positions of ``params`` whose block of :meth:`structured_hessian` costs about one pass over the data.
+
+        The couplings of a bridged amplitude model (:meth:`zcache.models.Model.nll_hessian_block`),
+        for an unbinned NLL without constraints or yield and a :class:`SimultaneousLoss` of such
+        losses (the positions every part offers). Where line shapes float, a compiled fit takes
+        this block exactly and differences the other parameters' gradients only: one gradient per
+        line-shape parameter instead of one per parameter (:class:`zcache.minimize.Minuit`'s
+        ``structured_hessian="auto"``).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The fitted parameters, in the Hessian's order.
+
+        Returns
+        -------
+        list of int
+            Sorted positions in ``params``; empty where the loss offers no such block.
+        """
+        return sorted(self._structured_block(params))
+
+    def _structured_block(self, params: Sequence[Parameter]) -> list[int]:
+        return []
+
     def structured_hessian(self, params: Sequence[Parameter]) -> tf.Tensor | None:
         """The loss's exact Hessian from its model's structure (:meth:`zcache.models.Model.nll_hessian`), or None.
 
@@ -691,6 +716,9 @@ class UnbinnedNLL(BaseLoss):
             return None
         return [lambda: self.model.nll_hessian(self.data, params)]
 
+    def _structured_block(self, params: Sequence[Parameter]) -> list[int]:
+        return [] if self.extended or self.constraints else self.model.nll_hessian_block(params)
+
     def _events_term(self) -> tuple[tf.Tensor, tf.Tensor]:
         r""":math:`-\sum_i w_i \log p(x_i)` and the events it counts (:math:`\sum_i w_i`; padding rows: w = 0)."""
         weights = self.data.weights
@@ -807,6 +835,12 @@ class SimultaneousLoss(BaseLoss):
         if self.constraints or any(p is None for p in parts):
             return None
         return [term for part in parts for term in part]
+
+    def _structured_block(self, params: Sequence[Parameter]) -> list[int]:
+        # the positions every part offers (a part's own include the parameters it does not read)
+        if self.constraints:
+            return []
+        return sorted(set.intersection(*(set(loss._structured_block(params)) for loss in self.losses)))
 
 
 def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (), *,

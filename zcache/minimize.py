@@ -441,20 +441,26 @@ class Minuit:
         on with MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
         MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created when
         first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
-    structured_hessian : bool
-        ``True``: the compiled fit's two Hessians from the loss's structure where it offers one
-        (:meth:`zcache.loss.BaseLoss.structured_hessian`: exact, about two passes over the data, for
-        a bridged amplitude model) instead of forward differences (one gradient per parameter).
-        Measured on J/psi -> gamma pi0 pi0 with 18 parameters free at 1e5 + 1e5 events: each warm
-        fit 35-45 % faster (24 value + gradient calls instead of 60), the first fit 3-4 s slower (the
-        line shapes' jet programs traced and run once), so it pays from the third fit of a loss (a
-        toy study, a scan); with the couplings free only it is slower (each gradient is cheap there)
-        (``benchmarks/RESULTS.md``, "The structured Hessian"). Default ``False``.
+    structured_hessian : bool or "auto"
+        How the compiled fit's two Hessians are made. ``"auto"`` (default): where the loss offers
+        an exact block for some of the fitted parameters but not all
+        (:meth:`zcache.loss.BaseLoss.structured_hessian_block`: a bridged amplitude model's
+        couplings, its line shapes floating), that block exactly (one pass over the amplitudes) and
+        forward differences of exact gradients along the other parameters only; else differences
+        along every parameter (one gradient each). ``True``: the loss's whole structured Hessian
+        where it offers one (:meth:`zcache.loss.BaseLoss.structured_hessian`: exact, about two
+        passes over the data, line shapes' jets included). Measured on J/psi -> gamma pi0 pi0 with
+        18 parameters free at 1e5 + 1e5 events: ``True`` makes each warm fit 35-45 % faster (24
+        value + gradient calls instead of 60) and the first fit 3-4 s slower (the jet programs
+        traced and run once), so it pays from the third fit of a loss (a toy study, a scan); with
+        the couplings free only it is slower (each gradient is cheap there) (``benchmarks/RESULTS.md``,
+        "The structured Hessian"). ``False``: differences along every parameter.
 
     Raises
     ------
     ValueError
-        ``strategy`` not 0, 1 or 2, ``tol`` not positive, or an unknown ``weightcorr``.
+        ``strategy`` not 0, 1 or 2, ``tol`` not positive, an unknown ``weightcorr``, or
+        ``structured_hessian`` not True, False or "auto".
     """
 
     def __init__(
@@ -467,7 +473,7 @@ class Minuit:
         maxfcn: int | None = None,
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
-        structured_hessian: bool = False,
+        structured_hessian: bool | str = "auto",
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
@@ -475,6 +481,8 @@ class Minuit:
             raise ValueError(f"strategy must be 0, 1 or 2, got {strategy!r}.")
         if not tol > 0:
             raise ValueError(f"tol must be positive, got {tol!r}.")
+        if structured_hessian not in (True, False, "auto"):
+            raise ValueError(f"structured_hessian must be True, False or 'auto', got {structured_hessian!r}.")
         self.tol = float(tol)
         self.strategy = strategy
         self.use_gradient = bool(use_gradient)
@@ -483,7 +491,7 @@ class Minuit:
         self.maxfcn = maxfcn
         self.weightcorr = weightcorr
         self.compiled = bool(compiled)
-        self.structured_hessian = bool(structured_hessian)
+        self.structured_hessian = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
 
     def __repr__(self) -> str:
         return (f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient}, "

@@ -503,6 +503,29 @@ class Model(Cachable):
     def _supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
         return False
 
+    def nll_hessian_block(self, params: Sequence[Parameter]) -> list[int]:
+        """Positions of ``params`` whose block of :meth:`nll_hessian` costs about one pass over the data.
+
+        For a cached coherent sum of :class:`zcache.symbolic.SymbolicModel`: the couplings' parts
+        (the amplitudes are linear in them) and the parameters it does not read, where no line
+        shape is differentiated. A compiled fit takes that block exactly and differences the other
+        parameters' gradients only (:class:`zcache.minimize.Minuit`'s ``structured_hessian``).
+
+        Parameters
+        ----------
+        params : sequence of Parameter
+            The fitted parameters, in the Hessian's order.
+
+        Returns
+        -------
+        list of int
+            Positions in ``params`` (sorted); empty by default.
+        """
+        return self._nll_hessian_block(params)
+
+    def _nll_hessian_block(self, params: Sequence[Parameter]) -> list[int]:
+        return []
+
     def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
         r"""The Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, where the model's structure gives it cheaply.
 

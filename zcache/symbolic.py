@@ -1220,6 +1220,9 @@ class SymbolicModel(Model, CoherentIntensity):
     def _supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
         return self.cache and self.is_coherent_sum and self._hessian_plan(params) is not None
 
+    def _nll_hessian_block(self, params: Sequence[Parameter]) -> list[int]:
+        return self._coupling_block(params) if self.cache and self.is_coherent_sum else []
+
     def nll_hessian(self, data: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
         r"""The exact Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, from the coherent sum's structure.
 

@@ -33,7 +33,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -48,34 +48,59 @@ EDM_MAX_FACTOR = 0.002 * 0.1
 HESSE_STEP = 1e-4
 
 VG = Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor, tf.Tensor]]
+#: An exact block of the Hessian: the positions it covers and ``fn(x)`` for ``x`` (B, n), (B, m, m).
+Block = tuple[Sequence[int], Callable[[tf.Tensor], tf.Tensor]]
 
 
 def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower: tf.Tensor,
-                    upper: tf.Tensor, step: float = HESSE_STEP) -> tf.Tensor:
+                    upper: tf.Tensor, step: float = HESSE_STEP, block: Block | None = None) -> tf.Tensor:
     """(B, n, n) by forward differences of the exact gradients ``g`` at ``x``, steps ``step * scale``.
 
     One gradient per parameter: with a step of 1e-4 of the error, the truncation error is
     about 1e-5 relative (measured on Gauss + Exp against the exact Hessian) and the rounding
     error of exact gradients below 1e-8 relative. At an upper limit the step goes down.
+
+    With ``block = (positions, fn)``, ``fn(x)`` gives the Hessian's block of those positions
+    exactly (an amplitude model's couplings: one pass over its amplitudes) and only the other
+    parameters are differenced: each such gradient difference is a whole row, so the mixed
+    entries come from it, and a Hessian costs one gradient per differenced parameter.
     """
     n = x.shape[1]
+    exact = sorted({int(j) for j in block[0]}) if block is not None else []
+    varied = [j for j in range(n) if j not in exact]
+    index = tf.constant(varied or [0], tf.int32)
 
-    def column(j: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
+    def column(i: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
+        j = index[i]
         h = step * scale[:, j][:, None] * tf.one_hot(j, n, dtype=tf.float64)[None, :]
         point = forward_point(x, h, lower, upper, axis=1)
         _, g_point, _ = vg(point)
         width = tf.reduce_sum(point - x, axis=1)[:, None]
-        return j + 1, acc.write(j, (g_point - g) / width)
+        return i + 1, acc.write(i, (g_point - g) / width)
 
-    _, acc = tf.while_loop(lambda j, _: j < n, column, (tf.constant(0), tf.TensorArray(tf.float64, size=n)))
-    hess = tf.transpose(acc.stack(), [1, 0, 2])  # (B, n, n): row j is d g / d x_j
-    return 0.5 * (hess + tf.linalg.matrix_transpose(hess))
+    m = len(varied)
+    _, acc = tf.while_loop(lambda i, _: i < m, column,
+                           (tf.constant(0), tf.TensorArray(tf.float64, size=m, element_shape=x.shape)))
+    rows = tf.transpose(acc.stack(), [1, 0, 2])  # (B, m, n): row i is d g / d x_j, j = varied[i]
+    if not exact:
+        return 0.5 * (rows + tf.linalg.matrix_transpose(rows))
+    # Rows of the differenced parameters in place, zero rows elsewhere; the exact block in place.
+    put_block = tf.constant(np.eye(n)[:, exact], tf.float64)  # (n, e)
+    e = tf.einsum("ia,zab,jb->zij", put_block, block[1](x), put_block)
+    if not m:
+        return e
+    r = tf.einsum("im,bmj->bij", tf.constant(np.eye(n)[:, varied], tf.float64), rows)
+    on = np.zeros(n)
+    on[varied] = 1.0
+    both, row_only = np.outer(on, on), np.outer(on, 1.0 - on)
+    rt = tf.linalg.matrix_transpose(r)
+    return 0.5 * both * (r + rt) + row_only * r + row_only.T * rt + e
 
 
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
                   edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
-                  hesse_step: float = HESSE_STEP, hessian: Callable[[tf.Tensor], tf.Tensor] | None = None
-                  ) -> tuple[tf.Tensor, ...]:
+                  hesse_step: float = HESSE_STEP, hessian: Callable[[tf.Tensor], tf.Tensor] | None = None,
+                  hessian_block: Block | None = None) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -98,6 +123,9 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     hessian : callable, optional
         ``hessian(x)`` for ``x`` (B, n): the exact (B, n, n) Hessians, used instead of differences
         (no function call counted in ``nfcn``).
+    hessian_block : (positions, callable), optional
+        Without ``hessian``: an exact block of the final Hessian (:func:`forward_hessian`'s
+        ``block``); only the other parameters are differenced (and counted in ``nfcn``).
 
     Returns
     -------
@@ -153,8 +181,8 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
     if hessian is None:
         scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))
-        hess = forward_hessian(vg, x, g, scale, lower, upper, hesse_step)
-        nfcn = nfcn + n
+        hess = forward_hessian(vg, x, g, scale, lower, upper, hesse_step, hessian_block)
+        nfcn = nfcn + n - (len(set(hessian_block[0])) if hessian_block is not None else 0)
     else:
         hess = hessian(x)
     # One Newton step with that Hessian (kept where it lowers the loss): MIGRAD's last

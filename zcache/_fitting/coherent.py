@@ -424,6 +424,25 @@ class CoherentIntensity(Cachable):
                 return None
         return {"couplings": couplings, "lines": lines, "groups": groups}
 
+    def _coupling_block(self, params: Sequence[Parameter]) -> list[int]:
+        """Positions of ``params`` whose block of :meth:`coherent_nll_hessian` needs no line shape's derivatives.
+
+        The couplings' parts (the amplitudes are linear in the couplings: their block is one pass over
+        the amplitudes) and the parameters the model does not read (zero rows); none where a
+        coupling is not described, or is read otherwise (also by a line shape).
+        """
+        coupling_ids: set[int] = set()
+        for k in range(sum(self._group_sizes)):
+            parts = self._coupling_parameters(k)
+            if parts is None:
+                return []
+            coupling_ids.update(p.node_id for p in parts)
+        read = [q.node_id for q in self.get_params(None)]
+        positions = [a for a, p in enumerate(params) if p.node_id in coupling_ids or not any(
+            p.node_id == q or p.node_id in GRAPH.ancestor_inputs(q) for q in read)]
+        plan = self._hessian_plan([params[a] for a in positions]) if positions else None
+        return positions if plan is not None and not plan["lines"] else []
+
     def coherent_nll_hessian(self, data: Data, mc: Data, params: Sequence[Parameter]) -> tf.Tensor | None:
         r"""The exact Hessian of :math:`-\sum_i w_i \log(I(x_i) / \langle I \rangle_{mc})` by ``params``.
 
