@@ -6,7 +6,8 @@
 - ``traced``: a function as a ``zcache.function`` of tensors;
 - numpy references of the Dalitz plot (test_phasespace, test_amplitudes);
 - the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit);
-- an NLL of a line shape computed through complex 1/z, sqrt and rsqrt (test_jit, test_properties_fit).
+- an NLL of a line shape computed through complex 1/z, sqrt and rsqrt (test_jit, test_properties_fit);
+- NLLs of SymPy coherent sums through the bridge (test_symbolic, test_properties_fit).
 
 The numpy references use no zcache (they are what zcache is checked against).
 """
@@ -241,3 +242,39 @@ def small_bridge_loss(fused: bool = False, tag: str = "small_bw", n_phsp: int = 
     loss = UnbinnedNLL(model, model.to_data({k: v[:n_data] for k, v in cols.items()}, name=f"{tag}_data"))
     assert len(loss.params) == 6  # four line-shape parameters, one complex coupling
     return loss
+
+
+def coupling_block_loss(tag: str, *, extra: dict | None = None):
+    """An NLL of three coupling groups through the SymPy bridge: two Breit-Wigners (masses and widths
+    floating) and a flat term; the second and third couplings free (4 real parts: the couplings' block of
+    ``Minuit(structured_hessian="auto")``), the first fixed; 1500 events drawn at the start values.
+
+    Returns
+    -------
+    UnbinnedNLL
+        Its parameters: m1, g1, m2, g2, then ``{tag}_c2_mag``, ``_phase``, ``{tag}_c3_re``, ``_im``.
+    """
+    import sympy as sp
+
+    from zcache.amplitudes import ComplexParameter
+    from zcache.loss import UnbinnedNLL
+    from zcache.symbolic import SymbolicModel
+
+    x, y, th, m1, g1, m2, g2, c1, c2, c3 = sp.symbols("x y th m1 g1 m2 g2 c1 c2 c3")
+    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
+    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2 + c3 * sp.sin(th) * sp.cos(th)) ** 2
+    rng = np.random.default_rng(8)
+    n = 3000
+    cols = {"x": rng.uniform(0.3, 1.5, n), "y": rng.uniform(0.3, 1.5, n), "th": rng.uniform(0, np.pi, n)}
+    limits = {m1: (0.95, 0.45, 1.35), g1: (0.12, 0.05, 0.2), m2: (0.8, 0.4, 1.2), g2: (0.14, 0.075, 0.225)}
+    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: ComplexParameter(f"{tag}_c2", 0.6 + 0.5j),
+                                 c3: ComplexParameter(f"{tag}_c3", 0.3 - 0.2j, polar=False)},
+                          ["x", "y", "th"], cols, name=tag)
+    pool = np.stack([rng.uniform(0.3, 1.5, 60_000), rng.uniform(0.3, 1.5, 60_000), rng.uniform(0, np.pi, 60_000)],
+                    axis=1)
+    intensity = model.intensity(pool).numpy()
+    sample = pool[rng.uniform(0, intensity.max(), len(pool)) < intensity][:1500]
+    assert len(sample) == 1500
+    return UnbinnedNLL(model, zcache.Data(sample, name=f"{tag}_data", obs=["x", "y", "th"]), **(extra or {}))

@@ -26,7 +26,7 @@ sp = pytest.importorskip("sympy")
 pytest.importorskip("ampform")
 pytest.importorskip("qrules")
 
-from helpers import small_bridge_loss  # noqa: E402
+from helpers import coupling_block_loss, small_bridge_loss  # noqa: E402
 
 from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
@@ -1187,38 +1187,13 @@ def test_compiled_fit_uses_the_structured_hessian_where_asked():
             assert abs(r.errors[name] / d.errors[name] - 1.0) < 1e-4, name
 
 
-def _block_bridge(tag, *, extra=None):
-    """Three coupling groups: two Breit-Wigners (masses and widths floating) and a flat term; the second and
-    third couplings free (4 real parts, the block of structured_hessian="auto"); data drawn at the truth."""
-    from zcache.amplitudes import ComplexParameter
-
-    x, y, th, m1, g1, m2, g2, c1, c2, c3 = sp.symbols("x y th m1 g1 m2 g2 c1 c2 c3")
-    bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
-    bw2 = sp.sqrt(m2 * g2) / (m2**2 - y**2 - sp.I * m2 * g2)
-    expr = sp.Abs(c1 * bw1 * sp.cos(th) + c2 * bw2 * sp.sin(th) ** 2 + c3 * sp.sin(th) * sp.cos(th)) ** 2
-    rng = np.random.default_rng(8)
-    n = 3000
-    cols = {"x": rng.uniform(0.3, 1.5, n), "y": rng.uniform(0.3, 1.5, n), "th": rng.uniform(0, np.pi, n)}
-    limits = {m1: (0.95, 0.45, 1.35), g1: (0.12, 0.05, 0.2), m2: (0.8, 0.4, 1.2), g2: (0.14, 0.075, 0.225)}
-    params = {s: dict(value=v, lower=lo, upper=hi, floating=True) for s, (v, lo, hi) in limits.items()}
-    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: ComplexParameter(f"{tag}_c2", 0.6 + 0.5j),
-                                 c3: ComplexParameter(f"{tag}_c3", 0.3 - 0.2j, polar=False)},
-                          ["x", "y", "th"], cols, name=tag)
-    pool = np.stack([rng.uniform(0.3, 1.5, 60_000), rng.uniform(0.3, 1.5, 60_000), rng.uniform(0, np.pi, 60_000)],
-                    axis=1)
-    intensity = model.intensity(pool).numpy()
-    sample = pool[rng.uniform(0, intensity.max(), len(pool)) < intensity][:1500]
-    assert len(sample) == 1500
-    return UnbinnedNLL(model, zcache.Data(sample, name=f"{tag}_data", obs=["x", "y", "th"]), **(extra or {}))
-
-
 def test_the_couplings_block_of_the_structured_hessian():
     """structured_hessian_block: the couplings' parts (4 of 8), the same from the model; its structured Hessian
     is the full one's block and numdifftools'; none with a constraint or a yield; a simultaneous loss offers
     the positions both parts do (each part's own couplings and the other's, which it does not read)."""
     from zcache.loss import GaussianConstraint
 
-    loss = _block_bridge("blk_pos")
+    loss = coupling_block_loss("blk_pos")
     params = loss.params
     names = [p.name for p in params]
     block = loss.structured_hessian_block(params)
@@ -1233,9 +1208,9 @@ def test_the_couplings_block_of_the_structured_hessian():
         part = loss.structured_hessian([params[a] for a in block]).numpy()
     np.testing.assert_allclose(part, full[np.ix_(block, block)], rtol=1e-12, atol=1e-12 * np.abs(full).max())
     assert np.abs(part - reference[np.ix_(block, block)]).max() < 1e-7 * np.abs(reference).max()
-    constrained = _block_bridge("blk_con", extra={"constraints": [GaussianConstraint([params[0]], [0.95], [0.05])]})
+    constrained = coupling_block_loss("blk_con", extra={"constraints": [GaussianConstraint([params[0]], [0.95], [0.05])]})
     assert constrained.structured_hessian_block(constrained.params) == []
-    other = _block_bridge("blk_sim")
+    other = coupling_block_loss("blk_sim")
     total = loss + other
     both = total.params
     expected = sorted(both.index(p) for p in both if p.name.endswith(("_mag", "_phase", "_re", "_im")))
@@ -1248,7 +1223,7 @@ def test_compiled_fit_takes_the_couplings_block_exactly(jit):
     couplings' block exactly and difference the 4 line-shape parameters only (nfcn 2 x 4 lower than with
     differences throughout), with and without XLA; the same minimum and errors as differences throughout and
     as the whole structured Hessian; the final Hessian equals numdifftools' at the minimum."""
-    loss = _block_bridge(f"blk_fit_{jit}")
+    loss = coupling_block_loss(f"blk_fit_{jit}")
     params = loss.params
     start = [float(p) * f for p, f in zip(params, (1.02, 0.95, 0.97, 1.05, 0.9, 1.1, 1.1, 0.9), strict=True)]
     results = {}
