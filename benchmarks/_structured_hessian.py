@@ -1,11 +1,13 @@
 """The compiled fit with its Hessians from the loss's structure, against forward differences (issue 26; RESULTS.md).
 
-One fresh process per line (a first fit is a fresh process's), the two settings alternately: the
+One fresh process per line (a first fit is a fresh process's), the three settings of
+``Minuit(structured_hessian=...)`` alternately (``False``: differences; ``auto``, the default: the
+couplings' block exact, differences along the line shapes; ``True``: the whole structured Hessian): the
 ``bench_symbolic`` models at 1e5 + 1e5 events with every parameter free, build, first value + gradient
 call, first fit, then warm fits from the same start; also the Hessian at the minimum both ways.
 
     PYTHONPATH=. .venv-bench/bin/python benchmarks/_structured_hessian.py jpsi 3     # 3 processes per setting
-    PYTHONPATH=. .venv-bench/bin/python benchmarks/_structured_hessian.py --child jpsi 1e5 True
+    PYTHONPATH=. .venv-bench/bin/python benchmarks/_structured_hessian.py --child jpsi 1e5 auto
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def child(key: str, n: int, structured: bool) -> dict:
+def child(key: str, n: int, structured: bool | str) -> dict:
     sys.path.insert(0, HERE)
     import bench_symbolic as bs
     import numpy as np
@@ -56,11 +58,12 @@ def child(key: str, n: int, structured: bool) -> dict:
 
 def main() -> None:
     if sys.argv[1] == "--child":
-        print("RESULT " + json.dumps(child(sys.argv[2], int(float(sys.argv[3])), sys.argv[4] == "True")), flush=True)
+        setting = {"True": True, "False": False}.get(sys.argv[4], sys.argv[4])
+        print("RESULT " + json.dumps(child(sys.argv[2], int(float(sys.argv[3])), setting)), flush=True)
         return
     key, repeats = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
     for _ in range(repeats):
-        for structured in (False, True):
+        for structured in (False, "auto", True):
             out = subprocess.run([sys.executable, __file__, "--child", key, "1e5", str(structured)],
                                  capture_output=True, text=True, check=False)
             lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
