@@ -1255,6 +1255,8 @@ class SymbolicModel(Model, CoherentIntensity):
         >>> params = model.get_params()
         >>> [p.name for p in params]
         ['m', 'c2_re', 'c2_im']
+        >>> model.nll_hessian_block(params)  # the coupling's parts: their block needs no derivative of a line shape
+        [1, 2]
         >>> h = model.nll_hessian(data, params).numpy()
         >>> loss = UnbinnedNLL(model, data)      # against central differences of its exact gradient
         >>> d = loss.hessian_at([float(p) for p in params], params, exact=False).numpy()
