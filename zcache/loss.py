@@ -840,7 +840,7 @@ class SimultaneousLoss(BaseLoss):
         # the positions every part offers (a part's own include the parameters it does not read)
         if self.constraints:
             return []
-        return sorted(set.intersection(*(set(loss._structured_block(params)) for loss in self.losses)))
+        return list(set.intersection(*(set(loss._structured_block(params)) for loss in self.losses)))
 
 
 def model_parameters(model: Model, constraints: Sequence[GaussianConstraint] = (), *,

@@ -68,7 +68,7 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
     n = x.shape[1]
     exact = sorted({int(j) for j in block[0]}) if block is not None else []
     varied = [j for j in range(n) if j not in exact]
-    index = tf.constant(varied or [0], tf.int32)
+    index = tf.constant(varied, tf.int32)
 
     def column(i: tf.Tensor, acc: tf.TensorArray) -> tuple[tf.Tensor, tf.TensorArray]:
         j = index[i]

@@ -419,10 +419,13 @@ class CoherentIntensity(Cachable):
             if a in couplings or a in lines:
                 continue
             # a parameter the intensity does not read: a zero row, unless the model reads it elsewhere
-            if p.node_id in reached or any(p.node_id == q.node_id or p.node_id in GRAPH.ancestor_inputs(q.node_id)
-                                           for q in self.get_params(None)):
+            if p.node_id in reached or self._reads(p):
                 return None
         return {"couplings": couplings, "lines": lines, "groups": groups}
+
+    def _reads(self, p: Parameter) -> bool:
+        """Whether the model reads ``p`` (one of its parameters, or behind a composed one)."""
+        return any(p.node_id == q.node_id or p.node_id in GRAPH.ancestor_inputs(q.node_id) for q in self.get_params(None))
 
     def _coupling_block(self, params: Sequence[Parameter]) -> list[int]:
         """Positions of ``params`` whose block of :meth:`coherent_nll_hessian` needs no line shape's derivatives.
@@ -437,9 +440,7 @@ class CoherentIntensity(Cachable):
             if parts is None:
                 return []
             coupling_ids.update(p.node_id for p in parts)
-        read = [q.node_id for q in self.get_params(None)]
-        positions = [a for a, p in enumerate(params) if p.node_id in coupling_ids or not any(
-            p.node_id == q or p.node_id in GRAPH.ancestor_inputs(q) for q in read)]
+        positions = [a for a, p in enumerate(params) if p.node_id in coupling_ids or not self._reads(p)]
         plan = self._hessian_plan([params[a] for a in positions]) if positions else None
         return positions if plan is not None and not plan["lines"] else []
 
@@ -530,24 +531,16 @@ class CoherentIntensity(Cachable):
                 columns.append(a_g)  # (H, K_g, N)
             uc = tf.cast(u, tf.complex128)[None, :]
             conj_s = tf.math.conj(s)
-            if s.shape[0] is not None:
-                # Memory: one helicity's (Q, N) columns at a time, never the (Q, H, N) whole: products over
-                # it (conj(S) X, u conj(X), w X) each held one more copy of it (J/psi at 1e5 + 1e5 events:
-                # ~300 MiB more peak than a fit by differences)
-                y = m = v = None
-                for h in range(s.shape[0]):
-                    x_h = tf.concat([a_g[h] for a_g in columns] + [d[h][None] for d in d_rows], axis=0)  # (Q, N)
-                    y_h = 2.0 * conj_s[h][None, :] * x_h
-                    m_h = tf.matmul(tf.math.conj(x_h) * uc, x_h, transpose_b=True)
-                    v_h = tf.reduce_sum(w[h][None, :] * x_h[:n_k], axis=1)
-                    y, m, v = (y_h, m_h, v_h) if y is None else (y + y_h, m + m_h, v + v_h)
-            else:
-                x = tf.concat([tf.transpose(a_g, [1, 0, 2]) for a_g in columns]
-                              + ([tf.stack(d_rows)] if lines else []), axis=0)  # (Q, H, N)
-                y = 2.0 * tf.reduce_sum(conj_s[None] * x, axis=1)  # (Q, N): dI/dX_q
-                flat = tf.reshape(x, [n_q, -1])
-                m = tf.matmul(tf.math.conj(flat) * tf.tile(uc, [1, tf.shape(s)[0]]), flat, transpose_b=True)
-                v = tf.reduce_sum(w[None] * x[:n_k], axis=[1, 2])  # (K,): sum w A_k
+            # Memory: one helicity's (Q, N) columns at a time (H, the number of helicity terms, is
+            # static), never the (Q, H, N) whole: products over it (conj(S) X, u conj(X), w X) each held
+            # one more copy of it (J/psi at 1e5 + 1e5 events: ~300 MiB more peak than a fit by differences)
+            y = m = v = None  # (Q, N): dI/dX_q; (Q, Q): sum u conj(X_q) X_q'; (K,): sum w A_k
+            for h in range(s.shape[0]):
+                x_h = tf.concat([a_g[h] for a_g in columns] + [d[h][None] for d in d_rows], axis=0)  # (Q, N)
+                y_h = 2.0 * conj_s[h][None, :] * x_h
+                m_h = tf.matmul(tf.math.conj(x_h) * uc, x_h, transpose_b=True)
+                v_h = tf.reduce_sum(w[h][None, :] * x_h[:n_k], axis=1)
+                y, m, v = (y_h, m_h, v_h) if y is None else (y + y_h, m + m_h, v + v_h)
             grads = xla_ops.real(tf.matmul(y, jac, transpose_a=True))  # (N, P)
             second = 2.0 * xla_ops.real(tf.matmul(jac, tf.matmul(m, jac), adjoint_a=True))
             updates = []
