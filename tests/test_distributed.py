@@ -228,3 +228,135 @@ def test_a_worker_killed_mid_fit_is_replaced_and_the_fit_unchanged(client, loss)
     for name in reference.values:
         assert fit.values[name] == pytest.approx(reference.values[name], rel=1e-10, abs=1e-12), name
         assert fit.errors[name] == pytest.approx(reference.errors[name], rel=1e-10), name
+
+
+# -- extended parts: the whole-sample terms (the yield, constraints) are counted once (issue 51) ----------------
+EXT_START = {"mu": 5.2, "sigma": 0.8, "lam": -0.25, "nsig": 600.0, "nbkg": 1200.0, "nside": 300.0}
+
+
+def extended_gauss_exp(spec):
+    """An extended Gauss + Exp loss of one part (built on a worker) or of all events (here).
+
+    ``spec = (kind, events, side)``: kind ``"unbinned"`` (an ExtendedUnbinnedNLL of an array),
+    ``"chunked"`` (a ``ChunkedLoss(extended=True)`` of two chunks), ``"constrained"`` (the
+    unbinned loss with a Gaussian constraint on mu) or ``"simultaneous"`` (a SimultaneousLoss of
+    the unbinned loss and an extended Exponential of the ``side`` events, yield ``nside``).
+    """
+    from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+
+    kind, events, side = spec
+    s = Space("x", 0.0, 10.0)
+    p = {n: zcache.Parameter(n, EXT_START[n], lower=lo, upper=hi) for n, lo, hi in
+         [("mu", 3.0, 7.0), ("sigma", 0.1, 3.0), ("lam", -2.0, -0.01), ("nsig", 0.0, 5000.0), ("nbkg", 0.0, 5000.0)]}
+    model = SumPdf([Gaussian(s, p["mu"], p["sigma"]), Exponential(s, p["lam"])], yields=[p["nsig"], p["nbkg"]])
+    data = zcache.Data(np.array(events))
+    if kind == "chunked":
+        from zcache.chunks import ChunkedLoss, Chunks
+
+        return ChunkedLoss(model, Chunks.from_array(np.array(events), (len(events) + 1) // 2), extended=True,
+                           exact_hessian=True)
+    if kind == "constrained":
+        return ExtendedUnbinnedNLL(model, data, constraints=[GaussianConstraint([p["mu"]], [5.0], [0.05])])
+    main = ExtendedUnbinnedNLL(model, data)
+    if kind == "unbinned":
+        return main
+    nside = zcache.Parameter("nside", EXT_START["nside"], lower=0.0, upper=5000.0)
+    other = Exponential(Space("y", 0.0, 10.0), p["lam"], extended=nside)
+    return SimultaneousLoss([main, ExtendedUnbinnedNLL(other, zcache.Data(np.array(side), obs="y"))])
+
+
+def binned_part(events):
+    from zcache.binned import BinnedData, ExtendedBinnedNLL
+    from zcache.models import Exponential, Space
+
+    counts, edges = np.histogram(events, bins=10, range=(0.0, 10.0))
+    nu = zcache.Parameter("nu", 100.0, lower=0.0)
+    return ExtendedBinnedNLL(Exponential(Space("x", 0.0, 10.0), -0.2, extended=nu), BinnedData(counts, edges))
+
+
+def extended_in_part_zero_only(spec):
+    """Part 0 extended, the others not: their whole-sample terms differ."""
+    from zcache.loss import UnbinnedNLL
+
+    index, events = spec
+    loss = extended_gauss_exp(("unbinned", events, None))
+    return loss if index == 0 else UnbinnedNLL(loss.model, loss.data)
+
+
+def constrained_with(spec):
+    """A constraint on mu whose width is drawn per part: parts that disagree on it."""
+    from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint
+
+    width, events = spec
+    loss = extended_gauss_exp(("unbinned", events, None))
+    mu = by_name(loss)["mu"]
+    return ExtendedUnbinnedNLL(loss.model, loss.data, constraints=[GaussianConstraint([mu], [5.0], [width])])
+
+
+@pytest.fixture(scope="module")
+def extended_events():
+    """The report's case: 1948 events of an extended Gauss + Exp, two parts of 974; 600 side events."""
+    rng = np.random.default_rng(51)
+    ev = np.concatenate([rng.normal(5.0, 0.7, 700), rng.exponential(4.0, 1500)])
+    ev = rng.permutation(ev[(ev > 0.0) & (ev < 10.0)])[:1948]
+    side = rng.exponential(3.0, 700)
+    side = side[side < 10.0][:600]
+    assert len(ev) == 1948 and len(side) == 600
+    return ev, side
+
+
+def split_spec(kind, events, side, k):
+    return [(kind, e, s) for e, s in zip(np.array_split(events, k), np.array_split(side, k), strict=True)]
+
+
+@pytest.fixture(scope="module", params=["unbinned", *(pytest.param(k, marks=pytest.mark.slow)
+                                                     for k in ("chunked", "constrained", "simultaneous"))])
+def extended_pair(request, client, extended_events):
+    """A DistributedLoss of two (three for 'chunked') extended parts and the same loss of all events here."""
+    ev, side = extended_events
+    kind = request.param
+    parts = split_spec(kind, ev, side, 3 if kind == "chunked" else 2)
+    with DistributedLoss(extended_gauss_exp, parts, client, name=f"extended {kind}") as loss:
+        local = extended_gauss_exp((kind, ev, side))
+        zcache.precompute(local)
+        yield kind, loss, local
+
+
+def at_point(loss, **values):
+    return np.array([{**EXT_START, "mu": 5.1, "sigma": 0.7, "lam": -0.3, "nsig": 650.0, "nbkg": 1250.0,
+                      "nside": 580.0, **values}[p.name] for p in loss.params])
+
+
+@pytest.mark.parametrize("graph", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["traced", "eager"])
+def test_distributed_extended_parts_count_the_yield_term_once(client, extended_pair, graph):
+    """value, value_at, value_gradient_at, hessian_at and objective(...) equal the loss of all events in one
+    process (the yields' Poisson term nu - N log nu once, not K nu - N log nu), with the parts' models traced
+    or eager on the workers."""
+    kind, loss, local = extended_pair
+    previous = client.run(zcache.get_graph_mode)
+    client.run(zcache.set_graph_mode, graph)
+    try:
+        assert [p.name for p in loss.params] == [p.name for p in local.params]
+        for name, p in by_name(loss).items():  # the same start on both sides
+            by_name(local)[name].set_value(float(p))
+        np.testing.assert_allclose(float(loss.value()), float(local.value()), rtol=1e-10)
+        for x in (at_point(loss), at_point(loss, nsig=500.0, nbkg=1400.0, mu=4.9)):
+            np.testing.assert_allclose(float(loss.value_at(x, offset=10.0)), float(local.value_at(x, offset=10.0)),
+                                       rtol=1e-10)
+            v, g = loss.value_gradient_at(x)
+            v_local, g_local = local.value_gradient_at(x)
+            np.testing.assert_allclose(float(v), float(v_local), rtol=1e-10)
+            np.testing.assert_allclose(g.numpy(), g_local.numpy(), rtol=1e-9, atol=1e-9 * np.abs(g_local.numpy()).max())
+            np.testing.assert_allclose(loss.hessian_at(x).numpy(), local.hessian_at(x).numpy(), rtol=1e-9,
+                                       atol=1e-12)
+        objective, objective_local = loss.objective(), local.objective()
+        assert objective.value(objective.start) == objective_local.value(objective_local.start) == 0.0  # offsets
+        assert objective.offset == pytest.approx(objective_local.offset, rel=1e-10)
+        x = at_point(loss, lam=-0.28)
+        (v, g), (v_local, g_local) = objective.value_gradient(x), objective_local.value_gradient(x)
+        assert v == pytest.approx(v_local, rel=1e-8, abs=1e-9)  # differences of order 10 after the offset
+        np.testing.assert_allclose(g, g_local, rtol=1e-9, atol=1e-9 * np.abs(g_local).max())
+        np.testing.assert_allclose(objective.hessian(x), objective_local.hessian(x), rtol=1e-9, atol=1e-12)
+    finally:
+        client.run(zcache.set_graph_mode, previous[next(iter(previous))])

@@ -86,7 +86,7 @@ A binned Gaussian + Exponential fit of a numpy histogram:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,7 +96,7 @@ from ._engine.cached_tensor import CachedTensor
 from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._engine.traced_checks import require
-from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
+from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError, WholeSampleTermError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters
 from .types import Restorer
@@ -488,6 +488,16 @@ class _CountChecks:
         return [*require(ok[0], ModelError, self.negative_message), *require(ok[1], DataRangeError, self.outside_message)]
 
 
+def _not_a_sum_over_events(loss: BaseLoss) -> list[Callable[[], tf.Tensor]]:
+    """A histogram's loss has no sum over events for parts of the events to add (see BaseLoss.whole_sample_terms)."""
+    raise WholeSampleTermError(
+        f"{type(loss).__name__} is a function of the whole histogram (each bin's expected count and, in a "
+        "likelihood, the saturated term), not a sum over events plus whole-sample terms, so parts of its events "
+        "cannot be added. A histogram is small: fill one histogram on the client and fit it in this process, or "
+        "build the parts as unbinned losses (zcache.loss.UnbinnedNLL, ExtendedUnbinnedNLL)."
+    )
+
+
 class _BinnedModelLoss(BaseLoss):
     """What the model-based binned losses share: checks, parameters, datasets, expected counts."""
 
@@ -517,6 +527,16 @@ class _BinnedModelLoss(BaseLoss):
 
     def _uses_yield(self) -> bool:
         return self.extended
+
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        """Not offered: a histogram's loss is no sum over events.
+
+        Raises
+        ------
+        WholeSampleTermError
+            Always (see :meth:`zcache.loss.BaseLoss.whole_sample_terms`).
+        """
+        return _not_a_sum_over_events(self)
 
     def _loss_params(self) -> list[Parameter]:
         return model_parameters(self.model, self.constraints, with_yield=self._uses_yield())
@@ -800,6 +820,16 @@ class Template(BaseLoss):
         else:
             self.yields = [as_parameter(y, f"yield_{name}") for y, (_, _, name) in zip(yields, arrays, strict=True)]
         super().__init__(constraints)
+
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        """Not offered: a template fit is a function of the whole histogram.
+
+        Raises
+        ------
+        WholeSampleTermError
+            Always (see :meth:`zcache.loss.BaseLoss.whole_sample_terms`).
+        """
+        return _not_a_sum_over_events(self)
 
     def _loss_params(self) -> list[Parameter]:
         return unique_parameters([*self.yields, *(q for c in self.constraints for q in c.params)])

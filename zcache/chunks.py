@@ -558,6 +558,19 @@ class ChunkedLoss(BaseLoss):
                 terms.append((ell if log_nu is None else ell + log_nu, w))
         return terms
 
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        r"""The expected yield :math:`\nu` (``extended``) and the constraints: what is not a sum over events.
+
+        The normalization :math:`W \log Z` a factorized loss adds once is :math:`w_i \log Z` per
+        event, so part of the sum over events.
+
+        Returns
+        -------
+        list of callable
+            See :meth:`zcache.loss.BaseLoss.whole_sample_terms`.
+        """
+        return [*([self.model.get_yield] if self.extended else []), *super().whole_sample_terms()]
+
     # -- one program over everything: for value() and precompute's discovery ----------------------
     def _value(self) -> tf.Tensor:
         return tf.add_n([part._total() for part in self.parts]) + self._once._total()

@@ -18,6 +18,17 @@ invalidated) and the names of the differentiated ones, in order; it returns the 
 each part for the fitted parameters (``zcache.precompute`` through the part's own
 ``ensure_precomputed``), so a part's caches behave as in a local fit.
 
+**Whole-sample terms, once.** A part's loss is its sum over events plus the terms of the whole
+sample (:meth:`zcache.loss.BaseLoss.whole_sample_terms`: an extended likelihood's expected yield
+:math:`\nu`, constraints). Part 0 answers with its whole loss, every other part with its sum over
+events (its whole-sample terms, evaluated as a small loss of their own on the worker, subtracted),
+so the client's sum counts them once and equals the loss of all events in one process: value,
+gradient and Hessian (added once per part, :math:`K\nu - N\log\nu` would put an extended fit's
+yields at :math:`N/K`). The payload is unchanged. At construction every part's whole-sample terms
+are evaluated at part 0's parameter values (value, gradient and Hessian) and must agree: the parts
+must carry the same yield and constraints. A loss with no such split (a binned loss) is refused
+with :class:`~zcache.exceptions.WholeSampleTermError`.
+
 **Failures.** A task whose worker dies is rescheduled by Dask; a worker that does not hold the
 part (a replacement, or the other worker) answers that it is missing, and the client sends the
 task again with ``build`` and the part, so that worker builds it and evaluates: the call's result
@@ -48,6 +59,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import threading
 import time
@@ -62,14 +74,14 @@ import tensorflow as tf
 from ._engine.parameter import Parameter, set_values
 from ._engine.precompute import ensure_precomputed
 from ._engine.trace import forbid_in_trace
-from .exceptions import ModelError
-from .loss import BaseLoss, SimultaneousLoss
+from .exceptions import ModelError, WholeSampleTermError
+from .loss import BaseLoss
 from .objective import Objective
 
 __all__ = ["DistributedLoss", "CallStats"]
 
-#: Per worker process: the part losses built here, by (loss token, part index).
-_PARTS: dict[tuple[str, int], BaseLoss] = {}
+#: Per worker process: the parts built here, by (loss token, part index).
+_PARTS: dict[tuple[str, int], _Part] = {}
 _BUILDING = threading.Lock()  # a worker with several threads builds a part once
 
 #: What a worker answers when it does not hold the part (a replacement worker, or another one).
@@ -80,51 +92,90 @@ _ATTEMPTS = 4
 
 
 # -- on the workers --------------------------------------------------------------------------
+class _WholeSample(BaseLoss):
+    """A part's whole-sample terms (its yield, its constraints) as a loss of their own: cheap, no events."""
+
+    def __init__(self, loss: BaseLoss, terms: list[Callable[[], tf.Tensor]]) -> None:
+        self._of = loss
+        self._terms = terms
+        super().__init__()
+
+    def _loss_params(self) -> list[Parameter]:
+        return self._of.get_params(floating=None)  # any of the part's parameters may be differentiated
+
+    def _value(self) -> tf.Tensor:
+        return tf.add_n([tf.cast(term(), tf.float64) for term in self._terms])
+
+
+@dataclass
+class _Part:
+    """What a worker keeps of one part: its loss and its whole-sample terms (None where it has none)."""
+
+    loss: BaseLoss
+    whole: _WholeSample | None
+
+
 def _describe(loss: BaseLoss) -> list[tuple[str, float, float | None, float | None, bool]]:
     return [(p.name, float(p), p.lower, p.upper, bool(p.floating)) for p in loss.get_params(floating=None)]
 
 
-def _build(build_bytes: bytes, part: Any, index: int) -> BaseLoss:
+def _build(build_bytes: bytes, part: Any, index: int) -> _Part:
     loss = pickle.loads(build_bytes)(part)
     if not isinstance(loss, BaseLoss):
         raise ModelError(f"DistributedLoss: build(part) must return a zcache loss (a BaseLoss), got "
                          f"{type(loss).__name__} for part {index}.")
     if isinstance(loss, DistributedLoss):
         raise ModelError("DistributedLoss: build(part) returned a DistributedLoss; it must build a local loss.")
-    # Constraints of a part would count once per part; weighted fits need per-event terms on the client.
-    parts = loss.losses if isinstance(loss, SimultaneousLoss) else [loss]
-    if any(p.constraints for p in [loss, *parts]):
-        raise ModelError("DistributedLoss: the loss of a part has constraints, which would be counted once per "
-                         "part; build the parts without them (constraints are not supported yet).")
+    # Weighted fits need per-event terms on the client.
     if loss.is_weighted:
         raise ModelError("DistributedLoss: weighted events are not supported yet (the error correction of a "
                          "weighted fit needs the per-event terms on the client).")
-    return loss
+    try:
+        terms = loss.whole_sample_terms()
+    except WholeSampleTermError as err:
+        raise WholeSampleTermError(f"DistributedLoss: part {index}: {err}") from None
+    return _Part(loss, _WholeSample(loss, terms) if terms else None)
 
 
-def _evaluate(loss: BaseLoss, index: int, request: tuple) -> Any:
+def _evaluate(part: _Part, index: int, request: tuple) -> Any:
     what, names, values, diff_names, keep_floating = request
+    loss = part.loss
     by_name = {p.name: p for p in loss.get_params(floating=None)}
     unknown = [n for n in (*names, *diff_names) if n not in by_name]
     if unknown:
         raise ModelError(f"DistributedLoss: part {index} has no parameter(s) {sorted(set(unknown))}; its loss has "
                          f"{sorted(by_name)}.")
     if what == "describe":
-        return _describe(loss)
+        return _describe(loss), float(loss.errordef), part.whole is not None
     # All values: a fixed parameter moved on the client moves here (set_values writes only what changed).
     set_values([by_name[n] for n in names], values)
     diff = tuple(by_name[n] for n in diff_names)
+    x = np.array([float(p) for p in diff])
+    if what == "whole":  # the construction's check that the parts agree on them
+        if part.whole is None:
+            return None
+        value, grad = part.whole.value_gradient_at(x, diff, offset=0.0)
+        return float(value), grad.numpy(), part.whole.hessian_at(x, diff, exact=True).numpy()
+    # Part 0 answers with its whole loss, the others with their sums over events: the client's sum
+    # then counts the whole-sample terms once. Subtracted here (a second, tiny traced call; no pass
+    # over the events), so the payload is one loss's, as without such terms.
+    whole = part.whole if index > 0 else None
     if not diff:
-        return float(loss.value())
+        return float(loss.value()) - (0.0 if whole is None else float(whole.value()))
     if keep_floating is not None:
         ensure_precomputed(loss, diff, keep_floating)
-    x = np.array([float(p) for p in diff])
     if what == "value":
-        return float(loss.value_at(x, diff, offset=0.0))
+        value = float(loss.value_at(x, diff, offset=0.0))
+        return value if whole is None else value - float(whole.value_at(x, diff, offset=0.0))
     if what == "value_gradient":
         value, grad = loss.value_gradient_at(x, diff, offset=0.0)
-        return float(value), grad.numpy()
-    return loss.hessian_at(x, diff).numpy()
+        if whole is None:
+            return float(value), grad.numpy()
+        whole_value, whole_grad = whole.value_gradient_at(x, diff, offset=0.0)
+        return float(value) - float(whole_value), grad.numpy() - whole_grad.numpy()
+    hess = loss.hessian_at(x, diff).numpy()
+    # exact: the yield and constraints are a tiny graph (no events), whatever the part's own setting
+    return hess if whole is None else hess - whole.hessian_at(x, diff, exact=True).numpy()
 
 
 def _call_part(token: str, index: int, request: tuple, build_bytes: bytes | None = None, part: Any = None) -> Any:
@@ -132,15 +183,15 @@ def _call_part(token: str, index: int, request: tuple, build_bytes: bytes | None
     from distributed import get_worker
 
     key = (token, index)
-    loss = _PARTS.get(key)
-    if loss is None:
+    held = _PARTS.get(key)
+    if held is None:
         if build_bytes is None:
             return _MISSING
         with _BUILDING:
-            loss = _PARTS.get(key)
-            if loss is None:
-                loss = _PARTS[key] = _build(build_bytes, part, index)
-    return get_worker().address, _evaluate(loss, index, request)
+            held = _PARTS.get(key)
+            if held is None:
+                held = _PARTS[key] = _build(build_bytes, part, index)
+    return get_worker().address, _evaluate(held, index, request)
 
 
 def _drop(token: str) -> int:
@@ -211,8 +262,9 @@ class DistributedLoss(BaseLoss):
     ----------
     build : callable
         ``build(part) -> BaseLoss``, picklable with cloudpickle: run on a worker, it builds the
-        model and the loss of one part of the events (unweighted, without constraints). Every
-        part's loss must have the same parameters (by name).
+        model and the loss of one part of the events (unweighted). Every part's loss must have
+        the same parameters (by name) and the same whole-sample terms (an extended yield,
+        constraints), which are counted once.
     parts : sequence
         What describes each part, passed to ``build``: a small spec such as ``(path, start, stop)``
         of a file (any worker can then rebuild a lost part), or a numpy array of events (scattered
@@ -231,13 +283,16 @@ class DistributedLoss(BaseLoss):
     ------
     ModelError
         No parts; a ``build`` that cannot be pickled, does not return a loss, returns one with
-        constraints or weighted events; parts with different parameters.
+        weighted events; parts with different parameters or ``errordef``.
+    WholeSampleTermError
+        A part's loss cannot tell its whole-sample terms apart (a binned loss), or the parts'
+        whole-sample terms differ.
 
     Notes
     -----
     The client holds :class:`zcache.Parameter` mirrors of the parts' parameters (same names,
     values, limits and floating flags as part 0's at construction): fit them, fix them, set them
-    here. ``datasets()`` is empty (the events are on the workers), so a ``FitResult`` restores
+    here. ``errordef`` is the parts'. ``datasets()`` is empty (the events are on the workers), so a ``FitResult`` restores
     parameters only. Gradients, graph and jit modes are those of the worker processes (set them in
     ``build``). ``close()`` (or ``with``) drops the parts from the workers.
     """
@@ -267,14 +322,53 @@ class DistributedLoss(BaseLoss):
         self._where = [workers[i % len(workers)] for i in range(len(self.parts))]
         super().__init__()
         self._params: list[Parameter] = []
-        descriptions = self._call(("describe", [], np.empty(0), [], None), build=True)
-        names = [d[0] for d in descriptions[0]]
-        for i, description in enumerate(descriptions):
-            if [d[0] for d in description] != names:
-                raise ModelError(f"DistributedLoss: part {i} has parameters {[d[0] for d in description]}, part 0 "
+        try:
+            self._describe_parts()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the parts built before the error: nothing stays on the workers
+                self.close()
+            raise
+
+    def _describe_parts(self) -> None:
+        """The parameters' mirrors and ``errordef`` from part 0; every part must agree, whole-sample terms too."""
+        answers = self._call(("describe", [], np.empty(0), [], None), build=True)
+        description, errordef, has_whole = answers[0]
+        names = [d[0] for d in description]
+        for i, (other, other_errordef, other_whole) in enumerate(answers):
+            if [d[0] for d in other] != names:
+                raise ModelError(f"DistributedLoss: part {i} has parameters {[d[0] for d in other]}, part 0 "
                                  f"{names}; every part's loss must have the same parameters.")
+            if other_errordef != errordef:
+                raise ModelError(f"DistributedLoss: part {i}'s loss has errordef {other_errordef}, part 0's "
+                                 f"{errordef}; build every part as the same kind of loss.")
+            if other_whole != has_whole:
+                raise WholeSampleTermError(
+                    f"DistributedLoss: part {i} {'has' if other_whole else 'has no'} whole-sample terms (an extended "
+                    f"yield, constraints), part 0 {'has' if has_whole else 'has none'}; the sum counts them once, "
+                    "so every part must carry the same ones: build every part the same way."
+                )
+        self.errordef = errordef  # a part's (a chi-square's is 1)
+        if has_whole:
+            self._check_whole_sample_terms(names, np.array([d[1] for d in description]))
         self._params = [Parameter(n, value, lower=lower, upper=upper, floating=floating)
-                        for n, value, lower, upper, floating in descriptions[0]]
+                        for n, value, lower, upper, floating in description]
+
+    def _check_whole_sample_terms(self, names: list[str], values: np.ndarray) -> None:
+        """Every part's whole-sample terms equal part 0's at part 0's values (value, gradient, Hessian).
+
+        The sum takes them from part 0 only; parts that differ (a constraint in one part only, another
+        width, a yield of its own) would be fitted as part 0's, silently.
+        """
+        answers = self._call(("whole", names, values, names, None))
+        reference = answers[0]
+        for i, answer in enumerate(answers[1:], start=1):
+            same = all(np.allclose(a, b, rtol=1e-10, atol=1e-12) for a, b in zip(answer, reference, strict=True))
+            if not same:
+                raise WholeSampleTermError(
+                    f"DistributedLoss: part {i}'s whole-sample terms (an extended yield, constraints) are {answer[0]!r} "
+                    f"at part 0's parameter values, part 0's {reference[0]!r} (or their derivatives differ); the sum "
+                    "counts them once, so every part must carry the same ones: build every part the same way."
+                )
 
     def __repr__(self) -> str:
         return f"DistributedLoss({self.name!r}, {len(self.parts)} parts)"

@@ -36,6 +36,7 @@ __all__ = [
     "UncacheableArgumentError",
     "SecondOrderGradientError",
     "ModelError",
+    "WholeSampleTermError",
     "DensityError",
     "FitError",
     "BatchingError",
@@ -147,6 +148,16 @@ class SecondOrderGradientError(ZCacheError, NotImplementedError):
 
 class ModelError(ZCacheError, ValueError):
     """A model or loss is built from inconsistent pieces (observables, fractions, extension)."""
+
+
+class WholeSampleTermError(ModelError):
+    """A loss cannot tell its whole-sample terms from its sum over events.
+
+    A loss split into parts (:class:`zcache.distributed.DistributedLoss`) adds its parts' sums
+    over events and counts the terms of the whole sample (an extended likelihood's expected
+    yield, constraints) once; a loss whose value is not such a sum (a histogram's likelihood or
+    chi-square, a template fit) cannot be split so.
+    """
 
 
 class DensityError(ModelError):

@@ -267,6 +267,41 @@ class BaseLoss:
             value = value + tf.add_n([c.value() for c in self.constraints])
         return value
 
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        r"""The terms of the loss that are not a sum over its events, each a callable giving a tensor.
+
+        The loss is the sum over its events plus these terms: the expected yield :math:`\nu` of
+        an extended likelihood (its :math:`-N\log\nu` is :math:`-\log\nu` per event, so a sum
+        over events) and the constraints. A loss cut into parts of its events
+        (:class:`zcache.distributed.DistributedLoss`) adds the parts' sums over events and these
+        terms once: added once per part, an extended fit's yields would come out divided by the
+        number of parts. The default is the constraints (a subclass whose value is a sum over
+        events adds nothing); a loss with other such terms extends the list, and one whose terms
+        cannot be told apart raises.
+
+        Returns
+        -------
+        list of callable
+            Each returns a float64 scalar at the current parameter values; empty for a plain NLL.
+
+        Raises
+        ------
+        WholeSampleTermError
+            The loss is not a sum over events plus such terms (a binned loss, a template fit).
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import ExtendedUnbinnedNLL
+        >>> nu = zcache.Parameter("nu_wst", 3.0)
+        >>> loss = ExtendedUnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), 0.0, 1.0, extended=nu),
+        ...                            zcache.Data(np.array([-0.5, 0.5])))
+        >>> [float(term()) for term in loss.whole_sample_terms()]     # the expected yield
+        [3.0]
+        """
+        return [c.value for c in self.constraints]
+
     # -- public --------------------------------------------------------------------------
     def get_params(self, floating: bool | None = True) -> list[Parameter]:
         """The parameters of the loss (model, yields where they enter, constraints), each once.
@@ -710,6 +745,16 @@ class UnbinnedNLL(BaseLoss):
             nll = nll + nu - n * tf.math.log(nu)
         return nll
 
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        r"""The expected yield :math:`\nu` (extended) and the constraints: what is not a sum over events.
+
+        Returns
+        -------
+        list of callable
+            See :meth:`BaseLoss.whole_sample_terms`.
+        """
+        return [*([self.model.get_yield] if self.extended else []), *super().whole_sample_terms()]
+
     def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
         # the Poisson term and the constraints would need rows of their own: not offered (yet)
         if self.extended or self.constraints or not self.model.supports_nll_hessian(params):
@@ -828,6 +873,21 @@ class SimultaneousLoss(BaseLoss):
 
     def _value(self) -> tf.Tensor:
         return tf.add_n([loss._total() for loss in self.losses])
+
+    def whole_sample_terms(self) -> list[Callable[[], tf.Tensor]]:
+        """Every part's whole-sample terms (an extended part's yield, its constraints) and the own constraints.
+
+        Returns
+        -------
+        list of callable
+            See :meth:`BaseLoss.whole_sample_terms`.
+
+        Raises
+        ------
+        WholeSampleTermError
+            A part cannot tell its whole-sample terms apart.
+        """
+        return [*(term for loss in self.losses for term in loss.whole_sample_terms()), *super().whole_sample_terms()]
 
     def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
         # every part's, each a zero row for the parameters it does not read
