@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import zcache
-from zcache.exceptions import DataRangeError, ModelError
+from zcache.exceptions import DataRangeError, ModelError, WholeSampleTermError
 from zcache.minimize import Minuit
 
 distributed = pytest.importorskip("distributed")
@@ -360,3 +360,66 @@ def test_distributed_extended_parts_count_the_yield_term_once(client, extended_p
         np.testing.assert_allclose(objective.hessian(x), objective_local.hessian(x), rtol=1e-9, atol=1e-12)
     finally:
         client.run(zcache.set_graph_mode, previous[next(iter(previous))])
+
+
+def test_distributed_extended_fit_equals_the_in_process_fit(extended_pair):
+    """The report's fit (two parts of 974 events): MIGRAD on the parts equals MIGRAD on all events here, and the
+    fitted yields add up to the events (the extended MLE), not to half of them."""
+    kind, loss, local = extended_pair
+    remote, here = by_name(loss), by_name(local)
+    for name, p in remote.items():
+        p.set_value(EXT_START[name])
+        here[name].set_value(EXT_START[name])
+    fit = Minuit().minimize(loss)
+    fit_local = Minuit(compiled=False).minimize(local)
+    assert fit.path == "migrad" and fit.valid and fit_local.valid
+    assert fit.values.keys() == fit_local.values.keys()
+    for name in fit.values:
+        assert fit.values[name] == pytest.approx(fit_local.values[name], rel=1e-8, abs=1e-10), name
+        assert fit.errors[name] == pytest.approx(fit_local.errors[name], rel=1e-7), name
+    assert fit.fmin == pytest.approx(fit_local.fmin, rel=1e-10)
+    # the extended MLE puts the total yield at the number of events (+- a small fraction of its error)
+    assert fit.values["nsig"] + fit.values["nbkg"] == pytest.approx(1948.0, abs=0.05 * np.sqrt(1948.0))
+    if kind == "simultaneous":
+        assert fit.values["nside"] == pytest.approx(600.0, abs=0.05 * np.sqrt(600.0))
+    compiled = Minuit().minimize(local)  # the default in-process path (one compiled program): the same minimum
+    for name in fit.values:
+        assert fit.values[name] == pytest.approx(compiled.values[name], abs=2e-3 * fit.errors[name]), name
+
+
+def test_distributed_extended_parts_survive_the_loss_of_the_worker_holding_the_yield_term(client, extended_pair):
+    """Part 0 answers for the whole-sample terms: killed with its worker between two calls, it is rebuilt
+    elsewhere and the next call's value and gradient are those before (the yield term still once)."""
+    kind, loss, local = extended_pair
+    if kind != "unbinned":
+        pytest.skip("one kind is enough: the protocol is the same")
+    x = at_point(loss)
+    v, g = loss.value_gradient_at(x)
+    rebuilt = loss.stats.rebuilt
+    victim = client.run(os.getpid)[loss._where[0]]
+    os.kill(victim, signal.SIGKILL)
+    v_after, g_after = loss.value_gradient_at(x)
+    assert loss.stats.rebuilt > rebuilt
+    assert float(v_after) == float(v) and np.array_equal(g_after.numpy(), g.numpy())
+    np.testing.assert_allclose(float(v_after), float(local.value_gradient_at(x)[0]), rtol=1e-10)
+
+
+def count_parts():
+    from zcache import distributed as zd
+
+    return len(zd._PARTS)
+
+
+def test_distributed_refuses_parts_whose_whole_sample_terms_differ_or_cannot_be_split(client, extended_events):
+    ev, _ = extended_events
+    halves = np.array_split(ev, 2)
+    held = sum(client.run(count_parts).values())
+    with pytest.raises(WholeSampleTermError, match="part 0: ExtendedBinnedNLL is a function of the whole histogram"):
+        DistributedLoss(binned_part, halves, client)
+    with pytest.raises(WholeSampleTermError, match="part 1 has no whole-sample terms"):
+        DistributedLoss(extended_in_part_zero_only, list(enumerate(halves)), client)
+    with pytest.raises(WholeSampleTermError, match="part 1's whole-sample terms"):
+        DistributedLoss(constrained_with, [(0.05, halves[0]), (0.1, halves[1])], client)
+    assert sum(client.run(count_parts).values()) == held  # nothing of the refused losses stays on the workers
+    with pytest.raises(WholeSampleTermError, match="ExtendedBinnedNLL is a function of the whole histogram"):
+        binned_part(ev).whole_sample_terms()
