@@ -608,6 +608,52 @@ class FitMachine(RuleBasedStateMachine):
         assert float(value) == pytest.approx(nll(z0), rel=1e-10)
         np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-5, atol=1e-5 * len(self.x))
 
+    @rule(parts=st.integers(2, 3), extended=st.booleans(), scale=st.floats(0.9, 1.1), kill=st.integers(0, 31),
+          fit=st.integers(0, 7))
+    def distributed_parts(self, parts: int, extended: bool, scale: float, kill: int, fit: int) -> None:
+        """A DistributedLoss of 2-3 parts of fixed events (extended or not) on the process's one Dask cluster
+        (tests/distributed_parts.py) against the same loss of all events in this process and the numpy NLL:
+        value and gradient at the machine's current values and at values scaled from them (an extended part's
+        yield term counted once); the worker holding part 0, whose answer carries the whole-sample terms, is
+        killed between the two calls (kill == 0); an extended fit (fit == 0) equals the in-process MIGRAD fit
+        and its yields add up to the events. The losses are built once per process (parts and traces stay on
+        the workers): a step costs a few calls, not a cluster."""
+        import os
+        import signal
+
+        import distributed_parts as dp
+
+        loss, local = dp.losses(parts, extended)
+        names = [dp.PREFIX + n for n in NAMES]
+        remote, here = ({q.name: q for q in lo.get_params(floating=None)} for lo in (loss, local))
+        remote_params, local_params = [remote[n] for n in names], [here[n] for n in names]
+        lower, upper = np.array([LIMITS[n][0] for n in NAMES]), np.array([LIMITS[n][1] for n in NAMES])
+        now = np.array([self.values()[n] for n in NAMES])
+        x = dp.events()
+        for k, point in enumerate([np.clip(now, lower, upper), np.clip(now * scale, lower, upper)]):
+            if k == 1 and kill == 0:
+                victim = dp.client().run(os.getpid)[loss._where[0]]
+                note(f"killed the worker of part 0 (pid {victim})")
+                os.kill(victim, signal.SIGKILL)
+            value, grad = loss.value_gradient_at(point, remote_params, offset=0.0)
+            value_here, grad_here = local.value_gradient_at(point, local_params, offset=0.0)
+            assert float(value) == pytest.approx(float(value_here), rel=1e-10)
+            assert float(value) == pytest.approx(dp.numpy_nll(x, extended, dict(zip(NAMES, point, strict=True))),
+                                                 rel=1e-10)
+            np.testing.assert_allclose(grad.numpy(), grad_here.numpy(), rtol=1e-9,
+                                       atol=1e-9 * np.abs(grad_here.numpy()).max())
+        if fit == 0 and extended:
+            for q in (*remote_params, *local_params):
+                q.floating = True
+                q.set_value(dp.START[q.name[len(dp.PREFIX):]])
+            result, reference = Minuit(tol=TOL).minimize(loss), Minuit(tol=TOL, compiled=False).minimize(local)
+            assert result.valid and reference.valid and result.path == "migrad"
+            for n in names:
+                assert result.values[n] == pytest.approx(reference.values[n], rel=1e-7, abs=1e-9), n
+                assert result.errors[n] == pytest.approx(reference.errors[n], rel=1e-6), n
+            total = result.values[dp.PREFIX + "nsig"] + result.values[dp.PREFIX + "nbkg"]
+            assert total == pytest.approx(len(x), abs=0.05 * np.sqrt(len(x)))  # not len(x) / parts
+
     # -- invariants -----------------------------------------------------------------------
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:
