@@ -2,7 +2,8 @@
 
 One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
 part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
-shipped as an array (an UnbinnedNLL).
+shipped as an array (an UnbinnedNLL). Issue 51: extended parts (ExtendedUnbinnedNLL, ChunkedLoss(extended=True),
+a constrained loss, a SimultaneousLoss of extended channels) whose whole-sample terms are counted once.
 """
 
 from __future__ import annotations
@@ -423,3 +424,39 @@ def test_distributed_refuses_parts_whose_whole_sample_terms_differ_or_cannot_be_
     assert sum(client.run(count_parts).values()) == held  # nothing of the refused losses stays on the workers
     with pytest.raises(WholeSampleTermError, match="ExtendedBinnedNLL is a function of the whole histogram"):
         binned_part(ev).whole_sample_terms()
+
+
+@pytest.mark.parametrize("kind", ["unbinned", "chunked", "constrained", "simultaneous"])
+def test_whole_sample_terms_leave_a_sum_over_events(kind, extended_events):
+    """In one process, no cluster: each half's loss less its whole-sample terms, summed, plus the terms once, is the
+    loss of all events (value and gradient), and the terms are the yields and constraints."""
+    ev, side = extended_events
+    whole = extended_gauss_exp((kind, ev, side))
+    halves = [extended_gauss_exp(spec) for spec in split_spec(kind, ev, side, 2)]
+    losses = [whole, *halves]
+    point = {"mu": 5.1, "sigma": 0.7, "lam": -0.3, "nsig": 650.0, "nbkg": 1250.0, "nside": 580.0}
+    for loss in losses:
+        for p in loss.get_params(floating=None):
+            p.set_value(point[p.name])
+    terms = [[float(t()) for t in loss.whole_sample_terms()] for loss in losses]
+    expected = {"unbinned": [1900.0], "chunked": [1900.0], "constrained": [1900.0, 0.5 * (0.1 / 0.05) ** 2],
+                "simultaneous": [1900.0, 580.0]}[kind]
+    assert all(t == pytest.approx(expected, rel=1e-12) for t in terms)
+    split = sum(float(h.value()) - sum(t) for h, t in zip(halves, terms[1:], strict=True)) + sum(terms[0])
+    assert split == pytest.approx(float(whole.value()), rel=1e-12)
+    assert sum(float(h.value()) for h in halves) != pytest.approx(float(whole.value()), rel=1e-3)  # the bug's sum
+
+
+def test_binned_and_template_losses_have_no_whole_sample_split():
+    from zcache.binned import BinnedData, BinnedNLL, Template
+    from zcache.loss import SimultaneousLoss
+    from zcache.models import Exponential, Space
+
+    h = BinnedData([10.0, 20.0], [0.0, 5.0, 10.0])
+    binned = BinnedNLL(Exponential(Space("x", 0.0, 10.0), -0.2), h)
+    template = Template(h, [[5.0, 1.0], [1.0, 5.0]])
+    unbinned = gauss_exp(np.array([4.0, 5.0, 6.0]))
+    for loss in (binned, template, SimultaneousLoss([unbinned, binned])):
+        with pytest.raises(WholeSampleTermError, match="not a sum over events plus whole-sample terms"):
+            loss.whole_sample_terms()
+    assert unbinned.whole_sample_terms() == []
