@@ -147,7 +147,7 @@ def test_writer_records_its_entry(first_run):
     path = os.path.join(directory, name)
     digest, size, identity = cc._read_record(path)
     data = pathlib.Path(path).read_bytes()
-    assert digest == __import__("hashlib").sha256(data).hexdigest() and size == len(data)
+    assert digest == cc._digest(directory, name, data) and size == len(data)
     assert identity == cc._identity(os.lstat(path))
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
 
@@ -406,7 +406,7 @@ def test_untested_tensorflow_needs_the_switch(monkeypatch, tmp_path, no_root):
 @pytest.fixture
 def shared(first_run, tmp_path):
     """A copy of the first run's entry folder (the entry and its record, which then names another inode)."""
-    folder = tmp_path / "entries"
+    folder = tmp_path / os.path.basename(first_run[1]["directory"])  # the record names the folder's key
     folder.mkdir(mode=0o700)
     (name,) = entries(first_run[1]["directory"])
     for file in (name, name + ".sha256"):
@@ -609,3 +609,13 @@ def test_enable_never_raises(monkeypatch, no_root):
 
 def test_hostname_is_a_folder_name():
     assert "/" not in cc._host() and cc._host() == cc._host() and socket.gethostname()
+
+
+def test_record_from_another_keys_folder_does_not_match(shared, tmp_path):
+    """An entry and its record copied from another key's folder (other CPU features, XLA flags): not trusted."""
+    folder, stage, name = shared
+    other = tmp_path / "tf2.21.0-x86_64-0000000000000000"
+    other.mkdir(mode=0o700)
+    for file in (name, name + ".sha256"):
+        shutil.copy2(os.path.join(folder, file), other / file)
+    assert cc.fill_stage(str(other), stage, {})["quarantined"] == 1 and entries(stage) == []

@@ -556,9 +556,9 @@ def _publish(name: str) -> None:
     except OSError:  # no hard links here: a copy
         _copy(path, published)
         published_st = os.lstat(published)
-        _write_record(published, hashlib.sha256(data).hexdigest(), _identity(published_st))
+        _write_record(published, _digest(_SHARED, name, data), _identity(published_st))
         return
-    _write_record(published, hashlib.sha256(data).hexdigest(), _identity(after))
+    _write_record(published, _digest(_SHARED, name, data), _identity(after))
 
 
 def fill_stage(shared: str, stage: str, known: dict[str, tuple[int, int, int]], now: float | None = None) -> dict:
@@ -613,7 +613,7 @@ def _stage_one(shared: str, stage: str, name: str, record: tuple, known: dict) -
     except OSError:  # no hard links here: the check reads the bytes it copies
         with open(src, "rb") as f:
             data = f.read()
-        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+        if len(data) != size or _digest(shared, name, data) != digest:
             return _quarantine_if(shared, name)
         _copy_bytes(data, dst)
         known[name] = _identity(os.lstat(dst))
@@ -628,12 +628,19 @@ def _stage_one(shared: str, stage: str, name: str, record: tuple, known: dict) -
     with open(dst, "rb") as f:  # moved or copied since its record, or damaged: the bytes decide
         data = f.read()
     after = os.lstat(dst)
-    if len(data) == size and hashlib.sha256(data).hexdigest() == digest and _identity(after) == _identity(st):
+    if len(data) == size and _digest(shared, name, data) == digest and _identity(after) == _identity(st):
         _write_record(src, digest, _identity(after))
         known[name] = _identity(after)
         return "hashed"
     _unlink(dst)
     return _quarantine_if(shared, name, st.st_ino)
+
+
+def _digest(shared: str, name: str, data: bytes) -> str:
+    """SHA-256 of the folder's key, the entry's name and its bytes: a record copied with its entry from another
+    key's folder (other CPU features, XLA flags or TensorFlow) or to another name does not match."""
+    head = f"{os.path.basename(os.path.normpath(shared))}\0{name}\0".encode()
+    return hashlib.sha256(head + data).hexdigest()
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
