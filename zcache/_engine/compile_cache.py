@@ -66,7 +66,7 @@ import tensorflow as tf
 from ..exceptions import CompileCacheWarning, TensorFlowInternalsWarning
 
 __all__ = ["MAX_BYTES", "CompileCacheInfo", "clear_compile_cache", "compile_cache_info", "compiling",
-           "enable_at_import", "first_call"]
+           "enable_at_import", "first_call", "run_program"]
 
 #: Bound on the published entries' total size; past it the oldest go.
 MAX_BYTES = 256 << 20
@@ -233,6 +233,19 @@ def first_call(seen: set, key: Any) -> contextlib.AbstractContextManager:
     if key is not None:
         seen.add(key)
     return compiling()
+
+
+def run_program(seen: set, key: Any, program: Any, *args: Any) -> Any:
+    """``program(*args)``; outside a trace, its first call per ``key`` and argument shapes is :func:`compiling`.
+
+    For a program called eagerly (a model's fused XLA programs on a cache miss in eager mode); inside a
+    trace the call is built into the caller's graph, which compiles when it runs.
+    """
+    if _STAGE is None or tf.inside_function():
+        return program(*args)
+    shapes = call_key(tuple(tf.nest.flatten(args)))
+    with first_call(seen, None if shapes is None else (key, shapes)):
+        return program(*args)
 
 
 def call_key(args: tuple, kwargs: dict | None = None) -> tuple | None:
@@ -501,7 +514,7 @@ def _prepare() -> None:
         warnings.warn(f"zcache's compile cache is off: {exc}", CompileCacheWarning, stacklevel=5)
         _empty_stage()
         return
-    atexit.register(_remove_stage, _STAGE)
+    atexit.register(_remove_stage, _STAGE, os.getpid())
     _remove_dead_stages()
     _KNOWN.clear()
     _empty_stage()  # what TensorFlow wrote here before (a compile outside compiling()) is not trusted
@@ -607,7 +620,9 @@ def _stage_one(shared: str, stage: str, name: str, record: tuple, known: dict) -
     src, dst = os.path.join(shared, name), os.path.join(stage, name)
     _unlink(dst)
     try:
-        os.link(src, dst)  # first the link, then the check: what is checked is what TensorFlow will read
+        if not stat.S_ISREG(os.lstat(src).st_mode):  # a symbolic link or worse: not read, not followed
+            return _quarantine_if(shared, name)
+        os.link(src, dst, follow_symlinks=False)  # first the link, then the check: what TensorFlow will read
     except FileNotFoundError:
         return "gone"
     except OSError:  # no hard links here: the check reads the bytes it copies
@@ -637,8 +652,11 @@ def _stage_one(shared: str, stage: str, name: str, record: tuple, known: dict) -
 
 
 def _digest(shared: str, name: str, data: bytes) -> str:
-    """SHA-256 of the folder's key, the entry's name and its bytes: a record copied with its entry from another
-    key's folder (other CPU features, XLA flags or TensorFlow) or to another name does not match."""
+    """SHA-256 of the folder's key, the entry's name and its bytes.
+
+    A record copied with its entry from another key's folder (other CPU features, XLA flags or
+    TensorFlow), or to another name, does not match.
+    """
     head = f"{os.path.basename(os.path.normpath(shared))}\0{name}\0".encode()
     return hashlib.sha256(head + data).hexdigest()
 
@@ -741,8 +759,10 @@ def _empty_stage() -> None:
                 _unlink(os.path.join(_STAGE, name))
 
 
-def _remove_stage(stage: str) -> None:
-    shutil.rmtree(stage, ignore_errors=True)
+def _remove_stage(stage: str, pid: int | None = None) -> None:
+    """Remove a process's folder (at exit: only by that process, not by a forked child that exits normally)."""
+    if pid is None or pid == os.getpid():
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _remove_dead_stages(now: float | None = None) -> int:
