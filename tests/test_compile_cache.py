@@ -619,3 +619,30 @@ def test_record_from_another_keys_folder_does_not_match(shared, tmp_path):
     for file in (name, name + ".sha256"):
         shutil.copy2(os.path.join(folder, file), other / file)
     assert cc.fill_stage(str(other), stage, {})["quarantined"] == 1 and entries(stage) == []
+
+
+@pytest.mark.parametrize("how", ["run_program", "zcache.function", "plain call"])
+def test_first_eager_call_of_a_program_is_published(how):
+    """This session's own cache: a program's first call checked by zcache is recorded and published; a plain
+    call of a user's tf.function(jit_compile=True) is not (its entry is dropped before the next checked call)."""
+    info = zcache.compile_cache_info()
+    assert info.managed
+    scale = float(time.time_ns() % 1_000_003) + 0.5  # an HLO no earlier test compiled
+    program = tf.function(lambda x: tf.reduce_sum(tf.tanh(x) * scale), jit_compile=True)
+    x = tf.linspace(0.0, 1.0, 7)
+    before = set(entries(info.directory)) if os.path.exists(info.directory) else set()
+    if how == "run_program":
+        value = cc.run_program(set(), "test", program, x)
+    elif how == "zcache.function":  # not compiled itself: its graph calls an XLA program (as a fused model does)
+        f = zcache.function(lambda x: program(x) + 0.0)
+        value = [f(x) for _ in range(3)][-1]  # (the graph mode may run a first call eagerly)
+    else:
+        value = program(x)
+    with cc.compiling():  # (the next checked call: drops what it did not record)
+        pass
+    assert float(value) == pytest.approx(float(tf.reduce_sum(tf.tanh(x) * scale)), rel=1e-6)
+    new = set(entries(info.directory)) - before
+    assert len(new) == (0 if how == "plain call" else 1)
+    for name in new:
+        digest = cc._read_record(os.path.join(info.directory, name))[0]
+        assert digest == cc._digest(info.directory, name, pathlib.Path(info.directory, name).read_bytes())
