@@ -9,7 +9,8 @@ record or not be loaded (it is compiled anew). Not generated: a change that keep
 and inode (bit rot below the file system, or a deliberate write that resets the mtime), which the
 per-entry fast path does not see (design/reliability.md, "Compiled programs on disk").
 
-Costly (each run starts TensorFlow, 6-12 s here): marked slow, a few sequences in ``make test-all``;
+Costly (each run starts TensorFlow, 6-12 s here; 3 sequences of 4 steps: 40-60 s alone, 130 s beside other
+tests): marked slow, a few sequences in ``make test-all``;
 ``HYPOTHESIS_PROFILE=stress`` runs more.
 """
 
@@ -101,13 +102,20 @@ class CompileCacheMachine(RuleBasedStateMachine):
         self.folder = entry_folder(self.cache)
         self.names = sorted(n for n in os.listdir(self.folder) if n.endswith(".pb"))
         assert len(self.names) == 2
+        self.program = {name: _program_of(os.path.join(self.folder, name)) for name in self.names}
+        assert sorted(self.program.values()) == ["f", "h"]
         self.damaged = False
+        self.untrusted: set[str] = set()  # programs whose entry no longer is the one recorded (since the last run)
 
     def teardown(self):
         if getattr(self, "damaged", False):
             self.run_once()
         if hasattr(self, "tmp"):
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def spoil(self, i: int) -> None:
+        self.damaged = True
+        self.untrusted.add(self.program[self.names[i % 2]])
 
     def path(self, i: int) -> str:
         return os.path.join(self.folder, self.names[i % 2])
@@ -129,7 +137,7 @@ class CompileCacheMachine(RuleBasedStateMachine):
         pos = min(len(data) - 1, start + int(where * (len(data) - start)))
         data[pos] ^= 1 << bit
         pathlib.Path(path).write_bytes(bytes(data))
-        self.damaged = True
+        self.spoil(i)
 
     @rule(i=st.integers(0, 1), keep=st.floats(0.0, 0.999))
     def truncate(self, i, keep):
@@ -138,7 +146,7 @@ class CompileCacheMachine(RuleBasedStateMachine):
             return
         with open(path, "r+b") as f:
             f.truncate(int(keep * os.path.getsize(path)))
-        self.damaged = True
+        self.spoil(i)
 
     @rule(i=st.integers(0, 1))
     def replace_with_the_other_entry(self, i):
@@ -146,14 +154,14 @@ class CompileCacheMachine(RuleBasedStateMachine):
             tmp = self.path(i) + ".x"
             shutil.copyfile(self.path(i + 1), tmp)
             os.replace(tmp, self.path(i))
-            self.damaged = True
+            self.spoil(i)
 
     @rule(i=st.integers(0, 1))
     def another_users_file(self, i):
         path = self.path(i)
         if os.getuid() == 0 and os.path.exists(path):
             os.chown(path, 54321, 54321)
-            self.damaged = True
+            self.spoil(i)
 
     @rule(i=st.integers(0, 1))
     def entry_and_record_from_another_key(self, i):
@@ -166,14 +174,14 @@ class CompileCacheMachine(RuleBasedStateMachine):
         os.chmod(self.path(i), 0o400)
         digest = cc._digest("tf-another-key", name, data)  # recorded by a writer in another key's folder
         pathlib.Path(self.path(i) + ".sha256").write_text(f"{digest} {len(data)} 0 0\n")
-        self.damaged = True
+        self.spoil(i)
 
     @rule(i=st.integers(0, 1), old=st.booleans())
     def lose_the_record(self, i, old):
         if _unlink(self.path(i) + ".sha256") and old:
             past = time.time() - cc.UNRECORDED_GRACE_S - 10
             os.utime(self.path(i), (past, past))
-        self.damaged = True
+        self.spoil(i)
 
     @rule(i=st.integers(0, 1))
     def half_written_files(self, i):
@@ -189,6 +197,10 @@ class CompileCacheMachine(RuleBasedStateMachine):
         assert report["managed"]
         assert abs(report["f"] - want["f"]) <= 1e-5 * abs(want["f"]), (report, want)
         assert abs(report["h"] - want["h"]) <= 1e-5 * abs(want["h"]), (report, want)
+        # No entry changed since its record was loaded (TensorFlow's log names the program it loads).
+        for program in self.untrusted:
+            assert f"Loading cached entry for: __inference_{program}_" not in err, f"{program}'s damaged entry loaded"
+        self.untrusted = set()
         # What is published now is what its writer recorded (the full hash, not the fast path).
         for name in os.listdir(self.folder):
             if not name.endswith(".pb"):
@@ -198,6 +210,12 @@ class CompileCacheMachine(RuleBasedStateMachine):
             if record is not None:
                 assert record[0] == cc._digest(self.folder, name, data), name
         self.damaged = False
+
+
+def _program_of(path: str) -> str:
+    """Which of SCRIPT's programs an entry holds (its HLO names the traced function)."""
+    data = pathlib.Path(path).read_bytes()
+    return "f" if b"inference_f_" in data else "h"
 
 
 def _unlink(path: str) -> bool:
