@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._engine.compile_cache import call_key, compiling, first_call
 from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._engine.dependencies import GRAPH
 from ._engine.parameter import Parameter
@@ -162,6 +163,7 @@ class BatchedLoss:
         self._lower = np.array([-np.inf if p.lower is None else p.lower for p in params])
         self._upper = np.array([np.inf if p.upper is None else p.upper for p in params])
         self._programs: dict[Any, Any] = {}
+        self._compiled_calls: set[Any] = set()  # (program, shapes) whose first call ran (compile_cache)
         self._invariants: tuple[int, list[Any]] | None = None
 
     @classmethod
@@ -314,8 +316,12 @@ class BatchedLoss:
         served = self._served(x[0], events[0], weights[0])
         fn = self._program("vg", served)
         fixed = self._fixed_values()
-        with ENGINE_LOCK, calling_jit(True):
-            f, g, ok = fn(tf.constant(x), tf.constant(events), tf.constant(weights), fixed, served)
+        x, events, weights = tf.constant(x), tf.constant(events), tf.constant(weights)
+        # The first call per program and shapes compiles: the compile cache checks before, records after.
+        shapes = call_key((x, events, weights, fixed, *served.values()))
+        with ENGINE_LOCK, calling_jit(True), first_call(self._compiled_calls,
+                                                        None if shapes is None else (tuple(served), shapes)):
+            f, g, ok = fn(x, events, weights, fixed, served)
         return f.numpy(), g.numpy(), ok.numpy()
 
     def minimize(self, start: Any, events: Any, weights: Any = None, *, hinv: Any = None,
@@ -373,7 +379,7 @@ class BatchedLoss:
             raise ModelError(f"hinv must have shape {(len(self.params),) * 2}, got {hinv.shape}.")
         edm_max = EDM_MAX_FACTOR * errordef if edm_max is None else float(edm_max)
         fn = self._program("fit", served)
-        with ENGINE_LOCK, calling_jit(True):
+        with ENGINE_LOCK, calling_jit(True), compiling():  # a whole batched fit: the compile cache checks
             out = fn(tf.constant(x0), tf.constant(events), tf.constant(weights), fixed, served,
                      tf.constant(np.broadcast_to(hinv, (len(x0), *hinv.shape)).copy()),
                      tf.constant(self._lower), tf.constant(self._upper), tf.constant(int(maxiter), tf.int32),

@@ -83,6 +83,7 @@ import tensorflow as tf
 from ._engine import xla_ops
 from ._engine.cachable import cached, caches_of
 from ._engine.cached_tensor import CachedTensor, once_per_evaluation
+from ._engine.compile_cache import run_program
 from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
@@ -917,6 +918,7 @@ class SymbolicModel(Model, CoherentIntensity):
         # the traced programs of the data-only columns and of each group (_stack_program, _group_program)
         self._stack_fn: Any = None
         self._group_programs: dict[int, tuple[list[Any], Any]] = {}
+        self._program_calls: set[Any] = set()  # (program, shapes) first called eagerly (the compile cache's checks)
         self._times_programs: dict[int, Any] = {}
         self._fused_groups: set[int] = set()
         self._jet_programs: dict[Any, Any] = {}
@@ -1077,7 +1079,8 @@ class SymbolicModel(Model, CoherentIntensity):
             return self._group_terms(g, data, {})
         symbols, program = self._group_program(g)
         values = [self.symbol_params[s].value() for s in symbols]
-        out = program(self._data_stack(data), self._events(data), values)  # (H K_g, N) when fused
+        out = run_program(self._program_calls, id(program), program, self._data_stack(data), self._events(data),
+                          values)  # (H K_g, N) when fused
         return tf.reshape(out, [len(self._terms), len(self._groups[g][1]), -1])
 
     def _group_program(self, g: int) -> tuple[list[Any], Any]:
@@ -1173,7 +1176,8 @@ class SymbolicModel(Model, CoherentIntensity):
                 parts = tf.unstack(c, len(self._groups[g][1]))
                 values = ([self.symbol_params[s].value() for s in symbols]
                           + [xla_ops.real(ck) for ck in parts] + [xla_ops.imag(ck) for ck in parts])
-                return program(self._data_stack(data), self._events(data), values)
+                return run_program(self._program_calls, id(program), program, self._data_stack(data),
+                                   self._events(data), values)
         return super()._group_times(g, c, data)
 
     def _times_program(self, g: int) -> Any:
@@ -1287,7 +1291,8 @@ class SymbolicModel(Model, CoherentIntensity):
         symbols, _ = self._group_program(g)
         program = self._jet_program(g, self._line_symbols(g, params))
         values = [self.symbol_params[s].value() for s in symbols]
-        return program(self._data_stack(data), self._events(data), values, c, w)
+        return run_program(self._program_calls, id(program), program, self._data_stack(data), self._events(data), values,
+                           c, w)
 
     def _jet_program(self, g: int, diff: tuple[Any, ...]) -> Any:
         """Group ``g``'s columns, first and second derivatives by ``diff``, contracted (one ``tf.function`` per group)."""

@@ -39,6 +39,7 @@ from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_
 from .budget import BUDGET, CallCaches
 from .cache_state import invalidate_eagerly
 from .cached_tensor import drop_compiled
+from .compile_cache import call_key, compiling, first_call
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from .data import data_snapshot, undo_data_writes
 from .dependencies import GRAPH
@@ -119,6 +120,7 @@ class Function:
         self._checks: dict[int, list[tuple[type[Exception], str]]] = {}  # id -> checks of a compiled trace
         self._jit = JitPolicy()  # whether a call compiles; what follows a failed attempt
         self._concrete: dict[Any, Any] = {}
+        self._compiled_calls: set[Any] = set()  # calls off the hot path whose programs ran (compile_cache)
         self._live_traces = 0
         self._traces: dict[int, TraceRecord] = {}  # trace id -> record (only traces that write inputs)
         self._traced_now: dict[int, Any] = {}  # data a trace made during this call writes, before it
@@ -233,13 +235,21 @@ class Function:
         autograd = get_autograd_mode()
         tf_function = self._tf_function(autograd, jit)
         if kwargs or not all(type(a) is EAGER_TENSOR for a in args):
-            return tf_function(*args, **kwargs)
+            if tf.inside_function():  # built into the caller's graph: compiled (if at all) when that runs
+                return tf_function(*args, **kwargs)
+            # The first run of a graph compiles its XLA programs (this one's, or a fused one's
+            # inside): the compile cache checks its folder before and records new entries after.
+            key = call_key(args, kwargs)
+            with first_call(self._compiled_calls, None if key is None else (autograd, jit, key)):
+                return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
         # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
         key = (autograd, jit, tuple((a.dtype, tuple(a.shape)) for a in args))
         concrete = self._concrete.get(key)
         if concrete is None:
             concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+            with compiling():
+                return concrete(*args)
         return concrete(*args)
 
     def _traced_body(self, jit: bool) -> Callable[..., Any]:

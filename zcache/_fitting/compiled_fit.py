@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .._engine.compile_cache import compiling
 from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
@@ -397,7 +398,9 @@ class CompiledFit:
         # The program calls its value + gradient function at six places: built without shape
         # inference through that function's body at each (tf_internals item 16; 0.75 s of the
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
-        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference():
+        # compiling(): a fit is long, so every call lets the compile cache check its folder first
+        # and record what XLA compiled (the program, its value + gradient function) after.
+        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), compiling():
             if fn.experimental_get_tracing_count() == 0:
                 self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
