@@ -143,30 +143,32 @@ def _caches_below(inputs: list[Any]) -> list[zcache.CachedTensor]:
     return [c for c in caches if c is not None]
 
 
-def _as_built(losses: list[Any], inputs: list[Any]) -> list[zcache.CachedTensor]:
-    """Put the caches under ``inputs`` back as a fresh build of ``losses`` has them: no precompute (what a
-    fit's precompute bypassed is switched back on, the graphs traced with the bypass dropped, the losses'
-    remembered precompute forgotten), every cache invalid. Returns them."""
+def _as_built(losses: list[Any], inputs: list[Any], undo_precompute: bool = True) -> list[zcache.CachedTensor]:
+    """Put the caches under ``inputs`` back as a fresh build of ``losses`` has them: every cache invalid and,
+    with ``undo_precompute``, no precompute (what a fit's precompute bypassed is switched back on, the graphs
+    traced with the bypass dropped, the losses' remembered precompute forgotten). Returns them."""
     caches = _caches_below(inputs)
-    bypassed = [c for c in caches if c.always_dirty]
-    for cache in bypassed:
-        cache.set_always_dirty(False)
-    if bypassed:
-        drop_traces(bypassed)  # as PrecomputeReport.undo does: those graphs compute the caches directly
-    for loss in losses:
-        for target in (loss, *getattr(loss, "losses", ())):
-            _PRECOMPUTE_REPORTS.pop(target, None)  # else the next fit's precompute would skip as already done
-            assert precomputed(target) is None
+    if undo_precompute:
+        bypassed = [c for c in caches if c.always_dirty]
+        for cache in bypassed:
+            cache.set_always_dirty(False)
+        if bypassed:
+            drop_traces(bypassed)  # as PrecomputeReport.undo does: those graphs compute the caches directly
+        for loss in losses:
+            for target in (loss, *getattr(loss, "losses", ())):
+                _PRECOMPUTE_REPORTS.pop(target, None)  # else the next fit's precompute would skip as done
+                assert precomputed(target) is None
     for cache in caches:
         cache.invalidate()
     return caches
 
 
-def _assert_as_built(caches: list[zcache.CachedTensor]) -> None:
-    """No cache valid and none bypassed, as after a fresh build (before its first evaluation)."""
+def _assert_as_built(caches: list[zcache.CachedTensor], bypass_kept: bool = False) -> None:
+    """No cache valid and (unless ``bypass_kept``) none bypassed, as after a fresh build (before its first
+    evaluation)."""
     assert caches, "no cache found below the world's inputs"
     valid = [c.name for c in caches if c.is_valid]
-    bypassed = [c.name for c in caches if c.always_dirty]
+    bypassed = [] if bypass_kept else [c.name for c in caches if c.always_dirty]
     assert not valid and not bypassed, f"not as built: valid {valid}, bypassed {bypassed}"
 
 
@@ -215,10 +217,12 @@ def _built(loss: Any, params: list[zcache.Parameter]) -> None:
 
 def _reset_side_worlds() -> None:
     """The other losses as built: their rules leave their parameters where they found them (asserted
-    here), precompute is undone and every cache invalid."""
+    here) and every cache is invalid. A precompute's bypass is kept with the graphs traced for it: only
+    coupling_block_fit precomputes one of these losses (its fits, for the floating set it sets first), so a
+    sequence sees the same as after a fresh build, and its programs are not traced again each sequence."""
     for loss, params, built in _SIDE_WORLDS:
         assert [(q._current(), q.floating) for q in params] == built, f"{loss!r} left its parameters moved"
-        _assert_as_built(_as_built([loss], params))
+        _assert_as_built(_as_built([loss], params, undo_precompute=False), bypass_kept=True)
 _LINE_SHAPE: tuple | None = None  # (loss, [mass, width]) of helpers.complex_line_shape_loss, built once
 
 
