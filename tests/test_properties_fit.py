@@ -34,7 +34,9 @@ model and data, minimized (and MINOS-ed) by iminuit.
   budget the sequence has set.
 
 The model and its loss are built once per process and reset at the start of each sequence
-(traces are reused, as in a session of fits): a sequence then costs its fits, not tracing.
+(traces are reused, as in a session of fits): a sequence then costs its fits, not tracing. The
+reset asserts that the sequence starts as from a fresh build (values, flags, data, no precompute,
+every cache invalid), so that nothing carries over and a failing seed replays in a new process.
 ``tests/stress.py --machine fit`` runs this machine for many sequences.
 """
 
