@@ -225,6 +225,8 @@ def _reset_side_worlds() -> None:
     for loss, params, built in _SIDE_WORLDS:
         assert [(q._current(), q.floating) for q in params] == built, f"{loss!r} left its parameters moved"
         _assert_as_built(_as_built([loss], params, undo_precompute=False), bypass_kept=True)
+
+
 _LINE_SHAPE: tuple | None = None  # (loss, [mass, width]) of helpers.complex_line_shape_loss, built once
 
 
