@@ -167,8 +167,7 @@ def _as_built(losses: list[Any], inputs: list[Any], undo_precompute: bool = True
 
 def _assert_as_built(caches: list[zcache.CachedTensor], bypass_kept: bool = False) -> None:
     """No cache valid and (unless ``bypass_kept``) none bypassed, as after a fresh build (before its first
-    evaluation)."""
-    assert caches, "no cache found below the world's inputs"
+    evaluation; a model creates most caches at its first evaluation, so ``caches`` may be few)."""
     valid = [c.name for c in caches if c.is_valid]
     bypassed = [] if bypass_kept else [c.name for c in caches if c.always_dirty]
     assert not valid and not bypassed, f"not as built: valid {valid}, bypassed {bypassed}"
@@ -767,8 +766,10 @@ def test_fit_machine_starts_each_sequence_as_built(monkeypatch: pytest.MonkeyPat
 def test_as_built_check_fails_on_a_bypassed_or_valid_cache() -> None:
     """The reset's check is not vacuous: a valid cache, or one a precompute bypassed, fails it."""
     world = _world()
+    world.loss.value()  # the model creates its caches at its first evaluation
     FitMachine()  # as built
     caches = _caches_below(list(world.p.values()))
+    assert caches
     _assert_as_built(caches)
     world.loss.value()  # fills the caches
     with pytest.raises(AssertionError, match="valid"):
