@@ -145,6 +145,14 @@ def _setup_process(threads: int) -> None:
     _warnings_as_errors()
 
 
+def _zcache_traces() -> int:
+    """Graphs traced so far by the live zcache functions: a rate that the machine's load does not change
+    (tracing is most of a FitMachine sequence's time); functions collected since are not counted."""
+    from zcache._engine.function import _FUNCTIONS
+
+    return sum(f.trace_count for f in list(_FUNCTIONS))
+
+
 def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> dict:
     """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict."""
     from hypothesis import HealthCheck, Phase, settings
@@ -168,6 +176,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
 
     phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
     failure = None
+    traces = _zcache_traces()
     start, cpu = time.perf_counter(), time.process_time()
     try:
         run_state_machine_as_test(factory, settings=settings(
@@ -182,7 +191,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
         ran = min(ran, size)
     return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
             "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
-            "seconds": seconds, "cpu": cpu, "failure": failure,
+            "seconds": seconds, "cpu": cpu, "failure": failure, "traces": _zcache_traces() - traces,
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # peak so far (Linux: KiB)
 
 
@@ -239,6 +248,7 @@ class Totals:
         self.rule_seconds: dict[str, Counter[str]] = {}
         self.busy_seconds: Counter[str] = Counter()
         self.cpu_seconds: Counter[str] = Counter()
+        self.traces: Counter[str] = Counter()
         self.batches = 0
         self.rss_mib: list[tuple[int, float]] = []  # (batches the worker had run, its peak RSS) per result
 
@@ -249,6 +259,7 @@ class Totals:
         self.steps[m] += result["steps"]
         self.busy_seconds[m] += result["seconds"]
         self.cpu_seconds[m] += result.get("cpu", 0.0)
+        self.traces[m] += result.get("traces", 0)
         self.calls.setdefault(m, Counter()).update(result["calls"])
         self.rule_seconds.setdefault(m, Counter()).update(result.get("rule_seconds", {}))
 
@@ -426,8 +437,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, count in sorted(calls.items(), key=lambda kv: -rule_seconds[kv[0]])))
             rate = 60.0 * totals.sequences[m] / max(busy, 1e-9)
             print(f"[stress] {m}: {totals.sequences[m]} sequences, {rate:.1f} per worker-minute "
-                  f"({busy / max(totals.sequences[m], 1):.2f} s per sequence; invariants, setup and hypothesis: "
-                  f"{100 * (1 - sum(rule_seconds.values()) / max(busy, 1e-9)):.0f}% of it)")
+                  f"({busy / max(totals.sequences[m], 1):.2f} s per sequence, "
+                  f"{totals.cpu_seconds[m] / max(totals.sequences[m], 1):.2f} s CPU; invariants, setup and hypothesis: "
+                  f"{100 * (1 - sum(rule_seconds.values()) / max(busy, 1e-9)):.0f}% of it; "
+                  f"{totals.traces[m] / max(totals.sequences[m], 1):.1f} zcache traces per sequence)")
         if m in skipped:
             print(f"[stress] {m} machine skipped: {skipped[m]}")
     if totals.rss_mib:  # what --recycle bounds: a worker's peak memory against the batches it had run
@@ -459,7 +472,8 @@ def _replay(args: argparse.Namespace) -> int:
         result["worker"] = "-"
         _print_failure(result, 1, args)
     print(f"stress: {result['sequences']} sequences run ({args.machine}, seed {args.replay}), {failed} failed, "
-          f"{result['steps']} steps, in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+          f"{result['steps']} steps, {result.get('traces', 0)} zcache traces, {result.get('cpu', 0.0):.1f} s CPU, "
+          f"in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
     return failed
 
 
