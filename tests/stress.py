@@ -47,6 +47,7 @@ import functools  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import queue  # noqa: E402
 import random  # noqa: E402
+import resource  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -56,6 +57,10 @@ from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
+# The checkout this file is in, not the zcache an editable install points at (a git worktree's run would
+# otherwise test another checkout's code); spawned workers run this too.
+if str(TESTS.parent) not in sys.path:
+    sys.path.insert(0, str(TESTS.parent))
 MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properties_fit", "FitMachine")}
 
 
@@ -67,11 +72,13 @@ class Missing(Exception):
 _COUNTED: dict[str, type] = {}
 #: per machine: how often each rule ran (steps = their sum; bad_value/bad_data: bad inputs tried)
 RULE_CALLS: dict[str, Counter[str]] = {}
+#: per machine: the seconds spent in each rule (wall clock, its checks included; not the invariants)
+RULE_SECONDS: dict[str, Counter[str]] = {}
 SEQUENCES: Counter[str] = Counter()
 
 
-def _count_rule_calls(cls: type, calls: Counter[str]) -> None:
-    """Wrap every rule of ``cls`` (and of its bases) so that ``calls`` counts its calls."""
+def _count_rule_calls(cls: type, calls: Counter[str], seconds: Counter[str]) -> None:
+    """Wrap every rule of ``cls`` (and of its bases) so that ``calls`` counts its calls and ``seconds`` times them."""
     from hypothesis import stateful
 
     for klass in cls.__mro__:
@@ -84,7 +91,11 @@ def _count_rule_calls(cls: type, calls: Counter[str]) -> None:
             @functools.wraps(function)
             def counted(*args, __function=function, __name=name, **kwargs):
                 calls[__name] += 1
-                return __function(*args, **kwargs)
+                start = time.perf_counter()
+                try:
+                    return __function(*args, **kwargs)
+                finally:
+                    seconds[__name] += time.perf_counter() - start
 
             counted._stress_counted = True
             rule.function = counted
@@ -106,7 +117,7 @@ def _machine(name: str) -> type:
         if base is None:
             raise Missing(f"tests/{module_name}.py has no {class_name}")
         calls = RULE_CALLS.setdefault(name, Counter())
-        _count_rule_calls(base, calls)
+        _count_rule_calls(base, calls, RULE_SECONDS.setdefault(name, Counter()))
 
         def __init__(self, __base=base, __name=name):
             SEQUENCES[__name] += 1
@@ -134,6 +145,14 @@ def _setup_process(threads: int) -> None:
     _warnings_as_errors()
 
 
+def _zcache_traces() -> int:
+    """Graphs traced so far by the live zcache functions: a rate that the machine's load does not change
+    (tracing is most of a FitMachine sequence's time); functions collected since are not counted."""
+    from zcache._engine.function import _FUNCTIONS
+
+    return sum(f.trace_count for f in list(_FUNCTIONS))
+
+
 def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> dict:
     """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict."""
     from hypothesis import HealthCheck, Phase, settings
@@ -147,9 +166,9 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
     except Exception as err:  # noqa: BLE001 - the machine's module does not import
         return {"machine": machine, "seed": seed, "sequences": 0, "steps": 0, "calls": {}, "seconds": 0.0,
                 "import_error": "".join(traceback.format_exception(err))}
-    calls = RULE_CALLS[machine]
+    calls, rule_seconds = RULE_CALLS[machine], RULE_SECONDS[machine]
     before_calls, before_seq = sum(calls.values()), SEQUENCES[machine]
-    before = Counter(calls)
+    before, before_seconds = Counter(calls), Counter(rule_seconds)
 
     @with_seed(seed)
     def factory():
@@ -157,6 +176,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
 
     phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
     failure = None
+    traces = _zcache_traces()
     start, cpu = time.perf_counter(), time.process_time()
     try:
         run_state_machine_as_test(factory, settings=settings(
@@ -170,7 +190,9 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
     if shrink and failure:  # hypothesis reran the failure while shrinking: count the batch once
         ran = min(ran, size)
     return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
-            "calls": dict(Counter(calls) - before), "seconds": seconds, "cpu": cpu, "failure": failure}
+            "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
+            "seconds": seconds, "cpu": cpu, "failure": failure, "traces": _zcache_traces() - traces,
+            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # peak so far (Linux: KiB)
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
@@ -223,9 +245,12 @@ class Totals:
         self.steps: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.calls: dict[str, Counter[str]] = {}
+        self.rule_seconds: dict[str, Counter[str]] = {}
         self.busy_seconds: Counter[str] = Counter()
         self.cpu_seconds: Counter[str] = Counter()
+        self.traces: Counter[str] = Counter()
         self.batches = 0
+        self.rss_mib: list[tuple[int, float]] = []  # (batches the worker had run, its peak RSS) per result
 
     def add(self, result: dict) -> None:
         m = result["machine"]
@@ -234,7 +259,9 @@ class Totals:
         self.steps[m] += result["steps"]
         self.busy_seconds[m] += result["seconds"]
         self.cpu_seconds[m] += result.get("cpu", 0.0)
+        self.traces[m] += result.get("traces", 0)
         self.calls.setdefault(m, Counter()).update(result["calls"])
+        self.rule_seconds.setdefault(m, Counter()).update(result.get("rule_seconds", {}))
 
     def per_sequence(self, machine: str | None = None) -> float | None:
         """Seconds per sequence in a worker (of ``machine``; of all if None or not yet known)."""
@@ -282,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"cache": args.steps, "fit": args.fit_steps}
     batch = {"cache": args.batch, "fit": args.fit_batch}
     shown = ", ".join(f"{m}: batches of {batch[m]}, at most {steps[m]} steps" for m in machines)
-    print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number",
-          flush=True)
+    print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number; "
+          f"the zcache of {TESTS.parent}", flush=True)
     ctx = mp.get_context("spawn")  # TensorFlow does not survive fork
     results: mp.Queue = ctx.Queue()
     workers = [Worker(ctx, results, i, args.threads) for i in range(args.workers)]
@@ -353,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[stress] skipping the {result['machine']} machine: {result['missing']}", flush=True)
             else:
                 totals.add(result)
+                if "rss_mib" in result:
+                    totals.rss_mib.append((w.batches, result["rss_mib"]))
                 if result.get("failure") or result.get("import_error"):
                     failures += 1
                     totals.failed[result["machine"]] += 1
@@ -398,11 +427,26 @@ def main(argv: list[str] | None = None) -> int:
             w.process.terminate()
     elapsed = time.perf_counter() - start
     for m in machines:
-        calls = totals.calls.get(m, Counter())
+        calls, rule_seconds = totals.calls.get(m, Counter()), totals.rule_seconds.get(m, Counter())
         if calls:
             print(f"[stress] {m} rule calls: " + ", ".join(f"{name} {count}" for name, count in sorted(calls.items())))
+            # where a worker's time goes: each rule's seconds per call and its share of the machine's busy time
+            busy = totals.busy_seconds[m]
+            print(f"[stress] {m} rule seconds (per call, share of {busy:.0f} s busy): " + ", ".join(
+                f"{name} {rule_seconds[name] / count:.3f} s {100 * rule_seconds[name] / max(busy, 1e-9):.0f}%"
+                for name, count in sorted(calls.items(), key=lambda kv: -rule_seconds[kv[0]])))
+            rate = 60.0 * totals.sequences[m] / max(busy, 1e-9)
+            print(f"[stress] {m}: {totals.sequences[m]} sequences, {rate:.1f} per worker-minute "
+                  f"({busy / max(totals.sequences[m], 1):.2f} s per sequence, "
+                  f"{totals.cpu_seconds[m] / max(totals.sequences[m], 1):.2f} s CPU; invariants, setup and hypothesis: "
+                  f"{100 * (1 - sum(rule_seconds.values()) / max(busy, 1e-9)):.0f}% of it; "
+                  f"{totals.traces[m] / max(totals.sequences[m], 1):.1f} zcache traces per sequence)")
         if m in skipped:
             print(f"[stress] {m} machine skipped: {skipped[m]}")
+    if totals.rss_mib:  # what --recycle bounds: a worker's peak memory against the batches it had run
+        by_age = sorted(totals.rss_mib)
+        print(f"[stress] worker peak RSS: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
+              f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]} (--recycle {args.recycle})")
     bad = sum(c["bad_value"] + c["bad_data"] for c in totals.calls.values())
     print(f"[stress] bad inputs tried (bad_value + bad_data rules): {bad}")
     parts = ", ".join(f"{m} {totals.sequences[m]} of at most {steps[m]} steps" for m in machines
@@ -428,7 +472,8 @@ def _replay(args: argparse.Namespace) -> int:
         result["worker"] = "-"
         _print_failure(result, 1, args)
     print(f"stress: {result['sequences']} sequences run ({args.machine}, seed {args.replay}), {failed} failed, "
-          f"{result['steps']} steps, in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+          f"{result['steps']} steps, {result.get('traces', 0)} zcache traces, {result.get('cpu', 0.0):.1f} s CPU, "
+          f"in {(time.perf_counter() - start) / 60:.1f} min", flush=True)
     return failed
 
 

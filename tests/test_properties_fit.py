@@ -34,7 +34,9 @@ model and data, minimized (and MINOS-ed) by iminuit.
   budget the sequence has set.
 
 The model and its loss are built once per process and reset at the start of each sequence
-(traces are reused, as in a session of fits): a sequence then costs its fits, not tracing.
+(traces are reused, as in a session of fits): a sequence then costs its fits, not tracing. The
+reset asserts that the sequence starts as from a fresh build (values, flags, data, no precompute,
+every cache invalid), so that nothing carries over and a failing seed replays in a new process.
 ``tests/stress.py --machine fit`` runs this machine for many sequences.
 """
 
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import iminuit
+import networkx as nx
 import numpy as np
 import pytest
 from helpers import HI, LIMITS, LO, NAMES, bridged_line_shape_loss, complex_line_shape_loss, coupling_block_loss, np_extended_nll
@@ -52,6 +55,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import zcache
+from zcache._engine.function import drop_traces
+from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
+from zcache._engine.precompute import precomputed
 from zcache.batch import BatchedLoss
 from zcache.chunks import ChunkedLoss, Chunks
 from zcache.exceptions import FitError
@@ -123,21 +129,103 @@ def curvature_errors(x: np.ndarray, at: dict[str, float], floating: list[str] | 
 
 
 # -- the model, built once per process ------------------------------------------------------------
+#: the events of each chunk of the chunked loss when built (chunked_fit sets its own before fitting)
+CHUNK_EVENTS = ((0, 100, 200), (0, 100, 200))
+
+
+def _caches_below(inputs: list[Any]) -> list[zcache.CachedTensor]:
+    """Every live cache that depends on one of ``inputs`` (Parameters and Data), from the dependency graph."""
+    g = zcache.dependency_graph()
+    uids = set()
+    for obj in inputs:
+        for data in (obj, getattr(obj, "weights_data", None)):
+            if data is not None and data.node_id in g:
+                uids |= nx.descendants(g, data.node_id)
+    caches = (g.nodes[u]["ref"]() for u in sorted(uids) if g.nodes[u]["kind"] == "cache")
+    return [c for c in caches if c is not None]
+
+
+def _as_built(losses: list[Any], inputs: list[Any], undo_precompute: bool = True) -> list[zcache.CachedTensor]:
+    """Put the caches under ``inputs`` back as a fresh build of ``losses`` has them: every cache invalid and,
+    with ``undo_precompute``, no precompute (what a fit's precompute bypassed is switched back on, the graphs
+    traced with the bypass dropped, the losses' remembered precompute forgotten). Returns them."""
+    caches = _caches_below(inputs)
+    if undo_precompute:
+        bypassed = [c for c in caches if c.always_dirty]
+        for cache in bypassed:
+            cache.set_always_dirty(False)
+        if bypassed:
+            drop_traces(bypassed)  # as PrecomputeReport.undo does: those graphs compute the caches directly
+        for loss in losses:
+            for target in (loss, *getattr(loss, "losses", ())):
+                _PRECOMPUTE_REPORTS.pop(target, None)  # else the next fit's precompute would skip as done
+                assert precomputed(target) is None
+    for cache in caches:
+        cache.invalidate()
+    return caches
+
+
+def _assert_as_built(caches: list[zcache.CachedTensor], bypass_kept: bool = False) -> None:
+    """No cache valid and (unless ``bypass_kept``) none bypassed, as after a fresh build (before its first
+    evaluation; a model creates most caches at its first evaluation, so ``caches`` may be few)."""
+    valid = [c.name for c in caches if c.is_valid]
+    bypassed = [] if bypass_kept else [c.name for c in caches if c.always_dirty]
+    assert not valid and not bypassed, f"not as built: valid {valid}, bypassed {bypassed}"
+
+
 @dataclass
 class _World:
+    """The machine's model and losses, built once per process and reset to their built state before
+    each sequence (a sequence then costs its fits, not tracing; nothing but traced programs carries
+    over from the sequence before: :meth:`reset` asserts it)."""
+
     p: dict[str, zcache.Parameter]
     loss: ExtendedUnbinnedNLL
     chunked: ChunkedLoss  # the same model over two chunks, whose events the chunked_fit rule sets
+    modes: tuple = field(default_factory=lambda: (zcache.get_graph_mode(), zcache.get_autograd_mode(),
+                                                  zcache.get_jit_mode()))
 
     def reset(self, x: np.ndarray) -> None:
         for q in self.p.values():
             q.floating = True
         zcache.set_values(list(self.p.values()), [TRUTH[n] for n in NAMES])
         self.loss.data.set_data(x)
-        self.loss.offset = 0.0
+        for chunk, sizes in zip(self.chunked.chunks, CHUNK_EVENTS, strict=True):
+            chunk.set_data(np_sample(*sizes))
+        self.loss.offset = self.chunked.offset = 0.0
+        inputs = [*self.p.values(), self.loss.data, *self.chunked.chunks]
+        caches = _as_built([self.loss, self.chunked], inputs)
+        # each sequence starts as from a fresh build (a failure replays from its seed in a new process)
+        assert {n: (q._current(), q.floating, q.lower, q.upper) for n, q in self.p.items()} == {
+            n: (TRUTH[n], True, *LIMITS[n]) for n in NAMES}
+        np.testing.assert_array_equal(self.loss.data.numpy(), x)
+        for chunk, sizes in zip(self.chunked.chunks, CHUNK_EVENTS, strict=True):
+            np.testing.assert_array_equal(chunk.numpy(), np_sample(*sizes))
+        assert self.loss.offset == self.chunked.offset == 0.0
+        assert zcache.cache_budget_info().budget is None
+        assert (zcache.get_graph_mode(), zcache.get_autograd_mode(), zcache.get_jit_mode()) == self.modes
+        _assert_as_built(caches)
 
 
 _WORLD: _World | None = None
+#: the other losses the rules build once per process: (loss, its parameters, their values and flags as built)
+_SIDE_WORLDS: list[tuple[Any, list[zcache.Parameter], list[tuple[float, bool]]]] = []
+
+
+def _built(loss: Any, params: list[zcache.Parameter]) -> None:
+    _SIDE_WORLDS.append((loss, list(params), [(q._current(), q.floating) for q in params]))
+
+
+def _reset_side_worlds() -> None:
+    """The other losses as built: their rules leave their parameters where they found them (asserted
+    here) and every cache is invalid. A precompute's bypass is kept with the graphs traced for it: only
+    coupling_block_fit precomputes one of these losses (its fits, for the floating set it sets first), so a
+    sequence sees the same as after a fresh build, and its programs are not traced again each sequence."""
+    for loss, params, built in _SIDE_WORLDS:
+        assert [(q._current(), q.floating) for q in params] == built, f"{loss!r} left its parameters moved"
+        _assert_as_built(_as_built([loss], params, undo_precompute=False), bypass_kept=True)
+
+
 _LINE_SHAPE: tuple | None = None  # (loss, [mass, width]) of helpers.complex_line_shape_loss, built once
 
 
@@ -145,6 +233,8 @@ _BRIDGED: dict[bool | str, tuple] = {}  # fused -> (loss, [m1, g1, m2, g2]) of h
 
 
 _BLOCK: tuple | None = None  # (loss, its parameters, their start) of helpers.coupling_block_loss, built once
+#: (fix_c3, jit) -> the block loss's fit by differences from its start (coupling_block_fit's reference)
+_BLOCK_REFERENCE: dict[tuple[bool, bool], FitResult] = {}
 
 
 def _block() -> tuple:
@@ -152,6 +242,7 @@ def _block() -> tuple:
     if _BLOCK is None:
         loss = coupling_block_loss("fm_block")
         _BLOCK = (loss, list(loss.params), [float(q) for q in loss.params])
+        _built(loss, _BLOCK[1])
     return _BLOCK
 
 
@@ -159,6 +250,7 @@ def _line_shape() -> tuple:
     global _LINE_SHAPE
     if _LINE_SHAPE is None:
         _LINE_SHAPE = complex_line_shape_loss("fm_line")
+        _built(*_LINE_SHAPE)
     return _LINE_SHAPE
 
 
@@ -176,6 +268,7 @@ def _bridged(fused: bool | str = False) -> tuple:
                 p.floating = True
             assert loss.model.fused_groups == [0], loss.model.fused_groups
         _BRIDGED[fused] = (loss, params)
+        _built(loss, params)
     return _BRIDGED[fused]
 
 
@@ -187,7 +280,8 @@ def _world() -> _World:
         model = SumPdf([Gaussian(space, p["mu"], p["sigma"]), Exponential(space, p["lam"])],
                        yields=[p["nsig"], p["nbkg"]], name="fm_sum")
         data = zcache.Data(np_sample(0, 250, 450), name="fm_data", obs="x")
-        chunks = Chunks([zcache.Data(np_sample(0, 100, 200), name=f"fm_chunk{k}", obs="x") for k in range(2)])
+        chunks = Chunks([zcache.Data(np_sample(*sizes), name=f"fm_chunk{k}", obs="x")
+                         for k, sizes in enumerate(CHUNK_EVENTS)])
         _WORLD = _World(p, ExtendedUnbinnedNLL(model, data), ChunkedLoss(model, chunks, extended=True))
     return _WORLD
 
@@ -212,6 +306,7 @@ class FitMachine(RuleBasedStateMachine):
         self.p, self.loss = self.world.p, self.world.loss
         self.x = np_sample(0, 250, 450)
         self.world.reset(self.x)
+        _reset_side_worlds()
         self.minimizer = Minuit(tol=TOL)
         self.fitted: list[_Fitted] = []
 
@@ -504,12 +599,16 @@ class FitMachine(RuleBasedStateMachine):
         for q in third:
             q.floating = not fix_c3
         try:
-            results = {}
             with zcache.set_jit_mode(jit):
-                for how, minimizer in (("block", Minuit()), ("differences", Minuit(structured_hessian=False))):
+                zcache.set_values(params, start)
+                block = Minuit().minimize(loss)
+                # The reference, differences throughout: the same model, data and start each time, so
+                # fitted once per process and setting (a state that changed it would change the block's
+                # fit, compared below, too)
+                if (fix_c3, jit) not in _BLOCK_REFERENCE:
                     zcache.set_values(params, start)
-                    results[how] = minimizer.minimize(loss)
-            block, diff = results["block"], results["differences"]
+                    _BLOCK_REFERENCE[fix_c3, jit] = Minuit(structured_hessian=False).minimize(loss)
+            diff = _BLOCK_REFERENCE[fix_c3, jit]
             note(f"coupling block (c3 fixed: {fix_c3}, jit: {jit}): nfcn {block.nfcn} vs {diff.nfcn}, "
                  f"fmin {block.fmin} vs {diff.fmin}")
             assert block.valid and diff.valid and block.path == diff.path == "compiled", (block.fallback, diff.fallback)
@@ -684,3 +783,45 @@ class TestFitMachineLong(FitMachine.TestCase):
         max_examples=2, stateful_step_count=16, database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
+
+
+@pytest.mark.slow  # fits (the fast loop runs the machine once)
+def test_fit_machine_starts_each_sequence_as_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model and losses are shared across sequences: a sequence after fits (whose precompute bypassed
+    caches), a new data set, a toggled flag and a moved value starts as from a fresh build: values, flags
+    and data as built, no cache bypassed or valid, no precompute remembered, the loss the numpy NLL."""
+    monkeypatch.setitem(globals(), "note", lambda *_: None)  # the rules' notes, outside a hypothesis test
+    first = FitMachine()
+    first.fit(precompute=True, use_gradient=True, compiled=False)
+    first.new_data(seed=3, nsig=200, nbkg=400)
+    first.toggle_floating("lam")
+    first.p["lam"].set_value(-0.25)
+    first.compiled_and_migrad()
+    loss = first.loss
+    assert any(c.always_dirty for c in _caches_below(list(first.p.values())))  # what the reset must undo
+    first.teardown()
+    second = FitMachine()
+    caches = _caches_below([*second.p.values(), loss.data])
+    assert caches and not any(c.always_dirty or c.is_valid for c in caches)
+    assert precomputed(loss) is None
+    assert second.values() == TRUTH and second.floating() == list(NAMES)
+    np.testing.assert_array_equal(loss.data.numpy(), np_sample(0, 250, 450))
+    np.testing.assert_allclose(float(loss.value()), np_extended_nll(second.x, **TRUTH), rtol=1e-10)
+
+
+def test_as_built_check_fails_on_a_bypassed_or_valid_cache() -> None:
+    """The reset's check is not vacuous: a valid cache, or one a precompute bypassed, fails it."""
+    world = _world()
+    world.loss.value()  # the model creates its caches at its first evaluation
+    FitMachine()  # as built
+    caches = _caches_below(list(world.p.values()))
+    assert caches
+    _assert_as_built(caches)
+    world.loss.value()  # fills the caches
+    with pytest.raises(AssertionError, match="valid"):
+        _assert_as_built(caches)
+    zcache.precompute(world.loss)
+    with pytest.raises(AssertionError, match="bypassed"):
+        _assert_as_built(caches)
+    FitMachine()  # and the reset puts it back
+    _assert_as_built(caches)
