@@ -46,7 +46,13 @@ from .inputs import backing_variable
 from .jit_policy import JitPolicy, JitRefused, Retry
 from .mode import IDENTIFIERS, auto_decides, compiles, get_autograd_mode, traces
 from .parameter import refresh_mirrors, undo_parameter_writes
-from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, without_grappler, wrong_xla_gradient_ops
+from .tf_internals import (
+    EAGER_TENSOR,
+    complex_gradients_fixed,
+    without_grappler,
+    wrong_xla_gradient_ops,
+    zcache_graphs,
+)
 from .trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .traced_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 
@@ -262,6 +268,7 @@ class Function:
         self._live_traces += 1
         # A traced graph is reused by any later gradient request: all parameters count.
         with contextlib.ExitStack() as scopes:
+            scopes.enter_context(zcache_graphs())  # zcache's gradients in the gradients this body builds
             collected = scopes.enter_context(collecting()) if jit else []
             with tracing(TraceRecord()) as record, differentiating(None), recording() as reads:
                 out = self.python_function(*args, **kwargs)

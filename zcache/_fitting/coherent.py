@@ -44,6 +44,7 @@ from .._engine.data import Data
 from .._engine.dependencies import GRAPH
 from .._engine.inputs import backing_variable
 from .._engine.parameter import Parameter
+from .._engine.tf_internals import zcache_graphs
 
 __all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 
@@ -339,7 +340,7 @@ class CoherentIntensity(Cachable):
         ng = len(self._group_sizes)
         pairs = [(a, b) for a in range(ng) for b in range(a, ng)]
         variables = [backing_variable(p) for p in params]
-        with differentiating(params):  # a cache read on the way (data-only ones) attaches no gradient
+        with differentiating(params), zcache_graphs():  # a cache read (data-only ones) attaches no gradient
             with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
                 tape.watch(variables)
                 columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=1)

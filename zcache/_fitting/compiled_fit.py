@@ -65,7 +65,7 @@ from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, 
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
-from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler
+from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler, zcache_graphs
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
@@ -397,7 +397,7 @@ class CompiledFit:
         # The program calls its value + gradient function at six places: built without shape
         # inference through that function's body at each (tf_internals item 16; 0.75 s of the
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
-        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference():
+        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs():
             if fn.experimental_get_tracing_count() == 0:
                 self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),

@@ -42,7 +42,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._engine.tf_internals import recording_resumed
+from .._engine.tf_internals import recording_resumed, zcache_graphs
 
 __all__ = ["fused_program"]
 
@@ -110,7 +110,7 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
         # (P,): the values' cotangents, fn recomputed and differentiated in one program. Its trace may
         # be made where tapes are paused (a gradient taken inside a cache's miss branch, built with
         # tf_internals.stop_recording): paused, this tape would record nothing and give zeros (item 14).
-        with recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
+        with zcache_graphs(), recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(values)
             a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
         return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
@@ -138,10 +138,11 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
 
         def second_order(u: tf.Tensor) -> tuple:
             # reverse over reverse through the plain fn (as without fusing)
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch([da, *vals])
-                bar = vjp(st, ev, vals, da)
-            d_da, *d_vals = tape.gradient(bar, [da, *vals], output_gradients=u, unconnected_gradients=zero)
+            with zcache_graphs():
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch([da, *vals])
+                    bar = vjp(st, ev, vals, da)
+                d_da, *d_vals = tape.gradient(bar, [da, *vals], output_gradients=u, unconnected_gradients=zero)
             return (d_da, None, None, *d_vals)
 
         return backward(st, ev, vals, da), second_order
