@@ -110,10 +110,11 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
         # (P,): the values' cotangents, fn recomputed and differentiated in one program. Its trace may
         # be made where tapes are paused (a gradient taken inside a cache's miss branch, built with
         # tf_internals.stop_recording): paused, this tape would record nothing and give zeros (item 14).
-        with zcache_graphs(), recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(values)
-            a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
-        return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
+        with zcache_graphs():  # zcache's gradients (tf_internals items 10, 17): this program is compiled
+            with recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(values)
+                a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
+            return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
 
     forward = tf.function(fn, jit_compile=True, autograph=False)
     backward = tf.function(vjp, jit_compile=True, autograph=False)
