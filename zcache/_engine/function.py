@@ -39,6 +39,7 @@ from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_
 from .budget import BUDGET, CallCaches
 from .cache_state import invalidate_eagerly
 from .cached_tensor import drop_compiled
+from .collector import collector_out_of_traces
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from .data import data_snapshot, undo_data_writes
 from .dependencies import GRAPH
@@ -226,7 +227,8 @@ class Function:
 
     def _trace_for_jit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Trace (not run) the graph for XLA, so that its reads are known (may raise ``JitRefused``)."""
-        self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
+        with collector_out_of_traces():
+            self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
 
     def _tf_function(self, autograd: bool, jit: bool) -> Any:
         tf_function = self._tf_functions.get((autograd, jit))
@@ -239,13 +241,15 @@ class Function:
         autograd = get_autograd_mode()
         tf_function = self._tf_function(autograd, jit)
         if kwargs or not all(type(a) is EAGER_TENSOR for a in args):
-            return tf_function(*args, **kwargs)
+            with collector_out_of_traces():  # this call may trace
+                return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
         # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
         key = (autograd, jit, tuple((a.dtype, tuple(a.shape)) for a in args))
         concrete = self._concrete.get(key)
         if concrete is None:
-            concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+            with collector_out_of_traces():
+                concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
         return concrete(*args)
 
     def _traced_body(self, jit: bool) -> Callable[..., Any]:

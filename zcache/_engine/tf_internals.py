@@ -674,7 +674,8 @@ def complex_gradient_converts_fast() -> bool:
 # 18. zcache's gradients, only in zcache's graphs -------------------------------------------------
 # Items 10 and 17 need TensorFlow's gradient registry (global, keyed by op type: a graph-local
 # gradient_override_map is not read by GradientTape, which zcache's traces use) to hold zcache's
-# gradient of Sqrt, Rsqrt, Reciprocal, Inv and Complex. zcache changes nothing global for the
+# gradient of Sqrt, Rsqrt, Reciprocal, Inv and Complex (and of Cast: its complex-to-real gradient
+# without TensorFlow's warning, _cast_without_warning). zcache changes nothing global for the
 # process: the entries are swapped in when the first thread enters zcache_graphs() (a count under a
 # lock) and TensorFlow's own put back when the last one leaves; while swapped in, each gives
 # TensorFlow's own gradient on a thread that is not inside (in_zcache_graphs). zcache enters the
@@ -688,12 +689,36 @@ _GRAPHS = threading.local()
 _GRAPHS_DEPTH = [0]  # threads inside zcache_graphs(), counted once per entry
 #: op type -> zcache's gradient (a wrapper of TensorFlow's own), swapped in while zcache builds graphs
 _ZCACHE_GRADIENTS: dict[str, Callable[..., Any]] = {}
+
+
+def _cast_without_warning(tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
+    """Cast's gradient, where it takes the real part of a complex gradient, without TensorFlow's warning.
+
+    The gradient of a real-to-complex ``tf.cast`` (a promotion in amplitude code) is a complex-to-real
+    cast of the incoming gradient, which TensorFlow spells ``tf.cast`` and which logs "You are casting
+    an input of type complex128 to an incompatible dtype float64" each time it is built (thousands of
+    lines in a stress run). The same Cast op, built without the warning: the same values.
+    """
+    def gradient(op: Any, grad: Any) -> Any:
+        source = op.inputs[0].dtype.base_dtype
+        if in_zcache_graphs() and grad.dtype.is_complex and source.is_floating:
+            return tf.raw_ops.Cast(x=grad, DstT=source)
+        return tf_gradient(op, grad)
+
+    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]
+    return gradient
+
+
+_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    **{op_type: (lambda t, op_type=op_type: _conjugating(op_type, t)) for op_type in _CONJUGATED_GRADIENTS},
+    "Complex": _complex_parts_for_xla,
+    "Cast": _cast_without_warning,
+}
 if _GRADIENT_REGISTRY is not None:
-    for _op_type in (*_CONJUGATED_GRADIENTS, "Complex"):
+    for _op_type, _wrap in _WRAPPERS.items():
         _tf_gradient = (_GRADIENT_REGISTRY.get(_op_type) or {}).get("type")
         if callable(_tf_gradient):
-            _ZCACHE_GRADIENTS[_op_type] = (_complex_parts_for_xla(_tf_gradient) if _op_type == "Complex"
-                                           else _conjugating(_op_type, _tf_gradient))
+            _ZCACHE_GRADIENTS[_op_type] = _wrap(_tf_gradient)
 if _IN_XLA is not None and not complex_gradients_fixed():  # pragma: no cover - another TensorFlow layout
     _missing("the gradient registry entries of Sqrt, Rsqrt, Reciprocal and Inv",
              "gradients through a complex sqrt or 1/z cannot be compiled with XLA: such graphs run uncompiled.")

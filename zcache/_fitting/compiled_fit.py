@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .._engine.collector import collector_out_of_traces
 from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
@@ -399,7 +400,8 @@ class CompiledFit:
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
         with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs():
             if fn.experimental_get_tracing_count() == 0:
-                self._trace_for_every_size(fn, served)
+                with collector_out_of_traces():
+                    self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
                      tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
         x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
