@@ -99,6 +99,18 @@ from ._engine.precompute import precompute as precompute  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 
 
+def _leave_zcache_to_python() -> None:
+    """Autograph calls zcache's code as Python (tf_internals item 3): the modules imported so far.
+
+    A module imported later (``zcache.symbolic``, ``zcache.shapes``, ...) marks itself at its end.
+    """
+    for name in [m for m in _sys.modules if m == __name__ or m.startswith(__name__ + ".")]:
+        _tf_internals.leave_to_python(name)
+
+
+_leave_zcache_to_python()
+
+
 def _installed_version() -> str:
     """The version of the installed distribution (setup.cfg's, through the package metadata): one source of truth."""
     from importlib.metadata import PackageNotFoundError, version

@@ -41,6 +41,7 @@ __all__ = [
     "calls_without_body_shape_inference",
     "can_resume_recording",
     "keep_conditional",
+    "leave_to_python",
     "made_by_zcache",
     "may_take_higher_order_gradient",
     "recording_resumed",
@@ -180,15 +181,57 @@ def tie_gradient_to_graph(result: tf.Tensor) -> None:
 # 3. Autograph: leave zcache's code alone ------------------------------------------------
 # A plain tf.function converts the Python it calls; zcache branches on Python state while
 # tracing (as zcache.function, autograph off, does) and its code breaks when converted (e.g.
-# on networkx's dispatch wrappers). Errors: autograph re-raises exceptions from converted code
+# on networkx's dispatch wrappers). autograph calls an entity unconverted when it carries the
+# attribute "autograph_info__" (what autograph puts on code it generated; api.is_autograph_artifact),
+# checked before anything else; a bound method finds it on its function, an object on its class.
+# zcache marks its own functions, classes and their methods with it (leave_to_python): not
+# autograph's global CONVERSION_RULES. Errors: autograph re-raises exceptions from converted code
 # as StagingError unless the class carries `ag_pass_through`; zcache errors keep their type.
+_AUTOGRAPH_MARK = "autograph_info__"
 try:
-    from tensorflow.python.autograph.core import config as _ag_config
+    from tensorflow.python.autograph.impl import api as _ag_api
 
-    _ag_config.CONVERSION_RULES = (_ag_config.DoNotConvert("zcache"), *_ag_config.CONVERSION_RULES)
+    _ag_api.is_autograph_artifact  # noqa: B018 - present in this TensorFlow
 except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
-    _missing("tensorflow.python.autograph.core.config.CONVERSION_RULES",
+    _ag_api = None
+    _missing("tensorflow.python.autograph.impl.api.is_autograph_artifact",
              "zcache code called from a plain tf.function (autograph on) may fail to convert.")
+
+
+def leave_to_python(module_name: str) -> None:
+    """Mark the functions and classes defined in module ``module_name`` (and the classes' methods) for autograph.
+
+    A plain ``tf.function`` (autograph on) then calls them as Python, unconverted.
+
+    Parameters
+    ----------
+    module_name : str
+        A zcache module, already imported (its ``__name__``).
+    """
+    if _ag_api is None:  # pragma: no cover - warned at import
+        return
+    import sys
+
+    def mark(obj: Any) -> None:
+        try:
+            setattr(obj, _AUTOGRAPH_MARK, None)
+        except (AttributeError, TypeError):  # a builtin, a slotted object: nothing autograph converts
+            pass
+
+    for obj in list(vars(sys.modules[module_name]).values()):
+        if getattr(obj, "__module__", None) != module_name:
+            continue
+        if isinstance(obj, type):
+            mark(obj)
+            for member in vars(obj).values():
+                for fn in (member, getattr(member, "__func__", None), getattr(member, "fget", None),
+                           getattr(member, "fset", None)):
+                    if fn is not None and callable(fn) and getattr(fn, "__module__", None) == module_name:
+                        mark(fn)
+        elif callable(obj):
+            mark(obj)
+
+
 ZCacheError.ag_pass_through = True
 
 

@@ -44,7 +44,7 @@ from .._engine.data import Data
 from .._engine.dependencies import GRAPH
 from .._engine.inputs import backing_variable
 from .._engine.parameter import Parameter
-from .._engine.tf_internals import zcache_graphs
+from .._engine.tf_internals import leave_to_python, zcache_graphs
 
 __all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 
@@ -647,3 +647,6 @@ def box_mean(x: tf.Tensor, values: tf.Tensor, lower: Sequence[float], upper: Seq
     """
     box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
     return tf.reduce_mean(tf.where(box, values, 0.0))
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

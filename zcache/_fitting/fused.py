@@ -42,7 +42,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._engine.tf_internals import recording_resumed, zcache_graphs
+from .._engine.tf_internals import leave_to_python, recording_resumed, zcache_graphs
 
 __all__ = ["fused_program"]
 
@@ -149,3 +149,6 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
         return backward(st, ev, vals, da), second_order
 
     return tf.function(body, input_signature=signature, autograph=False)
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)
