@@ -691,3 +691,21 @@ def test_complex_gradient_takes_its_parts_with_casts_under_xla(jit, broadcast):
     kinds = {name.split(":")[0].split("/")[-1] for name in slow_to_convert(graph)}
     assert kinds == (set() if jit else {"Real", "Imag"})
     assert _tf_internals.complex_gradient_converts_fast()
+
+
+def test_a_users_tape_around_a_compiled_function_gets_the_conjugate_complex_gradient():
+    """Item 18: a user's own GradientTape around a zcache.function compiled with XLA builds the call's backward
+    outside zcache_graphs(), with TensorFlow's fused SqrtGrad, which XLA computes without the conjugate (the
+    gradient came out with its sign flipped from the second call on); the call then runs uncompiled. Against
+    the analytic derivative of sum Re(1.3 sqrt(c + i p)): 1.3 sum Re(i / (2 sqrt(c + i p)))."""
+    p = zcache.Parameter("p_users_tape", 0.7)
+    c = np.array([0.3, -0.4, 1.1])
+    f = zcache.function(lambda: tf.reduce_sum(tf.math.real(
+        1.3 * tf.sqrt(tf.complex(tf.constant(c), p.value() * tf.ones(3, tf.float64))))))
+    expected = 1.3 * np.sum(np.real(1j / (2.0 * np.sqrt(c + 0.7j))))
+    with zcache.set_jit_mode(True):
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                y = f()
+            assert tape.gradient(y, p.variable).numpy() == pytest.approx(expected, rel=1e-12)
+        assert zcache.gradient(f, [p]).numpy()[0] == pytest.approx(expected, rel=1e-12)  # compiled, zcache's tape

@@ -50,6 +50,7 @@ from .parameter import refresh_mirrors, undo_parameter_writes
 from .tf_internals import (
     EAGER_TENSOR,
     complex_gradients_fixed,
+    users_tape_may_record,
     without_grappler,
     wrong_xla_gradient_ops,
     zcache_graphs,
@@ -185,7 +186,9 @@ class Function:
         (TensorFlow still runs the graph's ops in parallel). Whether an attempt compiles with
         XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._engine.jit_policy`).
         """
-        may_compile = compiles(self.wraps)
+        # A user's own tape around a compiled call builds its backward outside zcache_graphs(), with
+        # TensorFlow's gradients, which XLA computes wrong for a complex sqrt or 1/z (tf_internals item 18).
+        may_compile = compiles(self.wraps) and not users_tape_may_record()
         with ENGINE_LOCK, calling_jit(may_compile), without_grappler():
             data_before = self._data_before()
             # Filled by every trace made during this call (the trace for XLA included): the data

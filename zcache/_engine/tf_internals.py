@@ -34,6 +34,7 @@ __all__ = [
     "failed_assertion_text",
     "graph_key",
     "in_zcache_graphs",
+    "users_tape_may_record",
     "inside_control_flow",
     "inside_vectorized_loop",
     "is_second_order_cond_error",
@@ -768,6 +769,27 @@ if _IN_XLA is not None and not complex_gradients_fixed():  # pragma: no cover - 
 if _GRADIENT_REGISTRY is not None and "Complex" not in _ZCACHE_GRADIENTS:  # pragma: no cover - another layout
     _missing("the gradient registry entry of Complex",
              "gradients of complex numbers built inside XLA programs convert slower (the same values).")
+
+
+try:
+    _TAPE_SET_EMPTY: Callable[[], bool] | None = _pywrap_tfe.TFE_Py_TapeSetIsEmpty
+except (NameError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _TAPE_SET_EMPTY = None
+    _missing("tensorflow.python.pywrap_tfe.TFE_Py_TapeSetIsEmpty",
+             "a compiled zcache.function called under a GradientTape always runs uncompiled.")
+
+
+def users_tape_may_record() -> bool:
+    """Whether a gradient tape outside zcache's own gradients may record a call made now on this thread.
+
+    Such a tape builds the call's backward when the user asks for the gradient, outside
+    :func:`zcache_graphs`: with TensorFlow's gradients, which XLA computes wrong for a complex sqrt or
+    1/z. A compiled ``zcache.function`` then runs its uncompiled graph. True also where TensorFlow's
+    internals are missing (the safe answer).
+    """
+    if in_zcache_graphs():
+        return False
+    return _TAPE_SET_EMPTY is None or not _TAPE_SET_EMPTY()
 
 
 def in_zcache_graphs() -> bool:
