@@ -41,21 +41,36 @@ def test_tensorflow_logs_on_request():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
-def test_import_freezes_what_it_made_unless_told_not_to(setting, frozen):
-    """``import zcache`` leaves the objects it made (TensorFlow's modules) out of the collector's full
-    passes; ``ZCACHE_GC_FREEZE=0`` leaves the collector alone. Objects made afterwards are collected."""
+def test_traces_freeze_what_was_alive_before_unless_told_not_to(setting, frozen):
+    """``import zcache`` freezes nothing; a zcache trace keeps the objects alive before it out of the
+    collector's full passes, and gives them back when it ends (the freeze count is 0 again);
+    ``ZCACHE_GC_FREEZE=0`` leaves the collector alone. A cycle made before the trace is still collected."""
     environ = {k: v for k, v in os.environ.items() if k != "ZCACHE_GC_FREEZE"}
     if setting is not None:
         environ["ZCACHE_GC_FREEZE"] = setting
-    script = ("import gc, weakref, zcache\n"
+    script = ("import gc, weakref, zcache, tensorflow as tf\n"
+              "after_import = gc.get_freeze_count()\n"
               "class Node: pass\n"
               "a, b = Node(), Node(); a.b, b.a = b, a; r = weakref.ref(a); del a, b\n"
-              "gc.collect(); print(gc.get_freeze_count(), r() is None)")
+              "seen = []\n"
+              "f = zcache.function(lambda x: seen.append(gc.get_freeze_count()) or x * 2.0)\n"
+              "f(tf.constant(1.0))\n"
+              "gc.collect(); print(after_import, seen[0], gc.get_freeze_count(), r() is None)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environ,
-                          timeout=120, check=True)
-    count, collected = done.stdout.split()
-    assert (int(count) > 100_000) is frozen and (int(count) == 0) is not frozen
-    assert collected == "True"  # a cycle made after the import is still collected
+                          timeout=300, check=True, cwd=pathlib.Path(__file__).parents[1])
+    after_import, in_trace, after, collected = done.stdout.split()
+    assert int(after_import) == 0 and int(after) == 0
+    assert (int(in_trace) > 100_000) is frozen and (int(in_trace) == 0) is not frozen
+    assert collected == "True"  # frozen during the trace, collected after it
+
+
+@pytest.mark.slow
+def test_a_bad_switch_value_is_refused_at_import_with_what_to_do():
+    environ = {**os.environ, "ZCACHE_TF_LOGS": "sometimes"}
+    done = subprocess.run([sys.executable, "-c", "import zcache"], capture_output=True, text=True, env=environ,
+                          timeout=120, cwd=pathlib.Path(__file__).parents[1])
+    assert done.returncode != 0
+    assert "EnvironmentSettingError: ZCACHE_TF_LOGS='sometimes' is not a switch value: set it to 1" in done.stderr
 
 
 def _caught(action) -> list[warnings.WarningMessage]:

@@ -131,9 +131,16 @@ def test_autograph_leaves_zcache_code_alone():
 
     assert float(f()) == 5.0
     from tensorflow.python.autograph.core import config
+    from tensorflow.python.autograph.impl import api
 
-    assert any(getattr(rule, "_prefix", None) == "zcache" and type(rule).__name__ == "DoNotConvert"
-               for rule in config.CONVERSION_RULES)
+    # by marks on zcache's own code, not by a rule in autograph's global CONVERSION_RULES
+    assert not [rule for rule in config.CONVERSION_RULES if "zcache" in repr(rule)]
+    from zcache import symbolic  # a module imported after zcache marks itself
+
+    for entity in (c.value, p.set_value, zcache.CachedTensor, zcache.function, zcache.types.Function,
+                   symbolic.SymbolicModel, symbolic.SymbolicModel.__init__):
+        assert api.is_autograph_artifact(entity), entity
+    assert not api.is_autograph_artifact(f.python_function)  # the user's own code is converted as before
 
 
 def test_zcache_errors_pass_through_autograph():
@@ -454,7 +461,8 @@ def _complex_gradients(op, z, jit, order):
             second = tf.reduce_sum(tf.math.real(g) * tf.math.imag(g))
         return g if order == 1 else outer.gradient(second, z)
 
-    return tf.function(grad, autograph=False, jit_compile=jit)(z).numpy()
+    with _tf_internals.zcache_graphs():  # where zcache builds its graphs (item 18)
+        return tf.function(grad, autograph=False, jit_compile=jit)(z).numpy()
 
 
 @pytest.mark.parametrize("order", [1, 2])
@@ -508,12 +516,53 @@ def test_complex_gradients_are_built_without_the_fused_ops_outside_xla_too():
             y = tf.reduce_sum(tf.math.real(tf.sqrt(z) + tf.math.reciprocal(z)))
         return tape.gradient(y, z)
 
-    graph = tf.function(fn, autograph=False).get_concrete_function().graph
-    assert _tf_internals.wrong_xla_gradient_ops(graph) == []
+    with _tf_internals.zcache_graphs():
+        graph = tf.function(fn, autograph=False).get_concrete_function().graph
+        assert _tf_internals.wrong_xla_gradient_ops(graph) == []
+        z = np.array([0.5 + 0.1j, 2.0 - 0.3j])
+        # d Re f / d z for a holomorphic f, as TensorFlow defines it: conj(f'(z))
+        np.testing.assert_allclose(tf.function(fn, autograph=False)().numpy(),
+                                   np.conj(0.5 / np.sqrt(z) - 1.0 / z**2), rtol=1e-12)
+
+
+def test_zcache_gradients_apply_only_inside_zcache_graphs():
+    """Item 18: outside zcache_graphs() TensorFlow's registry holds its own gradient functions (the same
+    objects) and a user's graph gets TensorFlow's fused gradient; inside, zcache's; another thread that
+    builds a gradient while one thread is inside gets TensorFlow's; the numbers agree."""
+    import threading
+
+    from tensorflow.python.framework import ops
+
+    registry = ops._gradient_registry._registry
+    kinds = ("Sqrt", "Rsqrt", "Reciprocal", "Inv", "Complex")
+    before = {k: registry[k]["type"] for k in kinds}
+    assert all(f.__module__.startswith("tensorflow.") for f in before.values())
+
+    def fn():
+        z = tf.constant([0.5 + 0.1j, 2.0 - 0.3j], tf.complex128)
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = tf.reduce_sum(tf.math.real(tf.sqrt(z)))
+        return tape.gradient(y, z)
+
+    def fused_ops():
+        return _tf_internals.wrong_xla_gradient_ops(tf.function(fn, autograph=False).get_concrete_function().graph)
+
+    outside = fused_ops()
+    other = {}
+    with _tf_internals.zcache_graphs():
+        with _tf_internals.zcache_graphs():  # re-entrant
+            assert registry["Sqrt"]["type"] is not before["Sqrt"]
+            inside = fused_ops()
+            thread = threading.Thread(target=lambda: other.setdefault("ops", fused_ops()))
+            thread.start()
+            thread.join()
+        assert registry["Sqrt"]["type"] is not before["Sqrt"]
+    assert {k: registry[k]["type"] for k in kinds} == before
+    assert any("SqrtGrad" in name for name in outside) and any("SqrtGrad" in name for name in other["ops"])
+    assert inside == []
     z = np.array([0.5 + 0.1j, 2.0 - 0.3j])
-    # d Re f / d z for a holomorphic f, as TensorFlow defines it: conj(f'(z))
-    np.testing.assert_allclose(tf.function(fn, autograph=False)().numpy(), np.conj(0.5 / np.sqrt(z) - 1.0 / z**2),
-                               rtol=1e-12)
+    np.testing.assert_allclose(tf.function(fn, autograph=False)().numpy(), np.conj(0.5 / np.sqrt(z)), rtol=1e-12)
 
 
 def test_without_grappler_is_thread_local_and_restored():
@@ -590,6 +639,9 @@ def test_calls_without_body_shape_inference_marks_this_threads_calls_only():
         thread.join()
     without = tf.function(outer, autograph=False).get_concrete_function(spec)
     assert not [m for m in _tf_internals.MISSING if "partitioned_call_op" in m]
+    from tensorflow.python.eager.polymorphic_function import atomic_function
+
+    assert atomic_function.partitioned_call_op.__module__ == atomic_function.__name__  # TensorFlow's own again
     assert [marked(op) for op in calls(with_block.graph)] == [True]
     assert [marked(op) for op in calls(without.graph)] == [False]
     assert [marked(op) for op in calls(other["fn"].graph)] == [False]
@@ -622,7 +674,8 @@ def test_complex_gradient_takes_its_parts_with_casts_under_xla(jit, broadcast):
         return g_re, g_im, outer.gradient(second, re), outer.gradient(second, im)
 
     fn = tf.function(grads, autograph=False, jit_compile=jit)
-    found = [t.numpy() for t in fn(re0, im0)]
+    with _tf_internals.zcache_graphs():  # where zcache builds its graphs (item 18)
+        found = [t.numpy() for t in fn(re0, im0)]
     # y = Re((1 - 2i) sum (re + i im)^2) = sum (re^2 - im^2 + 4 re im)
     re, im = re0.numpy(), np.broadcast_to(im0.numpy(), (3,))
     g_re, g_im = 2 * re + 4 * im, -2 * im + 4 * re
@@ -633,7 +686,26 @@ def test_complex_gradient_takes_its_parts_with_casts_under_xla(jit, broadcast):
         want = [g_re, g_im, 4 * g_re + 8 * g_im, 8 * g_re - 4 * g_im]
     for got, ref in zip(found, want, strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-13)
-    graph = fn.get_concrete_function(re0, im0).graph
+    with _tf_internals.zcache_graphs():
+        graph = fn.get_concrete_function(re0, im0).graph
     kinds = {name.split(":")[0].split("/")[-1] for name in slow_to_convert(graph)}
     assert kinds == (set() if jit else {"Real", "Imag"})
     assert _tf_internals.complex_gradient_converts_fast()
+
+
+def test_a_users_tape_around_a_compiled_function_gets_the_conjugate_complex_gradient():
+    """Item 18: a user's own GradientTape around a zcache.function compiled with XLA builds the call's backward
+    outside zcache_graphs(), with TensorFlow's fused SqrtGrad, which XLA computes without the conjugate (the
+    gradient came out with its sign flipped from the second call on); the call then runs uncompiled. Against
+    the analytic derivative of sum Re(1.3 sqrt(c + i p)): 1.3 sum Re(i / (2 sqrt(c + i p)))."""
+    p = zcache.Parameter("p_users_tape", 0.7)
+    c = np.array([0.3, -0.4, 1.1])
+    f = zcache.function(lambda: tf.reduce_sum(tf.math.real(
+        1.3 * tf.sqrt(tf.complex(tf.constant(c), p.value() * tf.ones(3, tf.float64))))))
+    expected = 1.3 * np.sum(np.real(1j / (2.0 * np.sqrt(c + 0.7j))))
+    with zcache.set_jit_mode(True):
+        for _ in range(3):
+            with tf.GradientTape() as tape:
+                y = f()
+            assert tape.gradient(y, p.variable).numpy() == pytest.approx(expected, rel=1e-12)
+        assert zcache.gradient(f, [p]).numpy()[0] == pytest.approx(expected, rel=1e-12)  # compiled, zcache's tape

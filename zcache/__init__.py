@@ -29,16 +29,17 @@ import sys as _sys
 def _import_tensorflow_quietly() -> None:
     """Import TensorFlow without its start-up lines on stderr (absl, oneDNN, CPU features).
 
-    TensorFlow's C++ code writes them to file descriptor 2 before any log level applies, so
-    the descriptor points to the null device for the import. Set ``ZCACHE_TF_LOGS=1`` to
-    keep TensorFlow's C++ and Python logs as TensorFlow sets them; an explicit
-    ``TF_CPP_MIN_LOG_LEVEL`` is respected. Nothing changes if TensorFlow was imported before.
-    The level is 3 (C++ errors too): TensorFlow logs an error line for every program it loads
-    from the compile cache (it first tries the file as text); its real errors are raised anyway.
+    TensorFlow's C++ code writes them to file descriptor 2 before any log level applies, so the
+    descriptor points to the null device while TensorFlow is imported, and back after. Nothing
+    else changes: ``TF_CPP_MIN_LOG_LEVEL`` is not set (TensorFlow's C++ reads it once, during its
+    import, and keeps the level for the process: a level set here could not be given back), nor
+    TensorFlow's Python log level. ``ZCACHE_TF_LOGS=1`` keeps the lines; nothing changes either if
+    TensorFlow was imported before.
     """
-    if "tensorflow" in _sys.modules or _os.environ.get("ZCACHE_TF_LOGS"):
+    from ._engine.environment import switch  # before TensorFlow: a bad value is refused first
+
+    if "tensorflow" in _sys.modules or switch("ZCACHE_TF_LOGS"):
         return
-    _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         saved = _os.dup(2)
     except OSError:  # no stderr descriptor (an embedded interpreter): nothing to silence
@@ -49,12 +50,11 @@ def _import_tensorflow_quietly() -> None:
             null = _os.open(_os.devnull, _os.O_WRONLY)
             _os.dup2(null, 2)
             _os.close(null)
-        import tensorflow
+        import tensorflow  # noqa: F401
     finally:
         if saved is not None:
             _os.dup2(saved, 2)
             _os.close(saved)
-    tensorflow.get_logger().setLevel("ERROR")  # TensorFlow's Python warnings: ZCACHE_TF_LOGS=1 keeps them
 
 
 _import_tensorflow_quietly()
@@ -71,7 +71,7 @@ from . import models as models  # noqa: E402
 from . import run as run  # noqa: E402
 from . import toys as toys  # noqa: E402
 from . import types as types  # noqa: E402
-from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow hooks, set once at import)
+from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/architecture.md)
 from ._engine.budget import cache_budget_info as cache_budget_info  # noqa: E402
 from ._engine.budget import set_cache_budget as set_cache_budget  # noqa: E402
 from ._engine.cachable import Cachable as Cachable  # noqa: E402
@@ -97,6 +97,18 @@ from ._engine.parameter import Parameter as Parameter  # noqa: E402
 from ._engine.parameter import set_values as set_values  # noqa: E402
 from ._engine.precompute import precompute as precompute  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
+
+
+def _leave_zcache_to_python() -> None:
+    """Autograph calls zcache's code as Python (tf_internals item 3): the modules imported so far.
+
+    A module imported later (``zcache.symbolic``, ``zcache.shapes``, ...) marks itself at its end.
+    """
+    for name in [m for m in _sys.modules if m == __name__ or m.startswith(__name__ + ".")]:
+        _tf_internals.leave_to_python(name)
+
+
+_leave_zcache_to_python()
 
 
 def _installed_version() -> str:
@@ -174,24 +186,3 @@ def __getattr__(name: str) -> object:
         )
         return getattr(module, new)
     raise AttributeError(f"module 'zcache' has no attribute {name!r}")
-
-
-def _freeze_what_import_made() -> None:
-    """Take the objects alive now out of the cyclic garbage collector's full passes (``gc.freeze``).
-
-    They are TensorFlow's, numpy's and zcache's modules, about 430,000 objects that live as long
-    as the process. Every full pass of the collector scanned them again: 0.23-0.33 s each,
-    and TensorFlow's traces allocate enough to set one off now and then (one fell inside the
-    trace of a compiled fit's program, a third of a small fit's first call). Frozen, a full pass
-    costs what the objects made since take. Nothing is lost: freezing moves objects, and an
-    object frozen here is still freed when its last reference goes; only a reference cycle
-    among them would stay (36 objects at import). ``ZCACHE_GC_FREEZE=0`` leaves the collector
-    alone.
-    """
-    if _os.environ.get("ZCACHE_GC_FREEZE", "1") != "0":
-        import gc
-
-        gc.freeze()
-
-
-_freeze_what_import_made()

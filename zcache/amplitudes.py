@@ -68,6 +68,7 @@ import tensorflow as tf
 from ._engine.cachable import Cachable, cached
 from ._engine.data import Data
 from ._engine.parameter import Parameter, set_values
+from ._engine.tf_internals import leave_to_python
 from ._engine.traced_checks import require
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from .exceptions import ModelError
@@ -949,3 +950,6 @@ def _refuse_padded(mc: Data) -> None:
             "means over every row. Create the phase-space sample without capacity= (only the fitted "
             "data need a shape bucket)."
         )
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -54,6 +54,7 @@ from ._engine.compile_cache import call_key, compiling, first_call
 from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._engine.dependencies import GRAPH
 from ._engine.parameter import Parameter
+from ._engine.tf_internals import zcache_graphs
 from ._engine.trace import forbid_in_trace
 from ._engine.traced_checks import calling_jit, collecting
 from ._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
@@ -217,11 +218,12 @@ class BatchedLoss:
     def _per_toy(self, x: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
                  served: dict[int, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The loss, its gradient and whether every check held, for one toy (traced once)."""
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(x)
-            with substituted(self._substitutes(x, events, weights, fixed, served)), collecting() as checks:
-                f = self.loss.value()
-        g = tape.gradient(f, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        with zcache_graphs():  # zcache's gradients (tf_internals items 10, 17)
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(x)
+                with substituted(self._substitutes(x, events, weights, fixed, served)), collecting() as checks:
+                    f = self.loss.value()
+            g = tape.gradient(f, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         ok = tf.math.is_finite(f) & tf.reduce_all(tf.math.is_finite(g))
         if checks:
             ok = ok & tf.reduce_all(tf.stack([c for c, _, _ in checks]))

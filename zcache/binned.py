@@ -95,6 +95,7 @@ import tensorflow as tf
 from ._engine.cached_tensor import CachedTensor
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tf_internals import leave_to_python
 from ._engine.traced_checks import require
 from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError, WholeSampleTermError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
@@ -886,3 +887,6 @@ class Template(BaseLoss):
         penalty = tf.where(free, penalty, tf.zeros_like(mu))
         terms = _poisson_terms(n, mu_s * beta) + penalty
         return tf.reduce_sum(tf.where(used, terms, tf.zeros_like(mu)))
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

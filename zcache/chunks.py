@@ -71,6 +71,7 @@ from ._engine.cached_tensor import CachedTensor
 from ._engine.context import ENGINE_LOCK
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
 from .exceptions import DataError, DataShapeError, ModelError
 from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
@@ -724,3 +725,6 @@ class ChunkedLoss(BaseLoss):
         value = sum(float(v) for v, _ in results) - offset
         gradient = np.sum([g.numpy() for _, g in results], axis=0) if results else np.zeros(n)
         return tf.constant(value, tf.float64), tf.constant(gradient, tf.float64)
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -73,6 +73,7 @@ import tensorflow as tf
 
 from ._engine.parameter import Parameter, set_values
 from ._engine.precompute import ensure_precomputed
+from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
 from .exceptions import ModelError, WholeSampleTermError
 from .loss import BaseLoss
@@ -609,3 +610,6 @@ class DistributedLoss(BaseLoss):
             self._param_list(params)
         self._keep_floating = bool(keep_floating) if precompute else None
         return Objective(self, params, precompute=False, keep_floating=keep_floating, who=who)
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

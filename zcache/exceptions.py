@@ -42,6 +42,7 @@ __all__ = [
     "BatchingError",
     "ToyStudyError",
     "SymbolicError",
+    "EnvironmentSettingError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -187,6 +188,14 @@ class SymbolicError(ModelError):
 
     The message names the node or symbol: a function the bridge does not translate, a free
     symbol that is neither a parameter nor a data column, or a parameter given twice.
+    """
+
+
+class EnvironmentSettingError(ZCacheError, ValueError):
+    """A ``ZCACHE_*`` environment variable holds a value zcache does not take.
+
+    The message names the variable and the values it takes (the table is in
+    ``zcache._engine.environment``).
     """
 
 

@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tf_internals import leave_to_python
 from ._fitting.coherent import CoherentIntensity
 from .exceptions import FitError, IllegalInGraphModeError, ModelError
 
@@ -292,3 +293,5 @@ def _fitted(result: Any, intensity: Any) -> tuple[np.ndarray, list[Parameter | N
         )
     return covariance, fitted
 
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ._engine.tf_internals import leave_to_python
 from .exceptions import SymbolicError
 from .phasespace import DalitzKinematics
 from .sampling import rng
@@ -433,3 +434,6 @@ def _three_body_momenta(kinematics: DalitzKinematics, x: tf.Tensor) -> list[tf.T
     r1, r2 = tf.linalg.matvec(rot, v1), tf.linalg.matvec(rot, v2)
     r3 = -(r1 + r2)
     return [tf.concat([e[:, None], r], axis=1) for e, r in ((e1, r1), (e2, r2), (e3, r3))]
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

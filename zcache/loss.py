@@ -60,6 +60,7 @@ from ._engine.function import Function, function
 from ._engine.gradient import value_and_gradient
 from ._engine.parameter import Parameter, set_values, set_vector_in_graph
 from ._engine.precompute import precomputed
+from ._engine.tf_internals import zcache_graphs
 from ._engine.traced_checks import require
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters
@@ -522,10 +523,11 @@ class BaseLoss:
         # caches, or valid ones, whose backward pass then recomputes inside the vectorized loop
         # at its forward values (cache_gradient).
         variables = [p.variable for p in params]
-        with tf.GradientTape(watch_accessed_variables=False) as outer:
-            outer.watch(variables)
-            _, grad = value_and_gradient(self._total, params, numerical=False)
-        rows = outer.jacobian(grad, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        with zcache_graphs():  # zcache's gradients (tf_internals items 10, 17) in both passes
+            with tf.GradientTape(watch_accessed_variables=False) as outer:
+                outer.watch(variables)
+                _, grad = value_and_gradient(self._total, params, numerical=False)
+            rows = outer.jacobian(grad, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         hess = tf.stack([tf.cast(r, tf.float64) for r in rows], axis=1)
         return 0.5 * (hess + tf.transpose(hess))
 

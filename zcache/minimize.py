@@ -54,6 +54,7 @@ from ._engine.finite_differences import central_differences
 from ._engine.inputs import backing_variable
 from ._engine.mode import compiles, get_autograd_mode, traces
 from ._engine.parameter import Parameter, set_values
+from ._engine.tf_internals import zcache_graphs
 from ._fitting import minuit2
 from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from .exceptions import ZCacheError
@@ -154,14 +155,15 @@ def _has_weights(loss: BaseLoss) -> bool:
 def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.ndarray:
     """The Hessian of the loss's constraint terms with respect to ``params`` (exact: they are quadratic)."""
     variables = [backing_variable(p) for p in params]
-    with tf.GradientTape() as outer:
+    with zcache_graphs(), tf.GradientTape() as outer:
         outer.watch(variables)
         with tf.GradientTape() as inner:
             inner.watch(variables)
             total = tf.add_n([c.value() for c in loss.constraints])
         grads = inner.gradient(total, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         grads = tf.stack(grads)
-    rows = outer.jacobian(grads, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    with zcache_graphs():
+        rows = outer.jacobian(grads, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return tf.stack(rows, axis=1).numpy()
 
 

@@ -47,6 +47,7 @@ from scipy import integrate
 
 from ._engine.data import Data
 from ._engine.function import Function, function
+from ._engine.tf_internals import leave_to_python
 from .exceptions import ModelError
 from .models import Space
 from .sampling import accept_reject
@@ -357,3 +358,6 @@ class DalitzSpace(Space):
 
     def __hash__(self) -> int:
         return hash(("dalitz", self.kinematics.masses))
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

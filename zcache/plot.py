@@ -58,6 +58,7 @@ except ImportError as err:  # matplotlib is an optional extra
 from scipy import stats
 
 from ._engine.data import Data
+from ._engine.tf_internals import leave_to_python
 from .amplitudes import AmplitudePdf
 from .minimize import FitResult
 from .models import Model, ProductPdf, SumPdf
@@ -857,3 +858,6 @@ def plot_pulls(
     ax.legend(fontsize="small", frameon=False)
     return PullPlot(figure=fig, ax=ax, pulls=pulls, edges=edges, counts=counts.astype(float), mean=mean,
                     width=width, mean_error=float(mean_error), width_error=float(width_error))
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

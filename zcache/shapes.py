@@ -119,6 +119,7 @@ import tensorflow as tf
 from ._engine.cachable import cached
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tf_internals import leave_to_python
 from .exceptions import ModelError, ParameterValueError
 from .models import Model, Space, one_dimensional
 from .sampling import rng, truncated_normal
@@ -1379,3 +1380,6 @@ class HistogramPdf(Model):
         start = tf.gather(tf.constant(self._edges[:-1]), i)
         x = start + rng().uniform([n], dtype=tf.float64) * tf.gather(tf.constant(self._widths), i)
         return tf.clip_by_value(x, self._edges[0], self._edges[-1])
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

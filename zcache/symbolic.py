@@ -87,7 +87,7 @@ from ._engine.compile_cache import run_program
 from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
-from ._engine.tf_internals import can_resume_recording
+from ._engine.tf_internals import can_resume_recording, leave_to_python
 from ._fitting import jets as jets_
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._fitting.fused import fused_program
@@ -1879,3 +1879,6 @@ def _with_physical_limit(name: str, value: Any) -> Any:
     if "lower" not in spec:
         spec["lower"] = 0.0
     return spec
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

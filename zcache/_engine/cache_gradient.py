@@ -34,7 +34,7 @@ from ..exceptions import ZCacheError
 from .context import backward_pass, constant_data, differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
-from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradient_to_graph
+from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradient_to_graph, zcache_graphs
 
 __all__ = ["with_gradient"]
 
@@ -82,7 +82,7 @@ def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> t
     def backward(dy: tf.Tensor, param_values: tuple[tf.Tensor, ...]) -> list[tf.Tensor]:
         # no gradient w.r.t. the data (nor a second-order one through them); the caches read here
         # take this custom gradient too (in_backward_pass)
-        with constant_data(), backward_pass():
+        with constant_data(), backward_pass(), zcache_graphs():
             return recomputed(dy, param_values)
 
     def recomputed(dy: tf.Tensor, param_values: tuple[tf.Tensor, ...]) -> list[tf.Tensor]:

@@ -64,6 +64,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..exceptions import CompileCacheWarning, TensorFlowInternalsWarning
+from .environment import setting, switch
 
 __all__ = ["MAX_BYTES", "CompileCacheInfo", "clear_compile_cache", "compile_cache_info", "compiling",
            "enable_at_import", "first_call", "run_program"]
@@ -295,8 +296,9 @@ def _settings(environ) -> _Settings:
             home = pwd.getpwuid(os.getuid()).pw_dir
         except (KeyError, AttributeError):  # pragma: no cover - a user without a password entry
             home = ""
-    return _Settings(switch=environ.get("ZCACHE_COMPILE_CACHE", "").strip().lower(),
-                     cache_dir=environ.get("ZCACHE_CACHE_DIR", ""), xdg_cache_home=environ.get("XDG_CACHE_HOME", ""),
+    on = switch("ZCACHE_COMPILE_CACHE", environ)  # zcache's own variables: through environment.py's table
+    return _Settings(switch="" if on is None else ("1" if on else "0"),
+                     cache_dir=setting("ZCACHE_CACHE_DIR", environ), xdg_cache_home=environ.get("XDG_CACHE_HOME", ""),
                      home=home, xla_flags=environ.get("XLA_FLAGS", ""), tf_xla_flags=environ.get("TF_XLA_FLAGS", ""))
 
 

@@ -39,6 +39,7 @@ from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_
 from .budget import BUDGET, CallCaches
 from .cache_state import invalidate_eagerly
 from .cached_tensor import drop_compiled
+from .collector import collector_out_of_traces
 from .compile_cache import call_key, compiling, first_call
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from .data import data_snapshot, undo_data_writes
@@ -47,7 +48,14 @@ from .inputs import backing_variable
 from .jit_policy import JitPolicy, JitRefused, Retry
 from .mode import IDENTIFIERS, auto_decides, compiles, get_autograd_mode, traces
 from .parameter import refresh_mirrors, undo_parameter_writes
-from .tf_internals import EAGER_TENSOR, complex_gradients_fixed, without_grappler, wrong_xla_gradient_ops
+from .tf_internals import (
+    EAGER_TENSOR,
+    complex_gradients_fixed,
+    users_tape_may_record,
+    without_grappler,
+    wrong_xla_gradient_ops,
+    zcache_graphs,
+)
 from .trace import TraceRecord, call_eagerly, forbid_in_trace, tracing
 from .traced_checks import assertion_ops, calling_jit, collecting, error_from, failed_check
 
@@ -180,7 +188,9 @@ class Function:
         (TensorFlow still runs the graph's ops in parallel). Whether an attempt compiles with
         XLA, and what follows a failed one, is the jit policy's (:mod:`zcache._engine.jit_policy`).
         """
-        may_compile = compiles(self.wraps)
+        # A user's own tape around a compiled call builds its backward outside zcache_graphs(), with
+        # TensorFlow's gradients, which XLA computes wrong for a complex sqrt or 1/z (tf_internals item 18).
+        may_compile = compiles(self.wraps) and not users_tape_may_record()
         with ENGINE_LOCK, calling_jit(may_compile), without_grappler():
             data_before = self._data_before()
             # Filled by every trace made during this call (the trace for XLA included): the data
@@ -222,7 +232,8 @@ class Function:
 
     def _trace_for_jit(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Trace (not run) the graph for XLA, so that its reads are known (may raise ``JitRefused``)."""
-        self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
+        with collector_out_of_traces():
+            self._tf_function(get_autograd_mode(), True).get_concrete_function(*args, **kwargs)
 
     def _tf_function(self, autograd: bool, jit: bool) -> Any:
         tf_function = self._tf_functions.get((autograd, jit))
@@ -240,14 +251,16 @@ class Function:
             # The first run of a graph compiles its XLA programs (this one's, or a fused one's
             # inside): the compile cache checks its folder before and records new entries after.
             key = call_key(args, kwargs)
-            with first_call(self._compiled_calls, None if key is None else (autograd, jit, key)):
+            with first_call(self._compiled_calls, None if key is None else (autograd, jit, key)), \
+                    collector_out_of_traces():  # this call may trace
                 return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
         # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
         key = (autograd, jit, tuple((a.dtype, tuple(a.shape)) for a in args))
         concrete = self._concrete.get(key)
         if concrete is None:
-            concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
+            with collector_out_of_traces():
+                concrete = self._concrete[key] = tf_function.get_concrete_function(*args)
             with compiling():
                 return concrete(*args)
         return concrete(*args)
@@ -272,6 +285,7 @@ class Function:
         self._live_traces += 1
         # A traced graph is reused by any later gradient request: all parameters count.
         with contextlib.ExitStack() as scopes:
+            scopes.enter_context(zcache_graphs())  # zcache's gradients in the gradients this body builds
             collected = scopes.enter_context(collecting()) if jit else []
             with tracing(TraceRecord()) as record, differentiating(None), recording() as reads:
                 out = self.python_function(*args, **kwargs)

@@ -28,6 +28,7 @@ from .finite_differences import central_differences, default_step
 from .inputs import backing_variable
 from .mode import get_autograd_mode
 from .parameter import Parameter, set_values
+from .tf_internals import zcache_graphs
 
 __all__ = ["gradient", "value_and_gradient", "hessian"]
 
@@ -85,7 +86,8 @@ def value_and_gradient(
     if use_numerical:
         return _numerical(func, params)
     variables = [backing_variable(p) for p in params]
-    with differentiating(params):  # caches attach gradients for these parameters only
+    # zcache_graphs: zcache's gradients (tf_internals items 10, 17) in the backward passes built here
+    with differentiating(params), zcache_graphs():  # caches attach gradients for these parameters only
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
             y = _scalar(func())

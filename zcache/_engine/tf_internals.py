@@ -33,6 +33,8 @@ __all__ = [
     "eager_variable",
     "failed_assertion_text",
     "graph_key",
+    "in_zcache_graphs",
+    "users_tape_may_record",
     "inside_control_flow",
     "inside_vectorized_loop",
     "is_second_order_cond_error",
@@ -40,6 +42,7 @@ __all__ = [
     "calls_without_body_shape_inference",
     "can_resume_recording",
     "keep_conditional",
+    "leave_to_python",
     "made_by_zcache",
     "may_take_higher_order_gradient",
     "recording_resumed",
@@ -49,6 +52,7 @@ __all__ = [
     "without_grappler",
     "wrong_xla_gradient_ops",
     "xla_calling_graph",
+    "zcache_graphs",
 ]
 
 #: Names of the internals that could not be found (empty when all work).
@@ -178,15 +182,57 @@ def tie_gradient_to_graph(result: tf.Tensor) -> None:
 # 3. Autograph: leave zcache's code alone ------------------------------------------------
 # A plain tf.function converts the Python it calls; zcache branches on Python state while
 # tracing (as zcache.function, autograph off, does) and its code breaks when converted (e.g.
-# on networkx's dispatch wrappers). Errors: autograph re-raises exceptions from converted code
+# on networkx's dispatch wrappers). autograph calls an entity unconverted when it carries the
+# attribute "autograph_info__" (what autograph puts on code it generated; api.is_autograph_artifact),
+# checked before anything else; a bound method finds it on its function, an object on its class.
+# zcache marks its own functions, classes and their methods with it (leave_to_python): not
+# autograph's global CONVERSION_RULES. Errors: autograph re-raises exceptions from converted code
 # as StagingError unless the class carries `ag_pass_through`; zcache errors keep their type.
+_AUTOGRAPH_MARK = "autograph_info__"
 try:
-    from tensorflow.python.autograph.core import config as _ag_config
+    from tensorflow.python.autograph.impl import api as _ag_api
 
-    _ag_config.CONVERSION_RULES = (_ag_config.DoNotConvert("zcache"), *_ag_config.CONVERSION_RULES)
+    _ag_api.is_autograph_artifact  # noqa: B018 - present in this TensorFlow
 except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
-    _missing("tensorflow.python.autograph.core.config.CONVERSION_RULES",
+    _ag_api = None
+    _missing("tensorflow.python.autograph.impl.api.is_autograph_artifact",
              "zcache code called from a plain tf.function (autograph on) may fail to convert.")
+
+
+def leave_to_python(module_name: str) -> None:
+    """Mark the functions and classes defined in module ``module_name`` (and the classes' methods) for autograph.
+
+    A plain ``tf.function`` (autograph on) then calls them as Python, unconverted.
+
+    Parameters
+    ----------
+    module_name : str
+        A zcache module, already imported (its ``__name__``).
+    """
+    if _ag_api is None:  # pragma: no cover - warned at import
+        return
+    import sys
+
+    def mark(obj: Any) -> None:
+        try:
+            setattr(obj, _AUTOGRAPH_MARK, None)
+        except (AttributeError, TypeError):  # a builtin, a slotted object: nothing autograph converts
+            pass
+
+    for obj in list(vars(sys.modules[module_name]).values()):
+        if getattr(obj, "__module__", None) != module_name:
+            continue
+        if isinstance(obj, type):
+            mark(obj)
+            for member in vars(obj).values():
+                for fn in (member, getattr(member, "__func__", None), getattr(member, "fget", None),
+                           getattr(member, "fset", None)):
+                    if fn is not None and callable(fn) and getattr(fn, "__module__", None) == module_name:
+                        mark(fn)
+        elif callable(obj):
+            mark(obj)
+
+
 ZCacheError.ag_pass_through = True
 
 
@@ -353,6 +399,9 @@ def _enclosing_graphs() -> Iterator[Any]:
 # backward is built once, where the function was traced, and reused by every caller, compiled or
 # not (the bridge's group programs, issue 26: their backward, built outside XLA, was compiled
 # wrong inside a jit-compiled loss). The plain ops cost a few element-wise kernels more.
+# Not a rewrite of TensorFlow's registry for the process: the entries are swapped in while a thread is
+# inside zcache_graphs() (zcache's traces and gradients) and put back when the last one leaves; the
+# swapped-in entry gives TensorFlow's own gradient on any thread that is not inside (see zcache_graphs).
 #: op type -> the gradient, from y = op.outputs[0] and the incoming gradient, with conjugates spelled out
 _CONJUGATED_GRADIENTS: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
     "Sqrt": lambda y, grad: (tf.constant(0.5, y.dtype) * grad) / tf.math.conj(y),
@@ -360,8 +409,6 @@ _CONJUGATED_GRADIENTS: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = 
     "Reciprocal": lambda y, grad: -grad * tf.math.conj(y * y),
     "Inv": lambda y, grad: -grad * tf.math.conj(y * y),
 }
-#: op type -> TensorFlow's own gradient function, for inputs that do not need the fix
-_TF_GRADIENTS: dict[str, Callable[..., Any]] = {}
 
 
 def _conjugating(op_type: str, tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
@@ -369,10 +416,11 @@ def _conjugating(op_type: str, tf_gradient: Callable[..., Any]) -> Callable[...,
 
     def gradient(op: Any, grad: Any) -> Any:
         y = op.outputs[0]
-        if y.dtype.is_complex:
+        if y.dtype.is_complex and in_zcache_graphs():
             return conjugated(y, grad)
         return tf_gradient(op, grad)
 
+    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]
     return gradient
 
 
@@ -386,18 +434,8 @@ def complex_gradients_fixed() -> bool:
         graph that holds one of those gradient ops (:func:`wrong_xla_gradient_ops`) must then run
         uncompiled.
     """
-    return _IN_XLA is not None and len(_TF_GRADIENTS) == len(_CONJUGATED_GRADIENTS)
+    return _IN_XLA is not None and all(op_type in _ZCACHE_GRADIENTS for op_type in _CONJUGATED_GRADIENTS)
 
-
-if _GRADIENT_REGISTRY is not None:
-    for _op_type, _entry in ((t, _GRADIENT_REGISTRY.get(t)) for t in _CONJUGATED_GRADIENTS):
-        if _entry is None or not callable(_entry.get("type")):  # pragma: no cover - another TensorFlow
-            continue
-        _TF_GRADIENTS[_op_type] = _entry["type"]
-        _entry["type"] = _conjugating(_op_type, _entry["type"])
-if _IN_XLA is not None and not complex_gradients_fixed():  # pragma: no cover - another TensorFlow layout
-    _missing("the gradient registry entries of Sqrt, Rsqrt, Reciprocal and Inv",
-             "gradients through a complex sqrt or 1/z cannot be compiled with XLA: such graphs run uncompiled.")
 
 #: The fused gradient ops whose XLA kernels lack the conjugate for complex inputs.
 _WRONG_UNDER_XLA = frozenset({"SqrtGrad", "RsqrtGrad", "ReciprocalGrad", "InvGrad"})
@@ -564,7 +602,8 @@ def may_take_higher_order_gradient(tensors: list[tf.Tensor]) -> bool:
 # inference buys nothing there. The node attribute "_disable_call_shape_inference" (what TensorFlow's
 # legacy Defun sets on its calls) skips it; the call op's attributes are fixed inside
 # atomic_function.partitioned_call_op, so the attribute is added to the op it creates, on this thread
-# and inside calls_without_body_shape_inference() only. Fallback: the inference runs (slower traces).
+# and inside calls_without_body_shape_inference() only; the wrapper is TensorFlow's partitioned_call_op
+# only while a thread is inside the block. Fallback: the inference runs (slower traces).
 _SHAPE_INFERENCE_OFF = "_disable_call_shape_inference"
 _CALLS_LOCAL = threading.local()
 try:
@@ -600,8 +639,8 @@ def _partitioned_call_op(*args: Any, **kwargs: Any) -> Any:
         del graph.create_op
 
 
-if _PARTITIONED_CALL_OP is not None:
-    _atomic_function.partitioned_call_op = _partitioned_call_op
+_CALLS_LOCK = threading.Lock()
+_CALLS_INSIDE = [0]  # entries of calls_without_body_shape_inference() on all threads
 
 
 @contextlib.contextmanager
@@ -610,16 +649,29 @@ def calls_without_body_shape_inference() -> Iterator[None]:
 
     The calls' output shapes are still the functions' declared ones; only TensorFlow's C++
     inference through the called functions' bodies, repeated at every call site, is skipped.
+    ``atomic_function.partitioned_call_op`` is zcache's wrapper only while some thread is inside
+    the block (a count under a lock); TensorFlow's own is back when the last one leaves.
 
     Yields
     ------
     None
     """
+    if _PARTITIONED_CALL_OP is None:  # pragma: no cover - warned at import
+        yield
+        return
+    with _CALLS_LOCK:
+        if _CALLS_INSIDE[0] == 0 and _atomic_function.partitioned_call_op is _PARTITIONED_CALL_OP:
+            _atomic_function.partitioned_call_op = _partitioned_call_op
+        _CALLS_INSIDE[0] += 1
     _CALLS_LOCAL.active = getattr(_CALLS_LOCAL, "active", 0) + 1
     try:
         yield
     finally:
         _CALLS_LOCAL.active -= 1
+        with _CALLS_LOCK:
+            _CALLS_INSIDE[0] -= 1
+            if _CALLS_INSIDE[0] == 0 and _atomic_function.partitioned_call_op is _partitioned_call_op:
+                _atomic_function.partitioned_call_op = _PARTITIONED_CALL_OP
 
 
 # 17. The gradient of Complex under XLA -----------------------------------------------------------
@@ -631,11 +683,12 @@ def calls_without_body_shape_inference() -> Iterator[None]:
 # context the gradient's parts are taken with Casts instead, whose conversion is direct: the real
 # part by a Cast to the real type, the imaginary part as the real part of -i g (the same values to
 # the last bit). Not Cast's public spelling tf.cast, which warns on every complex-to-real cast.
-# Elsewhere TensorFlow's own gradient. Fallback: TensorFlow's gradient everywhere (slower first
+# Elsewhere TensorFlow's own gradient. Swapped into the registry only while zcache builds graphs, as
+# item 10's (zcache_graphs). Fallback: TensorFlow's gradient everywhere (slower first
 # calls of compiled programs, the same values).
 def _complex_parts_for_xla(tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
     def gradient(op: Any, grad: Any) -> Any:
-        if xla_calling_graph() is None:
+        if not in_zcache_graphs() or xla_calling_graph() is None:
             return tf_gradient(op, grad)
         re, im = op.inputs
         g_re = tf.raw_ops.Cast(x=grad, DstT=re.dtype)
@@ -646,7 +699,7 @@ def _complex_parts_for_xla(tf_gradient: Callable[..., Any]) -> Callable[..., Any
         r_re, r_im = tf.raw_ops.BroadcastGradientArgs(s0=s_re, s1=s_im)
         return (tf.reshape(tf.reduce_sum(g_re, r_re), s_re), tf.reshape(tf.reduce_sum(g_im, r_im), s_im))
 
-    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]  # (also: this wrapper is in place)
+    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]
     return gradient
 
 
@@ -659,12 +712,126 @@ def complex_gradient_converts_fast() -> bool:
         False when TensorFlow's gradient registry could not be found (the gradient is then
         TensorFlow's own everywhere: the same values, slower first calls of compiled programs).
     """
-    entry = None if _GRADIENT_REGISTRY is None else _GRADIENT_REGISTRY.get("Complex")
-    return entry is not None and hasattr(entry.get("type"), "tensorflow_gradient")
+    return "Complex" in _ZCACHE_GRADIENTS
 
 
-if _GRADIENT_REGISTRY is not None and callable((_GRADIENT_REGISTRY.get("Complex") or {}).get("type")):
-    _GRADIENT_REGISTRY["Complex"]["type"] = _complex_parts_for_xla(_GRADIENT_REGISTRY["Complex"]["type"])
-elif _GRADIENT_REGISTRY is not None:  # pragma: no cover - another TensorFlow layout
+# 18. zcache's gradients, only in zcache's graphs -------------------------------------------------
+# Items 10 and 17 need TensorFlow's gradient registry (global, keyed by op type: a graph-local
+# gradient_override_map is not read by GradientTape, which zcache's traces use) to hold zcache's
+# gradient of Sqrt, Rsqrt, Reciprocal, Inv and Complex (and of Cast: its complex-to-real gradient
+# without TensorFlow's warning, _cast_without_warning). zcache changes nothing global for the
+# process: the entries are swapped in when the first thread enters zcache_graphs() (a count under a
+# lock) and TensorFlow's own put back when the last one leaves; while swapped in, each gives
+# TensorFlow's own gradient on a thread that is not inside (in_zcache_graphs). zcache enters the
+# block wherever it builds graphs or gradients: a zcache.function's trace, a compiled fit's call, a
+# gradient zcache takes (zcache.gradient, a loss's value_gradient, the minimizers'), a fused program's
+# backward. A gradient a user's own tape takes of a zcache.function's output outside those is
+# TensorFlow's; a zcache.function compiled with XLA checks the graphs it traced for the fused ops
+# XLA computes wrong (wrong_xla_gradient_ops) and runs uncompiled if it finds one.
+_GRAPHS_LOCK = threading.Lock()
+_GRAPHS = threading.local()
+_GRAPHS_DEPTH = [0]  # threads inside zcache_graphs(), counted once per entry
+#: op type -> zcache's gradient (a wrapper of TensorFlow's own), swapped in while zcache builds graphs
+_ZCACHE_GRADIENTS: dict[str, Callable[..., Any]] = {}
+
+
+def _cast_without_warning(tf_gradient: Callable[..., Any]) -> Callable[..., Any]:
+    """Cast's gradient, where it takes the real part of a complex gradient, without TensorFlow's warning.
+
+    The gradient of a real-to-complex ``tf.cast`` (a promotion in amplitude code) is a complex-to-real
+    cast of the incoming gradient, which TensorFlow spells ``tf.cast`` and which logs "You are casting
+    an input of type complex128 to an incompatible dtype float64" each time it is built (thousands of
+    lines in a stress run). The same Cast op, built without the warning: the same values.
+    """
+    def gradient(op: Any, grad: Any) -> Any:
+        source = op.inputs[0].dtype.base_dtype
+        if in_zcache_graphs() and grad.dtype.is_complex and source.is_floating:
+            return tf.raw_ops.Cast(x=grad, DstT=source)
+        return tf_gradient(op, grad)
+
+    gradient.tensorflow_gradient = tf_gradient  # type: ignore[attr-defined]
+    return gradient
+
+
+_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    **{op_type: (lambda t, op_type=op_type: _conjugating(op_type, t)) for op_type in _CONJUGATED_GRADIENTS},
+    "Complex": _complex_parts_for_xla,
+    "Cast": _cast_without_warning,
+}
+if _GRADIENT_REGISTRY is not None:
+    for _op_type, _wrap in _WRAPPERS.items():
+        _tf_gradient = (_GRADIENT_REGISTRY.get(_op_type) or {}).get("type")
+        if callable(_tf_gradient):
+            _ZCACHE_GRADIENTS[_op_type] = _wrap(_tf_gradient)
+if _IN_XLA is not None and not complex_gradients_fixed():  # pragma: no cover - another TensorFlow layout
+    _missing("the gradient registry entries of Sqrt, Rsqrt, Reciprocal and Inv",
+             "gradients through a complex sqrt or 1/z cannot be compiled with XLA: such graphs run uncompiled.")
+if _GRADIENT_REGISTRY is not None and "Complex" not in _ZCACHE_GRADIENTS:  # pragma: no cover - another layout
     _missing("the gradient registry entry of Complex",
              "gradients of complex numbers built inside XLA programs convert slower (the same values).")
+
+
+try:
+    _TAPE_SET_EMPTY: Callable[[], bool] | None = _pywrap_tfe.TFE_Py_TapeSetIsEmpty
+except (NameError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _TAPE_SET_EMPTY = None
+    _missing("tensorflow.python.pywrap_tfe.TFE_Py_TapeSetIsEmpty",
+             "a compiled zcache.function called under a GradientTape always runs uncompiled.")
+
+
+def users_tape_may_record() -> bool:
+    """Whether a gradient tape outside zcache's own gradients may record a call made now on this thread.
+
+    Such a tape builds the call's backward when the user asks for the gradient, outside
+    :func:`zcache_graphs`: with TensorFlow's gradients, which XLA computes wrong for a complex sqrt or
+    1/z. A compiled ``zcache.function`` then runs its uncompiled graph. True also where TensorFlow's
+    internals are missing (the safe answer).
+    """
+    if in_zcache_graphs():
+        return False
+    return _TAPE_SET_EMPTY is None or not _TAPE_SET_EMPTY()
+
+
+def in_zcache_graphs() -> bool:
+    """Whether this thread is inside :func:`zcache_graphs` (zcache is building a graph or a gradient)."""
+    return getattr(_GRAPHS, "depth", 0) > 0
+
+
+def _swap_gradients(install: bool) -> None:
+    for op_type, ours in _ZCACHE_GRADIENTS.items():
+        entry = _GRADIENT_REGISTRY.get(op_type) if _GRADIENT_REGISTRY is not None else None
+        if entry is None:  # pragma: no cover - removed by someone else
+            continue
+        if install and entry["type"] is ours.tensorflow_gradient:  # type: ignore[attr-defined]
+            entry["type"] = ours
+        elif not install and entry["type"] is ours:  # put back only what zcache put there
+            entry["type"] = ours.tensorflow_gradient  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def zcache_graphs() -> Iterator[None]:
+    """The block in which zcache builds graphs and gradients: zcache's gradients of items 10 and 17 apply.
+
+    TensorFlow's gradient registry holds them only while some thread is inside; on leaving the
+    last block TensorFlow's own entries are back, the same objects. Re-entrant and thread-safe.
+
+    Yields
+    ------
+    None
+    """
+    depth = getattr(_GRAPHS, "depth", 0)
+    if depth == 0:
+        with _GRAPHS_LOCK:
+            if _GRAPHS_DEPTH[0] == 0:
+                _swap_gradients(True)
+            _GRAPHS_DEPTH[0] += 1
+    _GRAPHS.depth = depth + 1
+    try:
+        yield
+    finally:
+        _GRAPHS.depth = depth
+        if depth == 0:
+            with _GRAPHS_LOCK:
+                _GRAPHS_DEPTH[0] -= 1
+                if _GRAPHS_DEPTH[0] == 0:
+                    _swap_gradients(False)

@@ -28,7 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .tf_internals import xla_calling_graph
+from .tf_internals import leave_to_python, xla_calling_graph
 
 __all__ = ["SLOW_TO_CONVERT", "imag", "real", "reciprocal", "slow_to_convert"]
 
@@ -112,3 +112,6 @@ def slow_to_convert(graph: Any) -> list[str]:
     for func in graph_def.library.function:
         found += [f"{func.signature.name}/{node.op}:{node.name}" for node in func.node_def if node.op in SLOW_TO_CONVERT]
     return found
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

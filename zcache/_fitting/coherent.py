@@ -44,6 +44,7 @@ from .._engine.data import Data
 from .._engine.dependencies import GRAPH
 from .._engine.inputs import backing_variable
 from .._engine.parameter import Parameter
+from .._engine.tf_internals import leave_to_python, zcache_graphs
 
 __all__ = ["CoherentIntensity", "sum_log_normalized", "box_mean"]
 
@@ -339,7 +340,7 @@ class CoherentIntensity(Cachable):
         ng = len(self._group_sizes)
         pairs = [(a, b) for a in range(ng) for b in range(a, ng)]
         variables = [backing_variable(p) for p in params]
-        with differentiating(params):  # a cache read on the way (data-only ones) attaches no gradient
+        with differentiating(params), zcache_graphs():  # a cache read (data-only ones) attaches no gradient
             with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
                 tape.watch(variables)
                 columns = tf.concat([self._group_uncached(g, mc) for g in range(ng)], axis=1)
@@ -646,3 +647,6 @@ def box_mean(x: tf.Tensor, values: tf.Tensor, lower: Sequence[float], upper: Seq
     """
     box = tf.reduce_all(tf.logical_and(x >= tf.constant(lower, tf.float64), x <= tf.constant(upper, tf.float64)), axis=1)
     return tf.reduce_mean(tf.where(box, values, 0.0))
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

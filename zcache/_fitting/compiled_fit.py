@@ -61,12 +61,13 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from .._engine.collector import collector_out_of_traces
 from .._engine.compile_cache import compiling
 from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
-from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler
+from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler, zcache_graphs
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
@@ -400,9 +401,11 @@ class CompiledFit:
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
         # compiling(): a fit is long, so every call lets the compile cache check its folder first
         # and record what XLA compiled (the program, its value + gradient function) after.
-        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), compiling():
+        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
+                compiling():
             if fn.experimental_get_tracing_count() == 0:
-                self._trace_for_every_size(fn, served)
+                with collector_out_of_traces():
+                    self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
                      tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
         x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)

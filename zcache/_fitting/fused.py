@@ -42,7 +42,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .._engine.tf_internals import recording_resumed
+from .._engine.tf_internals import leave_to_python, recording_resumed, zcache_graphs
 
 __all__ = ["fused_program"]
 
@@ -110,10 +110,11 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
         # (P,): the values' cotangents, fn recomputed and differentiated in one program. Its trace may
         # be made where tapes are paused (a gradient taken inside a cache's miss branch, built with
         # tf_internals.stop_recording): paused, this tape would record nothing and give zeros (item 14).
-        with recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(values)
-            a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
-        return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
+        with zcache_graphs():  # zcache's gradients (tf_internals items 10, 17): this program is compiled
+            with recording_resumed(), tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(values)
+                a = stacked(fn(stack, events, values))  # (in XLA the stack is dead code: only its gradient is used)
+            return tf.stack(tape.gradient(a, values, output_gradients=da, unconnected_gradients=zero))
 
     forward = tf.function(fn, jit_compile=True, autograph=False)
     backward = tf.function(vjp, jit_compile=True, autograph=False)
@@ -138,12 +139,16 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
 
         def second_order(u: tf.Tensor) -> tuple:
             # reverse over reverse through the plain fn (as without fusing)
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch([da, *vals])
-                bar = vjp(st, ev, vals, da)
-            d_da, *d_vals = tape.gradient(bar, [da, *vals], output_gradients=u, unconnected_gradients=zero)
+            with zcache_graphs():
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch([da, *vals])
+                    bar = vjp(st, ev, vals, da)
+                d_da, *d_vals = tape.gradient(bar, [da, *vals], output_gradients=u, unconnected_gradients=zero)
             return (d_da, None, None, *d_vals)
 
         return backward(st, ev, vals, da), second_order
 
     return tf.function(body, input_signature=signature, autograph=False)
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -29,6 +29,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from .._engine.tf_internals import leave_to_python
+
 __all__ = ["Jet", "NoJet", "pairs", "constant", "variable", "add", "mul", "chain", "linear", "where", "dense"]
 
 Value = Any  # a Python number, a tf.Tensor, or None (zero, in derivatives)
@@ -186,3 +188,6 @@ def dense(x: Value, like: tf.Tensor) -> tf.Tensor:
     if not isinstance(x, tf.Tensor):
         return tf.constant(x, like.dtype) + tf.zeros_like(like)
     return _as(x, like.dtype.is_complex) + tf.zeros_like(like)
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)
