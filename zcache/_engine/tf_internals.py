@@ -223,7 +223,8 @@ def leave_to_python(module_name: str) -> None:
         if getattr(obj, "__module__", None) != module_name:
             continue
         if isinstance(obj, type):
-            mark(obj)
+            if not getattr(obj, "_is_protocol", False):  # a mark on a Protocol would become one of its members
+                mark(obj)
             for member in vars(obj).values():
                 for fn in (member, getattr(member, "__func__", None), getattr(member, "fget", None),
                            getattr(member, "fset", None)):
