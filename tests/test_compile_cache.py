@@ -140,6 +140,37 @@ def test_second_process_loads_the_first_ones_program(first_run):
     assert entries(directory) == [name] and os.stat(os.path.join(directory, name)).st_mtime_ns == mtime
 
 
+def test_loading_an_entry_logs_no_tensorflow_errors(first_run):
+    """TensorFlow's error lines about a load (text parse, tuning features) are left out; its other lines stay."""
+    second, err = run_script(first_run[0])
+    assert LOADED in err  # a VLOG line written during the same call: kept
+    assert "Error parsing text-format" not in err and "prefer-no-" not in err
+
+
+def test_load_noise_filter_keeps_every_other_line():
+    noise = [b"E0000 00:00:1.2 1 text_format.cc:378] Error parsing text-format tensorflow.XlaSerializedCacheEntry: x\n",
+             b"E0000 00:00:1.2 1 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. Target machine feature "
+             b"+prefer-no-gather is not  supported on the host machine.\n"]
+    kept = [b"E0000 00:00:1.2 1 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. Target machine feature +avx512f "
+            b"is not  supported on the host machine.\n", b"E0000 00:00:1.2 1 other.cc:1] Error parsing text-format x\n",
+            b"a line of the user's own\n"]
+    assert all(cc._LOAD_NOISE.match(line) for line in noise)
+    assert not any(cc._LOAD_NOISE.match(line) for line in kept)
+    read, write = os.pipe()
+    saved = os.dup(2)
+    try:
+        os.dup2(write, 2)
+        with cc._loads_quietly():
+            for line in noise + kept:
+                os.write(2, line)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write)
+    with os.fdopen(read, "rb") as f:
+        assert f.read() == b"".join(kept)
+
+
 def test_writer_records_its_entry(first_run):
     """The process that compiled the program recorded it (SHA-256, size, mtime, inode): no later reader trusts bytes."""
     directory = first_run[1]["directory"]

@@ -381,7 +381,10 @@ class BatchedLoss:
             raise ModelError(f"hinv must have shape {(len(self.params),) * 2}, got {hinv.shape}.")
         edm_max = EDM_MAX_FACTOR * errordef if edm_max is None else float(edm_max)
         fn = self._program("fit", served)
-        with ENGINE_LOCK, calling_jit(True), compiling():  # a whole batched fit: the compile cache checks
+        shapes = ("fit", tuple(served), np.shape(x0), np.shape(events), np.shape(weights))
+        first = shapes not in self._compiled_calls  # a new program or shapes: TensorFlow may load an entry
+        self._compiled_calls.add(shapes)
+        with ENGINE_LOCK, calling_jit(True), compiling(first):  # a whole batched fit: the compile cache checks
             out = fn(tf.constant(x0), tf.constant(events), tf.constant(weights), fixed, served,
                      tf.constant(np.broadcast_to(hinv, (len(x0), *hinv.shape)).copy()),
                      tf.constant(self._lower), tf.constant(self._upper), tf.constant(int(maxiter), tf.int32),

@@ -196,14 +196,16 @@ def enable_at_import() -> CompileCacheInfo:
 
 
 @contextlib.contextmanager
-def compiling() -> Iterator[None]:
+def compiling(first: bool = True) -> Iterator[None]:
     """Around a call that may compile (or load) one of zcache's XLA programs for the first time in this process.
 
     Before the outermost such call, the folder TensorFlow reads holds only entries that match their
     writers' records; after it, the entries TensorFlow wrote during it are recorded and published. A
     call outside it may still compile: it then loads only entries checked at the last such call, and
     what it writes is not published (removed before the next one). Costs nothing when the cache is not
-    zcache's; never raises for the cache's sake.
+    zcache's; never raises for the cache's sake. ``first``: the call may load an entry (its program's
+    first run in this process), so TensorFlow's lines about loading are left out of stderr
+    (:func:`_loads_quietly`); a later call of a program already loaded passes False.
     """
     global _DEPTH
     if _STAGE is None:
@@ -211,15 +213,61 @@ def compiling() -> Iterator[None]:
         return
     with _LOCK:
         _DEPTH += 1
-        if _DEPTH == 1:
+        outermost = _DEPTH == 1
+        if outermost:
             _guarded(_before)
     try:
-        yield
+        with _loads_quietly() if outermost and first and _KNOWN else contextlib.nullcontext():
+            yield
     finally:
         with _LOCK:
             _DEPTH -= 1
             if _DEPTH == 0:
                 _guarded(_after)
+
+
+#: What TensorFlow 2.21 logs, as errors, for every entry it loads from the cache, though nothing is wrong: it
+#: first tries to parse the file as text, and its CPU loader compares tuning features (prefer-no-scatter,
+#: prefer-no-gather) that are not instructions. zcache used to hide them by lowering TensorFlow's log level for
+#: the whole process (issue 51); now only these lines are left out, and only while a first call may load.
+_LOAD_NOISE = re.compile(
+    rb"^E\d{4} [^\]]*(?:text_format\.cc:\d+\] Error parsing text-format tensorflow\.XlaSerializedCacheEntry"
+    rb"|cpu_aot_loader\.cc:\d+\] Loading XLA:CPU AOT result\. Target machine feature \+prefer-no-(?:scatter|gather) )")
+
+
+@contextlib.contextmanager
+def _loads_quietly() -> Iterator[None]:
+    """File descriptor 2 goes to a temporary file for the block; its lines, less :data:`_LOAD_NOISE`, come back after.
+
+    Other lines written to stderr meanwhile (by any thread) are delayed to the block's end, not lost.
+    Nothing changes where descriptor 2 is not open.
+    """
+    import tempfile
+
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr descriptor (an embedded interpreter)
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        with contextlib.suppress(Exception):
+            import sys
+
+            sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                import sys
+
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = b"".join(line for line in sink.read().splitlines(keepends=True) if not _LOAD_NOISE.match(line))
+            if kept:
+                os.write(2, kept)
 
 
 def first_call(seen: set, key: Any) -> contextlib.AbstractContextManager:

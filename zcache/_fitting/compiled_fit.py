@@ -401,9 +401,10 @@ class CompiledFit:
         # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
         # compiling(): a fit is long, so every call lets the compile cache check its folder first
         # and record what XLA compiled (the program, its value + gradient function) after.
+        first = fn.experimental_get_tracing_count() == 0
         with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
-                compiling():
-            if fn.experimental_get_tracing_count() == 0:
+                compiling(first):
+            if first:
                 with collector_out_of_traces():
                     self._trace_for_every_size(fn, served)
             out = fn(tf.constant(x0), served, tf.constant(self.lower),
