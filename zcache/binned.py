@@ -95,8 +95,9 @@ import tensorflow as tf
 from ._engine.cached_tensor import CachedTensor
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tables import REAL_KINDS, dtype_advice, real_numbers
 from ._engine.traced_checks import require
-from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
+from .exceptions import DataDtypeError, DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters
 from .types import Restorer
@@ -107,11 +108,22 @@ _TEMPLATE_METHODS = ("jsc", "da")
 
 
 def _float_array(values: Any, what: str, where: str) -> np.ndarray:
-    """``values`` as a float64 numpy array, or a named error."""
+    """``values`` as a float64 numpy array, or a named error (a DataDtypeError for complex, bool, text...)."""
     try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
+        return real_numbers(values, f"{where}: {what}").astype(np.float64)
+    except DataDtypeError:
+        raise
+    except (TypeError, ValueError) as err:  # a ragged nesting
         raise DataError(f"{where}: {what} must be numbers, got {values!r}.") from err
+
+
+def _float_tensor(values: Any, what: str, where: str) -> tf.Tensor:
+    """A tensor of real numbers as float64 (inside a trace), or a DataDtypeError (nothing written)."""
+    values = tf.convert_to_tensor(values)
+    if np.dtype(values.dtype.as_numpy_dtype).kind not in REAL_KINDS:
+        raise DataDtypeError(f"{where}: {what} must be real numbers, got a tensor of dtype {values.dtype.name}: "
+                             f"{dtype_advice(values.dtype.as_numpy_dtype)}; nothing changed.")
+    return tf.cast(values, tf.float64)
 
 
 def _checked_edges(edges: Any, where: str) -> np.ndarray:
@@ -244,10 +256,10 @@ class BinnedData:
             raise DataShapeError(f"BinnedData.from_hist: binned data are one-dimensional; the histogram has {len(axes)} "
                                  "axes. Project it first (h.project(0)).")
         variances = h.variances()
-        return cls(
-            np.asarray(h.values(), dtype=np.float64),
-            np.asarray(axes[0].edges, dtype=np.float64),
-            variances=None if variances is None else np.asarray(variances, dtype=np.float64),
+        return cls(  # the constructor checks the dtypes (a histogram object may be any duck type)
+            np.asarray(h.values()),
+            np.asarray(axes[0].edges),
+            variances=None if variances is None else np.asarray(variances),
             name=name or getattr(h, "name", None) or None,
             obs=obs or getattr(axes[0], "name", None) or None,
         )
@@ -298,7 +310,7 @@ class BinnedData:
         weights = None
         if isinstance(sample, Data):
             name = name or sample.name
-            values = sample.numpy()
+            values = real_numbers(sample.numpy(), f"BinnedData.from_numpy: Data '{sample.name}'")
             if values.ndim == 2:
                 columns = list(sample.obs or ())
                 if obs is None and values.shape[1] == 1:
@@ -418,11 +430,12 @@ class BinnedData:
         ([1.0, 2.0], [1.0, 2.0])
         """
         if tf.inside_function() and isinstance(counts, (tf.Tensor, tf.Variable)):
-            counts = tf.cast(counts, tf.float64)
+            where = f"BinnedData '{self.name}'"
+            counts = _float_tensor(counts, "the counts", where)
             if counts.shape.rank is not None and not counts.shape.is_compatible_with([self.nbins]):
                 raise DataShapeError(f"BinnedData '{self.name}': the counts must have shape ({self.nbins},), got "
                                      f"{counts.shape}; nothing changed.")
-            var = counts if variances is None else tf.cast(variances, tf.float64)
+            var = counts if variances is None else _float_tensor(variances, "the variances", where)
             first = self.counts_data.set_data(counts)
             second = self.variances_data.set_data(var)
         else:
