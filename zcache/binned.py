@@ -97,7 +97,15 @@ from ._engine.data import Data
 from ._engine.parameter import Parameter
 from ._engine.tables import REAL_KINDS, dtype_advice, real_numbers
 from ._engine.traced_checks import require
-from .exceptions import DataDtypeError, DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError
+from .exceptions import (
+    DataDtypeError,
+    DataError,
+    DataRangeError,
+    DataShapeError,
+    EmptyDataError,
+    InvalidDataError,
+    ModelError,
+)
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters
 from .types import Restorer
@@ -466,14 +474,18 @@ def _poisson_terms(n: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
 
 
 class _CountChecks:
-    """Whether the counts are >= 0 (likelihoods) and zero in bins outside the space: one cache.
+    """Whether the counts are >= 0, zero outside the space and (no yield) sum to more than 0: one cache.
+
+    The sign is checked for likelihoods, the total where the model is scaled to the histogram's
+    total (no yield in the loss).
 
     A cache of the counts only, so a fit pays nothing; evaluated once at construction, so a
     loss is never built on bad counts, and again (from the cache) on every evaluation, so
     counts changed by ``set_counts`` are checked too.
     """
 
-    def __init__(self, data: BinnedData, who: str, outside: np.ndarray | None, nonnegative: bool) -> None:
+    def __init__(self, data: BinnedData, who: str, outside: np.ndarray | None, nonnegative: bool,
+                 positive_total: bool = False) -> None:
         self.nonnegative = nonnegative
         self.outside = outside if outside is not None and outside.any() else None
         self.negative_message = (
@@ -484,13 +496,22 @@ class _CountChecks:
             f"{who}: '{data.name}' has counts in bins wholly outside the model's space, where the model "
             "predicts nothing; cut those bins from the histogram or widen the space."
         )
+        # Without a yield the expected counts are the total times the bin probabilities: a total of 0
+        # makes every expected count 0 and the loss a constant (a fit "converges" anywhere), a
+        # negative one (BinnedChi2 of subtracted counts) an upside-down prediction.
+        self.total_message = (
+            f"{who}: the counts of '{data.name}' sum to zero or less, and without a yield the model is scaled "
+            "to that total: the fit would be meaningless. Fill the histogram (an empty toy: skip it), or fit "
+            "the number of events too (ExtendedBinnedNLL, or give the model a yield)."
+        )
         mask = None if self.outside is None else tf.constant(self.outside)
 
         def compute() -> tf.Tensor:
             n = data.counts_data.value()
             ok_sign = tf.reduce_all(n >= 0.0) if nonnegative else tf.constant(True)
             ok_range = tf.constant(True) if mask is None else tf.reduce_all(tf.boolean_mask(n, mask) == 0.0)
-            return tf.stack([ok_sign, ok_range])
+            ok_total = tf.reduce_sum(n) > 0.0 if positive_total else tf.constant(True)
+            return tf.stack([ok_sign, ok_range, ok_total])
 
         self.cache = CachedTensor(compute, deps=[data.counts_data], name=f"{data.name} counts valid")
         self.check()
@@ -498,7 +519,8 @@ class _CountChecks:
     def check(self) -> list[Any]:
         """Raise eagerly (or, inside a trace, return the assertions) when the counts are bad."""
         ok = self.cache.value()
-        return [*require(ok[0], ModelError, self.negative_message), *require(ok[1], DataRangeError, self.outside_message)]
+        return [*require(ok[0], ModelError, self.negative_message), *require(ok[1], DataRangeError, self.outside_message),
+                *require(ok[2], EmptyDataError, self.total_message)]
 
 
 class _BinnedModelLoss(BaseLoss):
@@ -525,7 +547,8 @@ class _BinnedModelLoss(BaseLoss):
         self._edges = tuple(float(e) for e in data.edges)
         lo, hi = model.space.lower[0], model.space.upper[0]
         outside = (data.edges[1:] <= lo) | (data.edges[:-1] >= hi)
-        self._checks = _CountChecks(data, who, outside, nonnegative=self.likelihood)
+        self._checks = _CountChecks(data, who, outside, nonnegative=self.likelihood,
+                                    positive_total=not self._uses_yield())
         super().__init__(constraints)
 
     def _uses_yield(self) -> bool:
@@ -598,6 +621,9 @@ class BinnedNLL(_BinnedModelLoss):
         counts (now, or after ``set_counts`` when the loss is evaluated).
     DataRangeError
         Counts in bins wholly outside the model's space.
+    EmptyDataError
+        The counts sum to zero (the model is scaled to their total: nothing to fit; now, or
+        after ``set_counts`` when the loss is evaluated).
 
     Examples
     --------
@@ -683,6 +709,9 @@ class BinnedChi2(_BinnedModelLoss):
         ``model`` not a 1-D Model, ``data`` not a histogram, or the observables differ.
     DataRangeError
         Counts in bins wholly outside the model's space.
+    EmptyDataError
+        The model has no yield and the counts sum to zero or less (the model is scaled to
+        their total; now, or after ``set_counts`` when the loss is evaluated).
 
     Examples
     --------
