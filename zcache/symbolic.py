@@ -1378,13 +1378,18 @@ class SymbolicModel(Model, CoherentIntensity):
         if not self.is_coherent_sum:
             raise SymbolicError(f"{what}: the intensity of '{self.name}' is not a coherent sum of couplings x amplitudes.")
 
-    def intensity(self, data: Any) -> tf.Tensor:
+    def intensity(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         r"""The unnormalized intensity :math:`I(x_i)` of each event.
 
         Parameters
         ----------
         data : zcache.Data or array_like
             Events: a Data (cached per dataset) or an (N, n_obs) array in the space's order.
+        raw : bool, optional
+            ``False`` (default): one row per event (the padding rows of padded data,
+            ``capacity=``, left out: :meth:`zcache.Data.unpadded`). ``True``: one row per row of
+            ``data.value()``, padding included, what the models and losses compute on (as
+            :meth:`zcache.models.Model.pdf`'s ``raw``).
 
         Returns
         -------
@@ -1394,14 +1399,15 @@ class SymbolicModel(Model, CoherentIntensity):
         if not isinstance(data, Data):
             data = tf.convert_to_tensor(data, tf.float64)
         if self.is_coherent_sum:
-            return super().intensity(data)
+            return super().intensity(data, raw=raw)
         tr = self._translator
         if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
             out = self._cached_root(data)
         else:
             out = tr.value(self._root, data, {})
         out = xla_ops.real(out) if _is_complex(out) else out
-        return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
+        rows = _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
+        return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
     # -- normalization ------------------------------------------------------------------
     def integral_matrix(self, mc: Data | None = None) -> tf.Tensor:
@@ -1444,7 +1450,7 @@ class SymbolicModel(Model, CoherentIntensity):
 
     def _norm(self) -> tf.Tensor:
         if not self.is_coherent_sum:
-            return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace))
+            return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace, raw=True))
         return self.phasespace_volume * self.norm(self.phasespace)
 
     def fit_fractions(self) -> dict[str, float]:
@@ -1503,15 +1509,15 @@ class SymbolicModel(Model, CoherentIntensity):
 
     # -- Model hooks ---------------------------------------------------------------------
     def _pdf(self, data: Any) -> tf.Tensor:
-        return self.intensity(data) / self.normalization()
+        return self.intensity(data, raw=True) / self.normalization()
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
-        return self.intensity(tf.reshape(x, [-1, self.space.n_obs]))
+        return self.intensity(tf.reshape(x, [-1, self.space.n_obs]), raw=True)
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
-        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace),
+        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace, raw=True),
                                                  lower, upper)
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
@@ -1527,7 +1533,7 @@ class SymbolicModel(Model, CoherentIntensity):
         tf.Tensor
             float64 scalar.
         """
-        return sum_log_normalized(self.intensity(data), data, self.normalization())
+        return sum_log_normalized(self.intensity(data, raw=True), data, self.normalization())
 
     @property
     def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
@@ -1615,7 +1621,7 @@ class SymbolicModel(Model, CoherentIntensity):
             raise SymbolicError(self._pool_message(n)) from None
 
     def _pool_message(self, n: int | None) -> str:
-        weights = self.intensity(self.phasespace).numpy()
+        weights = self.intensity(self.phasespace, raw=True).numpy()
         size = weights.size
         acceptance = float(weights.mean() / weights.max()) if size and weights.max() > 0 else 0.0
         asked = "the events asked" if n is None else f"{int(n)} events"
@@ -1630,7 +1636,7 @@ class SymbolicModel(Model, CoherentIntensity):
         )
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
-        weights = self.intensity(self.phasespace)
+        weights = self.intensity(self.phasespace, raw=True)
         if self.generator is None:
             # each phase-space event at most once: an independent sample, or a named error
             idx = accept_reject_pool(n, weights, f"sampling '{self.name}': {_POOL_TOO_SMALL}.", SymbolicError)
@@ -1638,7 +1644,7 @@ class SymbolicModel(Model, CoherentIntensity):
         obs = list(self.space.obs)
         envelope = _ENVELOPE_SAFETY * tf.reduce_max(weights)
         return accept_reject(
-            n, [0.0] * len(obs), [1.0] * len(obs), lambda x: self.intensity(x), envelope,
+            n, [0.0] * len(obs), [1.0] * len(obs), lambda x: self.intensity(x, raw=True), envelope,
             propose=self._propose,
             raise_factor=_ENVELOPE_SAFETY,
             max_raises=_ENVELOPE_RAISES,
