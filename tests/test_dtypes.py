@@ -349,3 +349,13 @@ def test_distributed_loss_refuses_array_parts_that_are_not_real_numbers_before_s
     with pytest.raises(DataDtypeError, match="part 1.*Nothing was sent") as raised:
         DistributedLoss(build, [X[:100], make(100)], client=None)
     assert words in str(raised.value)
+
+
+def test_from_root_refuses_a_branch_that_is_not_real_numbers(tmp_path):
+    uproot = pytest.importorskip("uproot")
+    path = os.path.join(tmp_path, "flags.root")
+    with uproot.recreate(path) as f:
+        f["t"] = {"x": X[:50], "flag": X[:50] > 0.0}
+    with pytest.raises(DataDtypeError, match=r"column 'flag'.*astype\(float\)"):
+        zcache.Data.from_root(path, "t", ["x", "flag"], name="root_bad")
+    assert zcache.Data.from_root(path, "t", "x", cut="flag", name="root_cut").nevents == int((X[:50] > 0).sum())

@@ -1318,3 +1318,19 @@ def test_bridge_intensity_of_padded_data_has_one_row_per_event():
                             {"x": rng.uniform(0, 1, 200), "y": rng.uniform(0, 1, 200)}, name="pad51_general")
     assert not general.is_coherent_sum
     _padded_intensity_check(general, {"x": rng.uniform(0, 1, 40), "y": rng.uniform(0, 1, 40)}, 21)
+
+
+def test_bridge_columns_with_an_imaginary_part_are_refused_and_zero_imaginary_parts_kept():
+    """Issue 51: to_data (and the phase-space sample) took np.real of every column: x + 0.5j became x."""
+    from zcache.exceptions import DataDtypeError
+
+    loss = small_bridge_loss(tag="cplx51_bw", n_phsp=300, n_data=50)
+    model = loss.model
+    cols = {o: loss.data.numpy()[:, i] for i, o in enumerate(loss.data.obs)}
+    ref = model.intensity(model.to_data(cols, name="cplx51_real")).numpy()
+    zero_imag = {**cols, "x": cols["x"] + 0j}  # complex arithmetic's columns (ampform, tensorwaves): kept
+    np.testing.assert_array_equal(model.intensity(model.to_data(zero_imag, name="cplx51_zero")).numpy(), ref)
+    with pytest.raises(DataDtypeError, match=r"column 'x'.*imaginary part.*\.real"):
+        model.to_data({**cols, "x": cols["x"] + 0.5j}, name="cplx51_bad")
+    with pytest.raises(DataDtypeError, match="column 'y'"):
+        model.to_data({**cols, "y": cols["y"] > 0.5}, name="cplx51_bool")

@@ -86,12 +86,13 @@ from ._engine.cached_tensor import CachedTensor, once_per_evaluation
 from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tables import real_numbers
 from ._engine.tf_internals import can_resume_recording
 from ._fitting import jets as jets_
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._fitting.fused import fused_program
 from .amplitudes import ComplexParameter, coupling_derivatives
-from .exceptions import SymbolicError
+from .exceptions import DataDtypeError, SymbolicError
 from .fractions import FitFractions, fit_fractions_with_errors
 from .kinematics import HelicityKinematics, phasespace_generator
 from .models import Model, Space
@@ -958,7 +959,7 @@ class SymbolicModel(Model, CoherentIntensity):
         missing = [u for u in used if u not in sample]
         if missing:
             raise SymbolicError(f"the {what} sample has no column '{missing[0]}'.")
-        return Data(np.stack([np.real(np.asarray(sample[u], dtype=np.complex128)) for u in used], axis=1),
+        return Data(np.stack([_real_column(sample[u], f"the {what} sample's column '{u}'") for u in used], axis=1),
                     name=what, obs=used)
 
     def _space(self, used: list[str], limits: Mapping[str, tuple[float, float]] | None) -> Space:
@@ -1880,3 +1881,22 @@ def _with_physical_limit(name: str, value: Any) -> Any:
     if "lower" not in spec:
         spec["lower"] = 0.0
     return spec
+
+
+def _real_column(values: Any, what: str) -> np.ndarray:
+    """A column of an observable as float64: complex only with a zero imaginary part, else DataDtypeError.
+
+    Columns computed with complex arithmetic (ampform's kinematic expressions, a tensorwaves data
+    set) come as complex numbers whose imaginary part is 0 (or rounding): their real part is the
+    observable. A larger imaginary part is not an observable's value: dropping it would fit other
+    numbers than the user's without a word (issue 51).
+    """
+    arr = np.asarray(values.numpy() if hasattr(values, "numpy") and not isinstance(values, np.ndarray) else values)
+    if arr.dtype.kind != "c":
+        return real_numbers(arr, what).astype(np.float64)
+    off = np.abs(arr.imag) > 1e-12 * np.maximum(np.abs(arr.real), 1.0)
+    if off.any():
+        raise DataDtypeError(
+            f"{what} is complex with a non-zero imaginary part ({int(off.sum())} value(s), e.g. {arr[off][0]}): an "
+            "observable is real. Take .real or abs() explicitly, or split it into two observables (two columns).")
+    return arr.real.astype(np.float64)

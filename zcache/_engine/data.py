@@ -100,7 +100,8 @@ class Data(TensorLike):
     WeightSumError
         The weights sum to zero or less (a likelihood of them is undefined).
     DataError
-        For a ``capacity`` that is neither None, ``'auto'`` nor a positive int.
+        For a ``capacity`` that is neither None, ``'auto'`` nor a positive int, or a ``dtype``
+        that is neither None, float nor complex.
 
     Examples
     --------
