@@ -1141,3 +1141,30 @@ def test_the_intensity_runs_no_pow_kernel(kin, mc, data):
     assert "Pow" not in ops, sorted(ops)
     total, _ = value_and_gradient()
     np.testing.assert_allclose(float(total), float(tf.reduce_sum(w.amp_u.intensity(mc))), rtol=1e-12)
+
+
+# -- issue 51: per-event results of padded data ---------------------------------------------------
+def test_coherent_sum_intensity_and_amplitude_matrix_of_padded_data_have_one_row_per_event(kin, mc, x_data):
+    """intensity / amplitude_matrix / amplitude of padded data gave one row per slot (capacity); now per event."""
+    events = x_data[:37]
+    plain = zcache.Data(events, name="d_plain_51", obs=("s12", "s13"))
+    padded = zcache.Data(events, name="d_padded_51", obs=("s12", "s13"), capacity=64)
+    w = build(kin, mc, plain)
+    cols = columns_np(events, w.names)
+    couplings = np.array([TRUTH[n] for n in w.names])
+    for amp in (w.amp, w.amp_u):
+        for fn, ref in ((amp.intensity, np.abs(cols @ couplings) ** 2), (amp.amplitude_matrix, cols),
+                        (amp.amplitude, cols @ couplings)):
+            np.testing.assert_allclose(fn(padded).numpy(), ref, rtol=1e-10)
+            np.testing.assert_allclose(fn(padded).numpy(), fn(plain).numpy(), rtol=1e-13)
+            assert fn(padded, raw=True).shape[0] == 64  # what models compute on: every slot
+
+            @zcache.function
+            def traced(fn=fn):
+                return fn(padded)
+
+            np.testing.assert_allclose(traced().numpy(), ref, rtol=1e-10)
+            _ = padded.set_data(x_data[:5])  # a new size: the same traced function, five rows
+            np.testing.assert_allclose(traced().numpy(), fn(zcache.Data(x_data[:5], obs=("s12", "s13"))).numpy(),
+                                       rtol=1e-10)
+            _ = padded.set_data(events)

@@ -589,3 +589,48 @@ def test_template_given_yields_and_bad_input():
         Template(data, [np.zeros_like(sig), bkg])
     with pytest.raises(ModelError, match=">= 0"):
         Template(BinnedData(np.where(np.arange(n.size) == 4, -1.0, n), xe, variances=np.ones_like(n)), [sig, bkg])
+
+
+# -- issue 51: a histogram with no counts in a fit without a yield ----------------------------------
+def test_binned_nll_of_a_histogram_with_zero_total_count_is_refused_at_build_and_evaluation():
+    """The model is scaled to the total: with 0 counts every expected count is 0 and the NLL a constant."""
+    from zcache.exceptions import EmptyDataError
+
+    mu = zcache.Parameter("mu_zero_total", 1.5, lower=0.0, upper=3.0)
+    model = Gaussian(Space("x", 0.0, 3.0), mu, 1.0)
+    with pytest.raises(EmptyDataError, match="sum to zero or less.*ExtendedBinnedNLL"):
+        BinnedNLL(model, BinnedData([0.0, 0.0, 0.0], [0.0, 1.0, 2.0, 3.0], name="h_zero"))
+    h = BinnedData([4.0, 0.0, 2.0], [0.0, 1.0, 2.0, 3.0], name="h_later_zero")
+    loss = BinnedNLL(model, h)
+    good = float(loss.value())
+
+    @zcache.function
+    def traced_value():
+        return loss.value()
+
+    assert float(traced_value()) == pytest.approx(good, rel=1e-12)
+    with h.set_counts([0.0, 0.0, 0.0]):
+        with pytest.raises(EmptyDataError, match="h_later_zero"):
+            loss.value()
+        with pytest.raises(EmptyDataError, match="h_later_zero"):
+            traced_value()
+    assert float(loss.value()) == float(traced_value()) == pytest.approx(good, rel=1e-12)
+
+
+def test_binned_chi2_without_a_yield_refuses_a_total_of_zero_or_less_and_extended_fits_allow_zero():
+    from zcache.exceptions import EmptyDataError
+
+    edges = [0.0, 1.0, 2.0, 3.0]
+    mu = zcache.Parameter("mu_zero_chi2", 1.5, lower=0.0, upper=3.0)
+    with pytest.raises(EmptyDataError, match="h_neg"):
+        BinnedChi2(Gaussian(Space("x", 0.0, 3.0), mu, 1.0),
+                   BinnedData([1.0, -3.0, 1.0], edges, variances=[1.0, 1.0, 1.0], name="h_neg"))
+    # With a yield an empty histogram is a fine measurement (an upper limit): the Poisson NLL is sum(mu_i).
+    nu = zcache.Parameter("nu_zero", 5.0, lower=0.0, upper=100.0)
+    extended = Gaussian(Space("x", 0.0, 3.0), mu, 1.0, extended=nu)
+    loss = ExtendedBinnedNLL(extended, BinnedData([0.0, 0.0, 0.0], edges, name="h_empty_ext"))
+    assert float(loss.value()) == pytest.approx(5.0, rel=1e-12)
+    chi2 = BinnedChi2(extended, BinnedData([0.0, 0.0, 0.0], edges, variances=[1.0, 1.0, 1.0], name="h_empty_chi"))
+    probs = np.diff(scipy.stats.norm.cdf(edges, 1.5, 1.0)) / (scipy.stats.norm.cdf(3.0, 1.5, 1.0)
+                                                                - scipy.stats.norm.cdf(0.0, 1.5, 1.0))
+    assert float(chi2.value()) == pytest.approx(float(np.sum((5.0 * probs) ** 2)), rel=1e-10)

@@ -756,3 +756,46 @@ def test_minos_takes_a_list_of_names(sample):
     with pytest.raises(FitError, match="strings"):
         result.profile(["mu_ml"])
     assert float(mu.value()) == result.values["mu_ml"]
+
+
+# -- issue 51: one meaning of maxfcn ----------------------------------------------------------------
+def _maxfcn_loss():
+    x = np.random.default_rng(4).normal(0.3, 1.2, 2000)
+    mu = zcache.Parameter("mu_maxfcn", 2.0, lower=-5.0, upper=5.0)
+    sigma = zcache.Parameter("sigma_maxfcn", 3.0, lower=0.1, upper=10.0)
+    return UnbinnedNLL(Gaussian(Space("x", -10.0, 10.0), mu, sigma), zcache.Data(x, name="x_maxfcn")), mu, sigma, x
+
+
+@pytest.mark.parametrize("maxfcn", [12, 15])
+def test_maxfcn_caps_loss_calls_on_the_compiled_and_the_migrad_path_alike(maxfcn):
+    """maxfcn capped BFGS *steps* compiled (a fit of 12 steps made 19 calls) and MIGRAD's *calls*: now calls on both."""
+    loss, mu, sigma, _ = _maxfcn_loss()
+    results = {}
+    for compiled in (True, False):
+        zcache.set_values([mu, sigma], [2.0, 3.0])
+        results[compiled] = Minuit(maxfcn=maxfcn, compiled=compiled).minimize(loss)
+    fast, migrad = results[True], results[False]
+    assert fast.path == "compiled" and not fast.valid and fast.nfcn <= maxfcn
+    assert "call limit maxfcn" in fast.fallback
+    assert migrad.path == "migrad" and not migrad.valid
+    assert migrad.minuit.fmin.has_reached_call_limit
+    assert maxfcn - 2 <= migrad.nfcn <= maxfcn + 3  # MIGRAD checks the budget between its steps
+
+
+def test_maxfcn_large_enough_gives_the_same_valid_minimum_on_both_paths():
+    loss, mu, sigma, x = _maxfcn_loss()
+    found = {}
+    for compiled in (True, False):
+        zcache.set_values([mu, sigma], [2.0, 3.0])
+        result = Minuit(maxfcn=60, compiled=compiled).minimize(loss)
+        assert result.valid and result.nfcn <= 60
+        found[compiled] = np.array([result.values["mu_maxfcn"], result.values["sigma_maxfcn"]])
+    # the Gaussian MLE (the range +-10 holds every event: its truncation is negligible here)
+    np.testing.assert_allclose(found[True], [x.mean(), x.std()], rtol=1e-4)
+    np.testing.assert_allclose(found[False], [x.mean(), x.std()], rtol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_maxfcn_that_is_not_a_whole_number_of_calls_is_refused(bad):
+    with pytest.raises(ValueError, match="maxfcn"):
+        Minuit(maxfcn=bad)

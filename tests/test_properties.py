@@ -1798,6 +1798,59 @@ class CacheMachine(RuleBasedStateMachine):
         return np.array(grads)
 
     # -- invariants ----------------------------------------------------------------------
+    @rule(x=data, kind=st.sampled_from(["complex", "bool", "object", "string", "datetime"]),
+          door=st.sampled_from(["Data", "Data weights", "set_data", "set_data weights", "set_data graph",
+                                "BinnedData"]),
+          size=st.integers(1, 20))
+    def refused_dtype(self, x, kind, door, size):
+        """Issue 51: a value that is not a real number, at a drawn door: DataDtypeError, and nothing changes
+        (the values, the caches' flags, the world's traced functions' trace counts, the dependency graph)."""
+        from zcache.binned import BinnedData
+
+        w = self.world
+        real = np.linspace(0.5, 1.5, size)
+        bad = {"complex": real + 0.5j, "bool": real > 1.0, "object": real.astype(object),
+               "string": real.astype(str), "datetime": np.arange(size).astype("datetime64[s]")}[kind]
+        tensor = {"complex": tf.constant(real + 0.5j), "bool": tf.constant(real > 1.0),
+                  "string": tf.constant(real.astype(str))}.get(kind)
+        if door == "set_data graph" and tensor is None:
+            door = "set_data"  # tensors have no object or datetime dtypes
+        valid = w.validity()
+        traced = [*w._setters.values(), *w._checkers.values()]
+
+        def trace_counts():
+            return [t.fn.trace_count if isinstance(t, Traced) else t.traces for t in traced
+                    if isinstance(t, (Traced, PlainTraced))]
+
+        counts = trace_counts()
+        nodes = GRAPH.nx.number_of_nodes()
+        with pytest.raises(DataDtypeError):
+            if door == "Data":
+                zcache.Data(bad, name="refused")
+            elif door == "Data weights":
+                zcache.Data(real, name="refused", weights=bad)
+            elif door == "set_data":
+                x.obj.set_data(bad)
+            elif door == "set_data weights":
+                if x.weighted:  # Data's own set_data: AutoWeighted's would replace the weights
+                    zcache.Data.set_data(x.obj, real, weights=bad)
+                else:
+                    zcache.Data(real, name="refused", weights=bad)
+            elif door == "set_data graph":
+                @zcache.function
+                def write(t):
+                    x.obj.set_data(t)
+                    return x.obj.nevents
+
+                write(tensor)
+            else:
+                BinnedData(bad, np.arange(size + 1.0), name="refused")
+        gc.collect()  # a refused constructor's half-made object is garbage, not a node
+        assert GRAPH.nx.number_of_nodes() <= nodes, "a refused dataset left a node in the dependency graph"
+        w.assert_inputs_unchanged()
+        assert not w.validity_changed(valid)
+        assert trace_counts() == counts, "a refused write retraced the world's functions"
+
     @invariant()
     def caches_equal_reference(self):
         self.steps += 1

@@ -1282,3 +1282,55 @@ def test_structured_hessian_of_a_simultaneous_loss():
     found = total.hessian_at(x, params).numpy()
     assert np.abs(found - reference).max() < 1e-8 * np.abs(reference).max()
     assert np.all(found[:6, 6:] == 0.0)
+
+
+# -- issue 51: per-event results of padded data ---------------------------------------------------
+def _padded_intensity_check(model, columns, n):
+    plain = model.to_data({k: v[:n] for k, v in columns.items()}, name=f"{model.name}_plain51")
+    events = plain.numpy()
+    padded = zcache.Data(events, name=f"{model.name}_padded51", obs=plain.obs, capacity=2 * n)
+    ref = model.intensity(plain).numpy()
+    assert ref.shape == (n,)
+    np.testing.assert_allclose(model.intensity(padded).numpy(), ref, rtol=1e-13)
+    np.testing.assert_allclose(model.intensity(events).numpy(), ref, rtol=1e-13)  # an array in the space's order
+    assert model.intensity(padded, raw=True).shape[0] == 2 * n
+
+    @zcache.function
+    def traced():
+        return model.intensity(padded)
+
+    np.testing.assert_allclose(traced().numpy(), ref, rtol=1e-12)
+    _ = padded.set_data(events[:3])  # another size: the same trace, three rows
+    np.testing.assert_allclose(traced().numpy(), ref[:3], rtol=1e-12)
+
+
+def test_bridge_intensity_of_padded_data_has_one_row_per_event():
+    """The coherent path (couplings x amplitudes) and the general one (any expression)."""
+    import sympy as sp
+
+    loss = small_bridge_loss(tag="pad51_bw", n_phsp=300, n_data=50)
+    cols = {o: loss.data.numpy()[:, i] for i, o in enumerate(loss.data.obs)}
+    assert loss.model.is_coherent_sum
+    _padded_intensity_check(loss.model, cols, 21)
+    x, y, a = sp.symbols("x y a")
+    rng = np.random.default_rng(3)
+    general = SymbolicModel(x**2 * sp.exp(-a * y), {a: dict(value=0.7, lower=0.1, upper=2.0)}, ["x", "y"],
+                            {"x": rng.uniform(0, 1, 200), "y": rng.uniform(0, 1, 200)}, name="pad51_general")
+    assert not general.is_coherent_sum
+    _padded_intensity_check(general, {"x": rng.uniform(0, 1, 40), "y": rng.uniform(0, 1, 40)}, 21)
+
+
+def test_bridge_columns_with_an_imaginary_part_are_refused_and_zero_imaginary_parts_kept():
+    """Issue 51: to_data (and the phase-space sample) took np.real of every column: x + 0.5j became x."""
+    from zcache.exceptions import DataDtypeError
+
+    loss = small_bridge_loss(tag="cplx51_bw", n_phsp=300, n_data=50)
+    model = loss.model
+    cols = {o: loss.data.numpy()[:, i] for i, o in enumerate(loss.data.obs)}
+    ref = model.intensity(model.to_data(cols, name="cplx51_real")).numpy()
+    zero_imag = {**cols, "x": cols["x"] + 0j}  # complex arithmetic's columns (ampform, tensorwaves): kept
+    np.testing.assert_array_equal(model.intensity(model.to_data(zero_imag, name="cplx51_zero")).numpy(), ref)
+    with pytest.raises(DataDtypeError, match=r"column 'x'.*imaginary part.*\.real"):
+        model.to_data({**cols, "x": cols["x"] + 0.5j}, name="cplx51_bad")
+    with pytest.raises(DataDtypeError, match="column 'y'"):
+        model.to_data({**cols, "y": cols["y"] > 0.5}, name="cplx51_bool")

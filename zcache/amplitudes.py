@@ -693,35 +693,47 @@ class CoherentSum(CoherentIntensity):
         return self.amplitudes[g]._compute(self.kinematics.space.select(data))[None, None, :]
 
     # -- per event ----------------------------------------------------------------------
-    def amplitude_matrix(self, data: Any) -> tf.Tensor:
+    def amplitude_matrix(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         r"""The matrix :math:`A_k(x_i)`: cached per :class:`zcache.Data` (unless ``cache=False``).
 
         Parameters
         ----------
         data : zcache.Data or array_like
             Events (s12, s13).
+        raw : bool, optional
+            ``False`` (default): one row per event (the padding rows of padded data,
+            ``capacity=``, left out: :meth:`zcache.Data.unpadded`). ``True``: one row per row of
+            ``data.value()``, padding included, what the models and losses compute on (as
+            :meth:`zcache.models.Model.pdf`'s ``raw``).
 
         Returns
         -------
         tf.Tensor
             complex128, shape (N, K).
         """
-        return tf.transpose(self._columns(data)[0])
+        rows = tf.transpose(self._columns(data)[0])
+        return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
-    def amplitude(self, data: Any) -> tf.Tensor:
+    def amplitude(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         r""":math:`A(x_i) = \sum_k c_k A_k(x_i)`.
 
         Parameters
         ----------
         data : zcache.Data or array_like
             Events (s12, s13).
+        raw : bool, optional
+            ``False`` (default): one row per event (the padding rows of padded data,
+            ``capacity=``, left out: :meth:`zcache.Data.unpadded`). ``True``: one row per row of
+            ``data.value()``, padding included, what the models and losses compute on (as
+            :meth:`zcache.models.Model.pdf`'s ``raw``).
 
         Returns
         -------
         tf.Tensor
             complex128, shape (N,).
         """
-        return self._amplitudes(data)[0]
+        rows = self._amplitudes(data)[0]
+        return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
     # -- integrals over a phase-space sample ----------------------------------------------
     def integral_matrix(self, mc: Data) -> tf.Tensor:
@@ -830,10 +842,10 @@ class AmplitudePdf(Model):
     def _pdf(self, data: Any) -> tf.Tensor:
         if not isinstance(data, Data):
             data = self.space.select(data)
-        return self.amplitude.intensity(data) / self.normalization()
+        return self.amplitude.intensity(data, raw=True) / self.normalization()
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
-        return self.amplitude.intensity(x)
+        return self.amplitude.intensity(x, raw=True)
 
     @property
     def factorizes(self) -> bool:
@@ -856,7 +868,7 @@ class AmplitudePdf(Model):
         tf.Tensor
             float64, one value per row of ``data.value()``.
         """
-        return tf.math.log(self.amplitude.intensity(data))
+        return tf.math.log(self.amplitude.intensity(data, raw=True))
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
         r""":math:`\sum_i \log|A(x_i)|^2 - N \log(V \langle|A|^2\rangle)`: no per-event division.
@@ -871,7 +883,7 @@ class AmplitudePdf(Model):
         tf.Tensor
             float64 scalar.
         """
-        intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data))
+        intensity = self.amplitude.intensity(data if isinstance(data, Data) else self.space.select(data), raw=True)
         return sum_log_normalized(intensity, data, self.normalization())
 
     def normalization(self) -> tf.Tensor:
@@ -897,13 +909,13 @@ class AmplitudePdf(Model):
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
         # a box inside the plot: Monte Carlo over the phase-space sample
-        return self.area * box_mean(self.space.select(self.phasespace), self.amplitude.intensity(self.phasespace),
+        return self.area * box_mean(self.space.select(self.phasespace), self.amplitude.intensity(self.phasespace, raw=True),
                                     lower, upper)
 
     # sampling
     @cached(name=lambda self: f"{self.name}.fmax")
     def _fmax(self) -> tf.Tensor:
-        return _FMAX_SAFETY * tf.reduce_max(self.amplitude.intensity(self.phasespace))
+        return _FMAX_SAFETY * tf.reduce_max(self.amplitude.intensity(self.phasespace, raw=True))
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
         kin = self.amplitude.kinematics

@@ -54,12 +54,13 @@ from ._engine.compile_cache import call_key, compiling, first_call
 from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._engine.dependencies import GRAPH
 from ._engine.parameter import Parameter
+from ._engine.tables import real_numbers
 from ._engine.tf_internals import zcache_graphs
 from ._engine.trace import forbid_in_trace
 from ._engine.traced_checks import calling_jit, collecting
 from ._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
 from ._fitting.per_loss import alive, kept
-from .exceptions import BatchingError, ModelError, WeightSumError
+from .exceptions import BatchingError, DataDtypeError, ModelError, WeightSumError
 from .loss import UnbinnedNLL
 
 __all__ = ["BatchedFit", "BatchedLoss"]
@@ -240,8 +241,13 @@ class BatchedLoss:
 
     def _inputs(self, x: Any, events: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         data = self.loss.data
-        x = np.asarray(x, dtype=np.float64)
-        events = np.asarray(events, dtype=data.np_dtype)
+        x = real_numbers(x, "BatchedLoss: the parameter values x").astype(np.float64)
+        # the dtype rule of Data.set_data: a cast would drop an imaginary part or read a mask as values
+        events = real_numbers(events, f"BatchedLoss: the events for '{data.name}'")
+        if not np.can_cast(events.dtype, data.np_dtype, "same_kind"):
+            raise DataDtypeError(f"BatchedLoss: '{data.name}' has dtype {data.np_dtype}; events of dtype "
+                                 f"{events.dtype} cannot be cast safely; nothing was evaluated.")
+        events = events.astype(data.np_dtype, copy=False)
         if x.ndim != 2 or x.shape[1] != len(self.params):
             raise ModelError(f"x must have shape (toys, {len(self.params)}), got {x.shape}.")
         if events.ndim != 2 + len(data.event_shape) or events.shape[2:] != data.event_shape:
@@ -251,7 +257,8 @@ class BatchedLoss:
             )
         if events.shape[0] != x.shape[0]:
             raise ModelError(f"x has {x.shape[0]} toys, events {events.shape[0]}.")
-        weights = np.ones(events.shape[:2]) if weights is None else np.asarray(weights, dtype=np.float64)
+        weights = np.ones(events.shape[:2]) if weights is None else \
+            real_numbers(weights, "BatchedLoss: the weights").astype(np.float64)
         if weights.shape != events.shape[:2]:
             raise ModelError(f"weights must have shape {events.shape[:2]}, got {weights.shape}.")
         bad = np.flatnonzero(~(weights.sum(axis=1) > 0.0))  # padding rows have weight 0: the events' sum
@@ -306,6 +313,9 @@ class BatchedLoss:
         ------
         ModelError
             Inputs of the wrong shape.
+        DataDtypeError
+            ``x``, events or weights that are not real numbers (complex, bool, text...); nothing
+            was evaluated.
         WeightSumError
             A toy's weights sum to zero or less.
         BatchingError
@@ -355,6 +365,8 @@ class BatchedLoss:
         ------
         ModelError
             Inputs of the wrong shape, ``maxiter`` < 1.
+        DataDtypeError
+            Start values, events or weights that are not real numbers (complex, bool, text...).
         WeightSumError
             A toy's weights sum to zero or less.
         BatchingError
@@ -364,7 +376,7 @@ class BatchedLoss:
         """
         forbid_in_trace("BatchedLoss.minimize")
         events = np.asarray(events)
-        start = np.asarray(start, dtype=np.float64)
+        start = real_numbers(start, "BatchedLoss.minimize: start").astype(np.float64)
         if start.ndim == 1:
             start = np.tile(start, (events.shape[0] if events.ndim >= 2 else 1, 1))
         x0, events, weights = self._inputs(start, events, weights)

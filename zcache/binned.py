@@ -95,9 +95,19 @@ import tensorflow as tf
 from ._engine.cached_tensor import CachedTensor
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tables import REAL_KINDS, dtype_advice, real_numbers
 from ._engine.tf_internals import leave_to_python
 from ._engine.traced_checks import require
-from .exceptions import DataError, DataRangeError, DataShapeError, InvalidDataError, ModelError, WholeSampleTermError
+from .exceptions import (
+    DataDtypeError,
+    DataError,
+    DataRangeError,
+    DataShapeError,
+    EmptyDataError,
+    InvalidDataError,
+    ModelError,
+    WholeSampleTermError,
+)
 from .loss import BaseLoss, GaussianConstraint, model_parameters
 from .models import Model, as_parameter, unique_parameters
 from .types import Restorer
@@ -108,11 +118,22 @@ _TEMPLATE_METHODS = ("jsc", "da")
 
 
 def _float_array(values: Any, what: str, where: str) -> np.ndarray:
-    """``values`` as a float64 numpy array, or a named error."""
+    """``values`` as a float64 numpy array, or a named error (a DataDtypeError for complex, bool, text...)."""
     try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
+        return real_numbers(values, f"{where}: {what}").astype(np.float64)
+    except DataDtypeError:
+        raise
+    except (TypeError, ValueError) as err:  # a ragged nesting
         raise DataError(f"{where}: {what} must be numbers, got {values!r}.") from err
+
+
+def _float_tensor(values: Any, what: str, where: str) -> tf.Tensor:
+    """A tensor of real numbers as float64 (inside a trace), or a DataDtypeError (nothing written)."""
+    values = tf.convert_to_tensor(values)
+    if np.dtype(values.dtype.as_numpy_dtype).kind not in REAL_KINDS:
+        raise DataDtypeError(f"{where}: {what} must be real numbers, got a tensor of dtype {values.dtype.name}: "
+                             f"{dtype_advice(values.dtype.as_numpy_dtype)}; nothing changed.")
+    return tf.cast(values, tf.float64)
 
 
 def _checked_edges(edges: Any, where: str) -> np.ndarray:
@@ -245,10 +266,10 @@ class BinnedData:
             raise DataShapeError(f"BinnedData.from_hist: binned data are one-dimensional; the histogram has {len(axes)} "
                                  "axes. Project it first (h.project(0)).")
         variances = h.variances()
-        return cls(
-            np.asarray(h.values(), dtype=np.float64),
-            np.asarray(axes[0].edges, dtype=np.float64),
-            variances=None if variances is None else np.asarray(variances, dtype=np.float64),
+        return cls(  # the constructor checks the dtypes (a histogram object may be any duck type)
+            np.asarray(h.values()),
+            np.asarray(axes[0].edges),
+            variances=None if variances is None else np.asarray(variances),
             name=name or getattr(h, "name", None) or None,
             obs=obs or getattr(axes[0], "name", None) or None,
         )
@@ -299,7 +320,7 @@ class BinnedData:
         weights = None
         if isinstance(sample, Data):
             name = name or sample.name
-            values = sample.numpy()
+            values = real_numbers(sample.numpy(), f"BinnedData.from_numpy: Data '{sample.name}'")
             if values.ndim == 2:
                 columns = list(sample.obs or ())
                 if obs is None and values.shape[1] == 1:
@@ -419,11 +440,12 @@ class BinnedData:
         ([1.0, 2.0], [1.0, 2.0])
         """
         if tf.inside_function() and isinstance(counts, (tf.Tensor, tf.Variable)):
-            counts = tf.cast(counts, tf.float64)
+            where = f"BinnedData '{self.name}'"
+            counts = _float_tensor(counts, "the counts", where)
             if counts.shape.rank is not None and not counts.shape.is_compatible_with([self.nbins]):
                 raise DataShapeError(f"BinnedData '{self.name}': the counts must have shape ({self.nbins},), got "
                                      f"{counts.shape}; nothing changed.")
-            var = counts if variances is None else tf.cast(variances, tf.float64)
+            var = counts if variances is None else _float_tensor(variances, "the variances", where)
             first = self.counts_data.set_data(counts)
             second = self.variances_data.set_data(var)
         else:
@@ -454,14 +476,18 @@ def _poisson_terms(n: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
 
 
 class _CountChecks:
-    """Whether the counts are >= 0 (likelihoods) and zero in bins outside the space: one cache.
+    """Whether the counts are >= 0, zero outside the space and (no yield) sum to more than 0: one cache.
+
+    The sign is checked for likelihoods, the total where the model is scaled to the histogram's
+    total (no yield in the loss).
 
     A cache of the counts only, so a fit pays nothing; evaluated once at construction, so a
     loss is never built on bad counts, and again (from the cache) on every evaluation, so
     counts changed by ``set_counts`` are checked too.
     """
 
-    def __init__(self, data: BinnedData, who: str, outside: np.ndarray | None, nonnegative: bool) -> None:
+    def __init__(self, data: BinnedData, who: str, outside: np.ndarray | None, nonnegative: bool,
+                 positive_total: bool = False) -> None:
         self.nonnegative = nonnegative
         self.outside = outside if outside is not None and outside.any() else None
         self.negative_message = (
@@ -472,13 +498,22 @@ class _CountChecks:
             f"{who}: '{data.name}' has counts in bins wholly outside the model's space, where the model "
             "predicts nothing; cut those bins from the histogram or widen the space."
         )
+        # Without a yield the expected counts are the total times the bin probabilities: a total of 0
+        # makes every expected count 0 and the loss a constant (a fit "converges" anywhere), a
+        # negative one (BinnedChi2 of subtracted counts) an upside-down prediction.
+        self.total_message = (
+            f"{who}: the counts of '{data.name}' sum to zero or less, and without a yield the model is scaled "
+            "to that total: the fit would be meaningless. Fill the histogram (an empty toy: skip it), or fit "
+            "the number of events too (ExtendedBinnedNLL, or give the model a yield)."
+        )
         mask = None if self.outside is None else tf.constant(self.outside)
 
         def compute() -> tf.Tensor:
             n = data.counts_data.value()
             ok_sign = tf.reduce_all(n >= 0.0) if nonnegative else tf.constant(True)
             ok_range = tf.constant(True) if mask is None else tf.reduce_all(tf.boolean_mask(n, mask) == 0.0)
-            return tf.stack([ok_sign, ok_range])
+            ok_total = tf.reduce_sum(n) > 0.0 if positive_total else tf.constant(True)
+            return tf.stack([ok_sign, ok_range, ok_total])
 
         self.cache = CachedTensor(compute, deps=[data.counts_data], name=f"{data.name} counts valid")
         self.check()
@@ -486,7 +521,8 @@ class _CountChecks:
     def check(self) -> list[Any]:
         """Raise eagerly (or, inside a trace, return the assertions) when the counts are bad."""
         ok = self.cache.value()
-        return [*require(ok[0], ModelError, self.negative_message), *require(ok[1], DataRangeError, self.outside_message)]
+        return [*require(ok[0], ModelError, self.negative_message), *require(ok[1], DataRangeError, self.outside_message),
+                *require(ok[2], EmptyDataError, self.total_message)]
 
 
 def _not_a_sum_over_events(loss: BaseLoss) -> list[Callable[[], tf.Tensor]]:
@@ -523,7 +559,8 @@ class _BinnedModelLoss(BaseLoss):
         self._edges = tuple(float(e) for e in data.edges)
         lo, hi = model.space.lower[0], model.space.upper[0]
         outside = (data.edges[1:] <= lo) | (data.edges[:-1] >= hi)
-        self._checks = _CountChecks(data, who, outside, nonnegative=self.likelihood)
+        self._checks = _CountChecks(data, who, outside, nonnegative=self.likelihood,
+                                    positive_total=not self._uses_yield())
         super().__init__(constraints)
 
     def _uses_yield(self) -> bool:
@@ -606,6 +643,9 @@ class BinnedNLL(_BinnedModelLoss):
         counts (now, or after ``set_counts`` when the loss is evaluated).
     DataRangeError
         Counts in bins wholly outside the model's space.
+    EmptyDataError
+        The counts sum to zero (the model is scaled to their total: nothing to fit; now, or
+        after ``set_counts`` when the loss is evaluated).
 
     Examples
     --------
@@ -691,6 +731,9 @@ class BinnedChi2(_BinnedModelLoss):
         ``model`` not a 1-D Model, ``data`` not a histogram, or the observables differ.
     DataRangeError
         Counts in bins wholly outside the model's space.
+    EmptyDataError
+        The model has no yield and the counts sum to zero or less (the model is scaled to
+        their total; now, or after ``set_counts`` when the loss is evaluated).
 
     Examples
     --------

@@ -71,9 +71,10 @@ from ._engine.cached_tensor import CachedTensor
 from ._engine.context import ENGINE_LOCK
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tables import REAL_KINDS, dtype_advice
 from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
-from .exceptions import DataError, DataShapeError, ModelError
+from .exceptions import DataDtypeError, DataError, DataShapeError, ModelError
 from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
 from .models import Model, unique_parameters
 
@@ -90,7 +91,7 @@ def npy_blocks(path: str | os.PathLike, size: int, *, start: int = 0, stop: int 
     Parameters
     ----------
     path : str or os.PathLike
-        A ``.npy`` file (C order; any numeric dtype), events along the first axis.
+        A ``.npy`` file (C order; integers or floats), events along the first axis.
     size : int
         Rows per block (the last block may be shorter).
     start, stop : int, optional
@@ -105,6 +106,9 @@ def npy_blocks(path: str | os.PathLike, size: int, *, start: int = 0, stop: int 
     ------
     DataError
         The file is not a C-ordered ``.npy`` array, or ``size`` / ``start`` / ``stop`` are out of range.
+    DataDtypeError
+        The array does not hold real numbers (complex, bool, text, ...), found from the header
+        before any row is read.
 
     Examples
     --------
@@ -126,6 +130,9 @@ def npy_blocks(path: str | os.PathLike, size: int, *, start: int = 0, stop: int 
             raise DataError(f"{path} holds a Fortran-ordered array; save it in C order (np.ascontiguousarray).")
         if dtype.hasobject or not shape:
             raise DataError(f"{path} must hold a numeric array with an events axis, got dtype {dtype}, shape {shape}.")
+        if dtype.kind not in REAL_KINDS:
+            raise DataDtypeError(f"{path} holds dtype {dtype}; events must be real numbers (integers or floats): "
+                                 f"{dtype_advice(dtype)}; nothing read.")
         n = shape[0]
         stop = n if stop is None else int(stop)
         if not 0 <= start <= stop <= n:

@@ -73,9 +73,10 @@ import tensorflow as tf
 
 from ._engine.parameter import Parameter, set_values
 from ._engine.precompute import ensure_precomputed
+from ._engine.tables import REAL_KINDS, dtype_advice
 from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
-from .exceptions import ModelError, WholeSampleTermError
+from .exceptions import DataDtypeError, ModelError, WholeSampleTermError
 from .loss import BaseLoss
 from .objective import Objective
 
@@ -282,6 +283,8 @@ class DistributedLoss(BaseLoss):
 
     Raises
     ------
+    DataDtypeError
+        An array part that does not hold real numbers (complex, bool, text...); nothing is sent.
     ModelError
         No parts; a ``build`` that cannot be pickled, does not return a loss, returns one with
         weighted events; parts with different parameters or ``errordef``.
@@ -307,6 +310,10 @@ class DistributedLoss(BaseLoss):
         self.parts = list(parts)
         if not self.parts:
             raise ModelError("DistributedLoss needs at least one part.")
+        for i, part in enumerate(self.parts):  # before anything is sent: an array part holds events
+            if isinstance(part, np.ndarray) and part.dtype.kind not in REAL_KINDS:
+                raise DataDtypeError(f"DistributedLoss: part {i} is an array of dtype {part.dtype}; an array part "
+                                     f"holds events, real numbers: {dtype_advice(part.dtype)}. Nothing was sent.")
         try:
             self._build_bytes = _dumps(build)
         except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing

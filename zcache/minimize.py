@@ -415,7 +415,15 @@ class Minuit:
         (once per loss and setting; a manual ``precompute`` with other options is replaced:
         pass ``precompute=False`` to keep yours).
     maxfcn : int, optional
-        Call budget (iminuit's ``ncall``), ``None`` for Minuit's default.
+        The most calls of the loss one minimization may make, as iminuit's ``ncall``: MIGRAD's
+        function calls (its gradient calls counted apart, as in iminuit; MIGRAD checks the
+        budget between its steps, so it may end a few calls past it), and the compiled fit's
+        value + gradient evaluations (a Hessian by differences counts one per parameter
+        differenced), which it never exceeds. One budget per fit: calls of a compiled attempt
+        that falls back, and of a MIGRAD restarted from a limit, are taken from it. A fit that
+        reaches it is not valid (``FitResult.valid`` False; ``FitResult.calls[0]`` the calls
+        made). HESSE after a valid fit is not counted. ``None``: Minuit's default (and up to
+        500 BFGS steps compiled).
     weightcorr : {"asymptotic", "sumw2", None}
         The error correction of a fit to weighted events (``zcache.Data(..., weights=...)``),
         as RooFit's ``AsymptoticError`` / ``SumW2Error`` and zfit's ``weightcorr``:
@@ -461,8 +469,8 @@ class Minuit:
     Raises
     ------
     ValueError
-        ``strategy`` not 0, 1 or 2, ``tol`` not positive, an unknown ``weightcorr``, or
-        ``structured_hessian`` not True, False or "auto".
+        ``strategy`` not 0, 1 or 2, ``tol`` not positive, an unknown ``weightcorr``,
+        ``structured_hessian`` not True, False or "auto", or ``maxfcn`` not a whole number >= 1.
     """
 
     def __init__(
@@ -485,12 +493,15 @@ class Minuit:
             raise ValueError(f"tol must be positive, got {tol!r}.")
         if structured_hessian not in (True, False, "auto"):
             raise ValueError(f"structured_hessian must be True, False or 'auto', got {structured_hessian!r}.")
+        if maxfcn is not None and (isinstance(maxfcn, bool) or not isinstance(maxfcn, (int, np.integer, float))
+                                   or maxfcn != int(maxfcn) or maxfcn < 1):
+            raise ValueError(f"maxfcn must be a whole number of calls >= 1 (or None: Minuit's default), got {maxfcn!r}.")
         self.tol = float(tol)
         self.strategy = strategy
         self.use_gradient = bool(use_gradient)
         self.hesse = bool(hesse)
         self.precompute = bool(precompute)
-        self.maxfcn = maxfcn
+        self.maxfcn = None if maxfcn is None else int(maxfcn)
         self.weightcorr = weightcorr
         self.compiled = bool(compiled)
         self.structured_hessian = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
@@ -529,12 +540,24 @@ class Minuit:
             outcome = self._compiled(obj)
             if outcome is not None and outcome.reason is None:
                 return self._compiled_result(obj, outcome, start)
-            why = outcome.reason if outcome is not None else f"refused ({CompiledFit.of(obj.loss, obj.params).refused})"
+            if outcome is not None and self.maxfcn is not None and outcome.nfcn >= self.maxfcn - 1:
+                # BFGS used every step the budget left it (fixed_calls reserves one for a flat direction's
+                # check): the compiled fit's last point, not valid, as a MIGRAD at its call limit
+                result = self._compiled_result(obj, outcome, start, valid=False)
+                result.fallback = f"compiled fit: {outcome.reason}; the call limit maxfcn={self.maxfcn} is reached"
+                return result
+            refused = CompiledFit.of(obj.loss, obj.params).refused
+            why = outcome.reason if outcome is not None else (
+                f"refused ({refused})" if refused is not None else f"maxfcn={self.maxfcn} leaves it no BFGS step")
             fallback = f"compiled fit: {why}"
+            spent = 0 if outcome is None else outcome.nfcn
+        else:
+            spent = 0
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)
-        calls = np.zeros(3, dtype=int)  # nfcn, ngrad, nhessian of a MIGRAD stopped at a limit
+        # nfcn, ngrad, nhessian of a compiled attempt (value + gradient each) and a MIGRAD stopped at a limit
+        calls = np.array([spent, spent, 0], dtype=int)
         # MIGRAD asks for the gradient only at points whose value it has just had (the start, and
         # the point each line search accepts), and HESSE for the Hessian MIGRAD has just computed
         # at the minimum: the objective's memo serves them (measured at 50k events: 10 value and 6
@@ -543,7 +566,7 @@ class Minuit:
         with obj.remembering() if self.use_gradient else contextlib.nullcontext():
             m = fcn.make(obj.start, with_hessian=self.use_gradient)
             try:
-                self._migrad_hesse(m)
+                self._migrad_hesse(m, self._left(int(calls[0])))
             except minuit2.AtLimit as stop:
                 # A fitted parameter reached a limit, where Minuit2 cannot use the exact Hessian (its
                 # bound transform has zero slope there): MIGRAD goes on from that point without it,
@@ -551,7 +574,7 @@ class Minuit:
                 # on a plain function.
                 calls += [m.nfcn, m.ngrad, m.nhessian]
                 m = fcn.make(stop.x, with_hessian=False)
-                self._migrad_hesse(m)
+                self._migrad_hesse(m, self._left(int(calls[0])))
             best = obj.clip(np.array(m.values))
             # The errors: the curvature of the loss in the parameters themselves at the minimum,
             # 2 errordef H^-1 (one definition for serial and batched fits, limits or not; see
@@ -591,7 +614,11 @@ class Minuit:
         fit = CompiledFit.of(obj.loss, obj.params)
         if fit.refused is not None:
             return None
-        maxiter = 500 if self.maxfcn is None else max(1, int(self.maxfcn))
+        maxiter = 500
+        if self.maxfcn is not None:  # the calls outside BFGS's steps come out of the same budget
+            maxiter = self.maxfcn - fit.fixed_calls(self.structured_hessian)
+            if maxiter < 1:  # not even one step: MIGRAD gets the whole budget
+                return None
         try:
             # MIGRAD's stopping rule: EDM < 0.002 tol errordef.
             outcome = fit.run(obj.start, edm_max=0.002 * self.tol * obj.errordef, maxiter=maxiter,
@@ -605,13 +632,13 @@ class Minuit:
         obj.offset = outcome.fstart
         return outcome
 
-    def _compiled_result(self, obj: Objective, outcome: CompiledOutcome, start: float) -> FitResult:
-        """The FitResult of a compiled fit that converged (``result.minuit`` made when asked for)."""
+    def _compiled_result(self, obj: Objective, outcome: CompiledOutcome, start: float, valid: bool = True) -> FitResult:
+        """The FitResult of a compiled fit (``result.minuit`` made when asked for): converged, or at the call limit."""
         best = obj.clip(outcome.x)
         obj.finish(best)
         covariance = _curvature_covariance(outcome.hessian, obj.errordef) if self.hesse else None
         fval = outcome.fmin - obj.offset
-        result = _result(obj, best, covariance, self.weightcorr, valid=True, fmin=fval, edm=outcome.edm,
+        result = _result(obj, best, covariance, self.weightcorr, valid=valid, fmin=fval, edm=outcome.edm,
                          calls=(outcome.nfcn, outcome.nfcn, 2), start=start)
         result.path = "compiled"
         result.made_posdef = outcome.made_posdef
@@ -623,8 +650,12 @@ class Minuit:
         result._make_minuit = functools.partial(self._minuit_after, fcn, best, errors, state)
         return result
 
-    def _migrad_hesse(self, m: FitMinuit) -> None:
-        m.migrad(ncall=self.maxfcn)
+    def _left(self, spent: int) -> int | None:
+        """MIGRAD's ``ncall``: what is left of ``maxfcn`` after ``spent`` calls (at least 1), None without a limit."""
+        return None if self.maxfcn is None else max(1, self.maxfcn - spent)
+
+    def _migrad_hesse(self, m: FitMinuit, ncall: int | None = None) -> None:
+        m.migrad(ncall=ncall)
         if self.hesse and m.valid:
             # For result.minuit (MINOS, profiles) and the verdict: with zcache's Hessian it is
             # the one MIGRAD computed at its minimum (no call).
@@ -639,7 +670,7 @@ class Minuit:
         # it should not be the worse of the two (a few calls more, once per result).
         m.tol = 0.01 * self.tol
         with state.active():
-            self._migrad_hesse(m)
+            self._migrad_hesse(m, self.maxfcn)
         m.tol = self.tol
         state.fval = float(m.fval)  # what profiles are relative to: this Minuit's minimum
         m._zcache_state = state

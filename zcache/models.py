@@ -57,7 +57,7 @@ from ._engine.data import Data
 from ._engine.function import Function, function
 from ._engine.parameter import Parameter
 from ._engine.traced_checks import require
-from .exceptions import DensityError, ModelError, ParameterValueError
+from .exceptions import DataDtypeError, DensityError, ModelError, ParameterValueError
 from .sampling import accept_reject, rng, set_seed, truncated_normal
 
 __all__ = [
@@ -201,9 +201,15 @@ class Space:
         ------
         ModelError
             The data lack a column of this space, or have the wrong number of unnamed columns.
+        DataDtypeError
+            Complex data (``zcache.Data(..., dtype=complex)``): an observable is real.
         """
         data_obs = data.obs if isinstance(data, Data) else None
         values = data.value() if isinstance(data, Data) else tf.convert_to_tensor(data, tf.float64)
+        if values.dtype.is_complex:  # a cast would drop the imaginary part without a word
+            raise DataDtypeError(
+                f"{self!r} reads real observables; the data '{getattr(data, 'name', '?')}' are complex: take "
+                ".real or abs() explicitly, or split them into two observables (two columns).")
         if values.dtype != tf.float64:
             values = tf.cast(values, tf.float64)
         ncols = 1 if values.shape.rank == 1 else values.shape[-1]

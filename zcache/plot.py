@@ -486,8 +486,7 @@ def _mc_weights(model: Model, mc: Any, components: bool) -> tuple[np.ndarray, np
         values = values[:, None]
     comps: dict[str, np.ndarray] = {}
     if isinstance(model, AmplitudePdf):
-        matrix = model.amplitude.amplitude_matrix(mc if isinstance(mc, Data) else values)
-        matrix = (mc.unpadded(matrix) if isinstance(mc, Data) else matrix).numpy()  # one row per event
+        matrix = model.amplitude.amplitude_matrix(mc if isinstance(mc, Data) else values).numpy()  # one row per event
         terms = matrix * model.amplitude.coupling_vector().numpy()[None, :]
         total = np.abs(terms.sum(axis=1)) ** 2
         if components:

@@ -87,12 +87,13 @@ from ._engine.compile_cache import run_program
 from ._engine.context import substituting
 from ._engine.data import Data
 from ._engine.parameter import Parameter
+from ._engine.tables import real_numbers
 from ._engine.tf_internals import can_resume_recording, leave_to_python
 from ._fitting import jets as jets_
 from ._fitting.coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._fitting.fused import fused_program
 from .amplitudes import ComplexParameter, coupling_derivatives
-from .exceptions import SymbolicError
+from .exceptions import DataDtypeError, SymbolicError
 from .fractions import FitFractions, fit_fractions_with_errors
 from .kinematics import HelicityKinematics, phasespace_generator
 from .models import Model, Space
@@ -960,7 +961,7 @@ class SymbolicModel(Model, CoherentIntensity):
         missing = [u for u in used if u not in sample]
         if missing:
             raise SymbolicError(f"the {what} sample has no column '{missing[0]}'.")
-        return Data(np.stack([np.real(np.asarray(sample[u], dtype=np.complex128)) for u in used], axis=1),
+        return Data(np.stack([_real_column(sample[u], f"the {what} sample's column '{u}'") for u in used], axis=1),
                     name=what, obs=used)
 
     def _space(self, used: list[str], limits: Mapping[str, tuple[float, float]] | None) -> Space:
@@ -1383,13 +1384,18 @@ class SymbolicModel(Model, CoherentIntensity):
         if not self.is_coherent_sum:
             raise SymbolicError(f"{what}: the intensity of '{self.name}' is not a coherent sum of couplings x amplitudes.")
 
-    def intensity(self, data: Any) -> tf.Tensor:
+    def intensity(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         r"""The unnormalized intensity :math:`I(x_i)` of each event.
 
         Parameters
         ----------
         data : zcache.Data or array_like
             Events: a Data (cached per dataset) or an (N, n_obs) array in the space's order.
+        raw : bool, optional
+            ``False`` (default): one row per event (the padding rows of padded data,
+            ``capacity=``, left out: :meth:`zcache.Data.unpadded`). ``True``: one row per row of
+            ``data.value()``, padding included, what the models and losses compute on (as
+            :meth:`zcache.models.Model.pdf`'s ``raw``).
 
         Returns
         -------
@@ -1399,14 +1405,15 @@ class SymbolicModel(Model, CoherentIntensity):
         if not isinstance(data, Data):
             data = tf.convert_to_tensor(data, tf.float64)
         if self.is_coherent_sum:
-            return super().intensity(data)
+            return super().intensity(data, raw=raw)
         tr = self._translator
         if self.cache and isinstance(data, Data) and tr.inputs(self._root) - {_DATA}:
             out = self._cached_root(data)
         else:
             out = tr.value(self._root, data, {})
         out = xla_ops.real(out) if _is_complex(out) else out
-        return _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
+        rows = _tensor(out, False) + tf.zeros_like(self.column(self.space.obs[0], data))
+        return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
     # -- normalization ------------------------------------------------------------------
     def integral_matrix(self, mc: Data | None = None) -> tf.Tensor:
@@ -1449,7 +1456,7 @@ class SymbolicModel(Model, CoherentIntensity):
 
     def _norm(self) -> tf.Tensor:
         if not self.is_coherent_sum:
-            return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace))
+            return self.phasespace_volume * tf.reduce_mean(self.intensity(self.phasespace, raw=True))
         return self.phasespace_volume * self.norm(self.phasespace)
 
     def fit_fractions(self) -> dict[str, float]:
@@ -1508,15 +1515,15 @@ class SymbolicModel(Model, CoherentIntensity):
 
     # -- Model hooks ---------------------------------------------------------------------
     def _pdf(self, data: Any) -> tf.Tensor:
-        return self.intensity(data) / self.normalization()
+        return self.intensity(data, raw=True) / self.normalization()
 
     def _unnormalized_pdf(self, x: tf.Tensor) -> tf.Tensor:
-        return self.intensity(tf.reshape(x, [-1, self.space.n_obs]))
+        return self.intensity(tf.reshape(x, [-1, self.space.n_obs]), raw=True)
 
     def _raw_integral(self, lower: Sequence[float], upper: Sequence[float]) -> tf.Tensor:
         if tuple(lower) == self.space.lower and tuple(upper) == self.space.upper:
             return self._norm()
-        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace),
+        return self.phasespace_volume * box_mean(self.space.select(self.phasespace), self.intensity(self.phasespace, raw=True),
                                                  lower, upper)
 
     def sum_log_pdf(self, data: Any) -> tf.Tensor:
@@ -1532,7 +1539,7 @@ class SymbolicModel(Model, CoherentIntensity):
         tf.Tensor
             float64 scalar.
         """
-        return sum_log_normalized(self.intensity(data), data, self.normalization())
+        return sum_log_normalized(self.intensity(data, raw=True), data, self.normalization())
 
     @property
     def coupling_groups(self) -> list[tuple[list[str], list[str]]]:
@@ -1620,7 +1627,7 @@ class SymbolicModel(Model, CoherentIntensity):
             raise SymbolicError(self._pool_message(n)) from None
 
     def _pool_message(self, n: int | None) -> str:
-        weights = self.intensity(self.phasespace).numpy()
+        weights = self.intensity(self.phasespace, raw=True).numpy()
         size = weights.size
         acceptance = float(weights.mean() / weights.max()) if size and weights.max() > 0 else 0.0
         asked = "the events asked" if n is None else f"{int(n)} events"
@@ -1635,7 +1642,7 @@ class SymbolicModel(Model, CoherentIntensity):
         )
 
     def _sample(self, n: tf.Tensor) -> tf.Tensor:
-        weights = self.intensity(self.phasespace)
+        weights = self.intensity(self.phasespace, raw=True)
         if self.generator is None:
             # each phase-space event at most once: an independent sample, or a named error
             idx = accept_reject_pool(n, weights, f"sampling '{self.name}': {_POOL_TOO_SMALL}.", SymbolicError)
@@ -1643,7 +1650,7 @@ class SymbolicModel(Model, CoherentIntensity):
         obs = list(self.space.obs)
         envelope = _ENVELOPE_SAFETY * tf.reduce_max(weights)
         return accept_reject(
-            n, [0.0] * len(obs), [1.0] * len(obs), lambda x: self.intensity(x), envelope,
+            n, [0.0] * len(obs), [1.0] * len(obs), lambda x: self.intensity(x, raw=True), envelope,
             propose=self._propose,
             raise_factor=_ENVELOPE_SAFETY,
             max_raises=_ENVELOPE_RAISES,
@@ -1879,6 +1886,25 @@ def _with_physical_limit(name: str, value: Any) -> Any:
     if "lower" not in spec:
         spec["lower"] = 0.0
     return spec
+
+
+def _real_column(values: Any, what: str) -> np.ndarray:
+    """A column of an observable as float64: complex only with a zero imaginary part, else DataDtypeError.
+
+    Columns computed with complex arithmetic (ampform's kinematic expressions, a tensorwaves data
+    set) come as complex numbers whose imaginary part is 0 (or rounding): their real part is the
+    observable. A larger imaginary part is not an observable's value: dropping it would fit other
+    numbers than the user's without a word (issue 51).
+    """
+    arr = np.asarray(values.numpy() if hasattr(values, "numpy") and not isinstance(values, np.ndarray) else values)
+    if arr.dtype.kind != "c":
+        return real_numbers(arr, what).astype(np.float64)
+    off = np.abs(arr.imag) > 1e-12 * np.maximum(np.abs(arr.real), 1.0)
+    if off.any():
+        raise DataDtypeError(
+            f"{what} is complex with a non-zero imaginary part ({int(off.sum())} value(s), e.g. {arr[off][0]}): an "
+            "observable is real. Take .real or abs() explicitly, or split it into two observables (two columns).")
+    return arr.real.astype(np.float64)
 
 
 leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -50,6 +50,7 @@ import numpy as np
 
 from ._engine.data import Data, size_class
 from ._engine.parameter import Parameter, set_values
+from ._engine.tables import real_numbers
 from ._engine.trace import forbid_in_trace
 from .batch import BatchedLoss
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
@@ -487,7 +488,10 @@ def run_toys(
     Raises
     ------
     ModelError
-        ``loss`` is not a single-dataset loss, or a model that is not extended gets no ``n_events``.
+        ``loss`` is not a single-dataset loss, a model that is not extended gets no ``n_events``,
+        or ``start`` has not one value per fitted parameter.
+    DataDtypeError
+        ``start`` is not real numbers (complex, bool, text...); nothing ran.
     ValueError
         ``n_toys`` < 1.
     ToyStudyError
@@ -515,7 +519,10 @@ def run_toys(
     params = list(loss.params if params is None else params)
     minimizer = minimizer or Minuit()
     truth = np.array([float(p) for p in params])
-    start_values = truth if start is None else np.asarray(start, dtype=float)
+    start_values = truth if start is None else real_numbers(start, "run_toys: start").astype(np.float64)
+    if start_values.shape != truth.shape:
+        raise ModelError(f"run_toys: start needs one value per fitted parameter ({len(params)}), got shape "
+                         f"{start_values.shape}.")
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     names = [p.name for p in params]

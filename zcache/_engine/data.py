@@ -28,7 +28,7 @@ from .context import CONTEXT, record_read, substitute
 from .dependencies import DATA, GRAPH
 from .inputs import WRITES, input_changed, invalidate_in_graph, variable_name
 from .restorer import Restorer
-from .tables import Selection, obs_names, select_numpy, select_pandas, select_root
+from .tables import REAL_KINDS, Selection, dtype_advice, obs_names, real_numbers, select_numpy, select_pandas, select_root
 from .tensorlike import StandIn, TensorLike
 from .tf_internals import eager_variable
 from .trace import journal, note_mutation, require_managed_trace
@@ -49,6 +49,14 @@ class Data(TensorLike):
     ``set_data`` may change the number of events without retracing any function.
     Floating data are stored as float64, integers as int64.
 
+    **Dtypes.** Events are real numbers: floats (stored as float64) or integers (int64; a model
+    reads them as float64). Complex, boolean, object, text, record, date and duration arrays are
+    refused with a :class:`~zcache.exceptions.DataDtypeError` that says what to do, at every
+    door (here, ``set_data``, the ``from_*`` readers, weights), because a cast to float64 would
+    drop an imaginary part or turn a selection into values without a word. A model of one's own
+    that takes complex inputs gets them with ``dtype=complex`` (never an observable of a
+    zcache model: those refuse complex data).
+
     Parameters
     ----------
     array : array_like
@@ -66,6 +74,10 @@ class Data(TensorLike):
         live in a second :class:`Data` (:attr:`weights_data`), so a change of weights
         invalidates exactly what reads them and never retraces; every zcache loss honours
         them (see :mod:`zcache.loss`). Without weights the dataset stays unweighted for life.
+    dtype : {None, float, complex}, optional
+        ``None`` (default): float64 for floating input, int64 for integers. ``float``: float64
+        also for integers. ``complex``: complex128, for an input of a model of one's own that
+        computes with complex numbers (integers, floats and complex numbers accepted).
     capacity : int or 'auto', optional
         Pad the events to a fixed number of rows (a *shape bucket*), so that ``set_data`` with
         another number of events keeps every shape: nothing is retraced and an XLA-compiled
@@ -88,7 +100,8 @@ class Data(TensorLike):
     WeightSumError
         The weights sum to zero or less (a likelihood of them is undefined).
     DataError
-        For a ``capacity`` that is neither None, ``'auto'`` nor a positive int.
+        For a ``capacity`` that is neither None, ``'auto'`` nor a positive int, or a ``dtype``
+        that is neither None, float nor complex.
 
     Examples
     --------
@@ -107,19 +120,16 @@ class Data(TensorLike):
     ([1.0, 2.0, 3.0, 3.0], [1.0, 1.0, 1.0, 0.0], [1.0, 2.0, 3.0])
     """
 
-    _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64, "b": np.bool_, "c": np.complex128}
+    _KINDS = {"f": np.float64, "i": np.int64, "u": np.int64}
+    _DTYPES = {np.dtype(np.float64): np.dtype(np.float64), np.dtype(np.complex128): np.dtype(np.complex128)}
     #: What padding rows hold: copies of the last event (events) or zeros (weights).
     _ZERO_PADDING = False
 
     def __init__(self, array: Any, name: str | None = None, obs: str | tuple[str, ...] | list[str] | None = None,
-                 weights: Any = None, capacity: int | str | None = None) -> None:
+                 weights: Any = None, capacity: int | str | None = None, dtype: Any = None) -> None:
         arr = _as_array(array, name or "data")
-        if arr.dtype.kind not in self._KINDS:
-            raise DataDtypeError(
-                f"Data must be numeric (float, int, bool or complex), got dtype {arr.dtype}."
-            )
         self.name = name or "data"
-        self.np_dtype = np.dtype(self._KINDS[arr.dtype.kind])
+        self.np_dtype = self._stored_dtype(arr, dtype)
         if arr.ndim < 1:
             raise DataShapeError(
                 f"Data '{self.name}' needs at least one axis (events first), got a scalar; "
@@ -153,6 +163,39 @@ class Data(TensorLike):
         padded = "" if self.capacity is None else f" capacity={self.capacity}"
         return (f"<zcache.Data '{self.name}' shape=(?, {', '.join(map(str, self.event_shape))}) "
                 f"dtype={self.np_dtype}{padded}>")
+
+    def _stored_dtype(self, arr: np.ndarray, dtype: Any) -> np.dtype:
+        """The dtype a new dataset stores ``arr`` in, or a named error (nothing created)."""
+        if dtype is not None:
+            try:
+                wanted = self._DTYPES.get(np.dtype(dtype))
+            except TypeError:
+                wanted = None
+            if wanted is None:
+                raise DataError(f"Data '{self.name}': dtype must be None, float or complex, got {dtype!r}; "
+                                "nothing created.")
+            if arr.dtype.kind not in REAL_KINDS + wanted.kind:
+                raise DataDtypeError(f"Data '{self.name}' (dtype={wanted}): got an array of dtype {arr.dtype}: "
+                                     f"{dtype_advice(arr.dtype)}; nothing created.")
+            return wanted
+        if arr.dtype.kind not in self._KINDS:
+            raise DataDtypeError(
+                f"Data '{self.name}' must be numeric (integers or floats), got dtype {arr.dtype}: "
+                f"{dtype_advice(arr.dtype)}; nothing created."
+            )
+        return np.dtype(self._KINDS[arr.dtype.kind])
+
+    def _dtype_refusal(self, dtype: Any, what: str) -> str | None:
+        """Why values of ``dtype`` cannot be written to this dataset (None: they can)."""
+        dtype = np.dtype(dtype)
+        allowed = REAL_KINDS + ("c" if self.np_dtype.kind == "c" else "")
+        if dtype.kind not in allowed:
+            return (f"Data '{self.name}' has dtype {self.np_dtype}; {what} of dtype {dtype} cannot be cast "
+                    f"safely ({dtype_advice(dtype)}); data unchanged.")
+        if not np.can_cast(dtype, self.np_dtype, "same_kind"):
+            return (f"Data '{self.name}' has dtype {self.np_dtype}; {what} of dtype {dtype} cannot be cast "
+                    f"safely; data unchanged. Pass values that cast safely to {self.np_dtype}.")
+        return None
 
     def _padded(self, arr: np.ndarray) -> np.ndarray:
         """``arr`` padded to the capacity (grown first if it holds more events)."""
@@ -467,11 +510,9 @@ class Data(TensorLike):
                 f"(n, {', '.join(map(str, self.event_shape))})), got an array of shape {arr.shape}; "
                 "data unchanged. Create a new zcache.Data for another layout."
             )
-        if not np.can_cast(arr.dtype, self.np_dtype, "same_kind"):
-            raise DataDtypeError(
-                f"Data '{self.name}' has dtype {self.np_dtype}; an array of dtype {arr.dtype} "
-                "cannot be cast safely; data unchanged."
-            )
+        refusal = self._dtype_refusal(arr.dtype, "an array")
+        if refusal is not None:
+            raise DataDtypeError(refusal)
         if arr.shape[0] == 0:
             raise EmptyDataError(
                 f"Data '{self.name}': the array has no events; data unchanged. A likelihood "
@@ -561,11 +602,9 @@ class Data(TensorLike):
                 f"Data '{self.name}' holds events of shape {self.event_shape}, got a tensor of "
                 f"shape {tensor.shape}; data unchanged. Create a new zcache.Data for another layout."
             )
-        if not np.can_cast(tensor.dtype.as_numpy_dtype, self.np_dtype, "same_kind"):
-            raise DataDtypeError(
-                f"Data '{self.name}' has dtype {self.np_dtype}, got a tensor of dtype {tensor.dtype.name}; "
-                f"data unchanged. Pass values that cast safely to {self.np_dtype}."
-            )
+        refusal = self._dtype_refusal(tensor.dtype.as_numpy_dtype, "a tensor")
+        if refusal is not None:
+            raise DataDtypeError(refusal)
         tensor = tf.cast(tensor, self.np_dtype)
         where = f"Data '{self.name}': "
         checks = require(tf.shape(tensor)[0] > 0, EmptyDataError, where + "no events; data unchanged. "
@@ -608,6 +647,12 @@ class Data(TensorLike):
         if tf.inside_function() and isinstance(array, (tf.Tensor, tf.Variable)):
             require_managed_trace(f"Data '{self.name}'.set_data")
             n = tf.shape(array)[0]
+            if weights is not None:
+                weights = tf.convert_to_tensor(weights)
+                if np.dtype(weights.dtype.as_numpy_dtype).kind not in REAL_KINDS:
+                    raise DataDtypeError(f"Data '{self.name}': weights must be real numbers, got a tensor of dtype "
+                                         f"{weights.dtype.name} ({dtype_advice(weights.dtype.as_numpy_dtype)}); "
+                                         "data unchanged.")
             w = tf.ones([n], tf.float64) if weights is None else tf.cast(weights, tf.float64)
             if w.shape.rank is not None and w.shape.rank != 1:
                 raise DataShapeError(f"Data '{self.name}': weights must be 1-D, one per event; data unchanged.")
@@ -671,12 +716,7 @@ def _capacity_for(capacity: Any, n: int, name: str) -> int | None:
 
 def _checked_weights(weights: Any, n: int, name: str) -> np.ndarray:
     """``weights`` as a float64 array of shape (n,), finite, or a named error (nothing changed)."""
-    if isinstance(weights, (tf.Tensor, tf.Variable)):
-        weights = weights.numpy()
-    w = np.asarray(weights)
-    if w.dtype.kind not in "biuf":
-        raise DataDtypeError(f"Data '{name}': weights must be real numbers, got dtype {w.dtype}; data unchanged.")
-    w = w.astype(np.float64)
+    w = real_numbers(weights, f"Data '{name}': the weights").astype(np.float64)
     if w.shape != (n,):
         raise DataShapeError(
             f"Data '{name}': {n} event(s) need weights of shape ({n},), got shape {w.shape}; data unchanged. "

@@ -19,7 +19,67 @@ import numpy as np
 
 from ..exceptions import DataDtypeError, DataError, DataShapeError, EmptyDataError
 
-__all__ = ["Selection", "obs_names", "select_numpy", "select_pandas", "select_root"]
+__all__ = ["REAL_KINDS", "Selection", "dtype_advice", "obs_names", "real_numbers", "select_numpy", "select_pandas",
+           "select_root"]
+
+#: numpy dtype kinds that are real numbers: signed and unsigned integers, floats. Everything
+#: else (complex, bool, objects, text, records, dates, durations) is refused where an
+#: observable, a weight or a count is read, because a cast to float64 would lose or invent
+#: information silently (a complex number its imaginary part, a bool its meaning).
+REAL_KINDS = "iuf"
+
+
+def dtype_advice(dtype: Any) -> str:
+    """What to do with values of ``dtype`` where real numbers are needed (one clause, no full stop).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dtype_advice(np.complex128)[:36]
+    'complex numbers would lose their ima'
+    """
+    kind = np.dtype(dtype).kind
+    if kind == "c":
+        return ("complex numbers would lose their imaginary part: take .real or abs() explicitly, or split them "
+                "into two observables (the real and the imaginary part as two columns)")
+    if kind == "b":
+        return ("booleans are a selection, not values: select events with them (events[mask], cut=mask), or "
+                "pass mask.astype(float) for a 0/1 observable")
+    if kind in "mM":
+        return ("dates and durations are not numbers here: convert them explicitly, e.g. "
+                "(t - t0) / np.timedelta64(1, 's')")
+    return ("text, objects and records are not numbers: convert them to floats first (e.g. "
+            "np.asarray(values, dtype=float)) or pick the numeric fields")
+
+
+def real_numbers(values: Any, what: str) -> np.ndarray:
+    """``values`` as a numpy array of real numbers (integers or floats, as given), else DataDtypeError.
+
+    The one check of a dtype wherever zcache reads real numbers from a user (events of an
+    observable, weights, bin counts and edges, starting values of toys): ``what`` names them in
+    the message, e.g. ``"Data 'x'"``. A tensor is read with ``.numpy()``.
+
+    Raises
+    ------
+    DataDtypeError
+        The values are complex, boolean, objects, text, records, dates or durations; the
+        message says what to do.
+
+    Examples
+    --------
+    >>> real_numbers([1, 2], "counts").dtype.kind
+    'i'
+    >>> try:
+    ...     real_numbers([1 + 0.5j], "Data 'x'")
+    ... except DataDtypeError as err:
+    ...     print(str(err)[:72])
+    Data 'x' must be real numbers (integers or floats), got dtype complex128
+    """
+    arr = np.asarray(values.numpy() if hasattr(values, "numpy") and not isinstance(values, np.ndarray) else values)
+    if arr.dtype.kind not in REAL_KINDS:
+        raise DataDtypeError(f"{what} must be real numbers (integers or floats), got dtype {arr.dtype}: "
+                             f"{dtype_advice(arr.dtype)}; nothing changed.")
+    return arr
 
 #: A column of a table by name, as an array with one entry per row.
 Column = Callable[[str], Any]
@@ -147,7 +207,7 @@ def _select(available: list[str], n: int, column: Column, obs: Any, space: Any, 
     events = _events(obs_cols, column, keep, name)
     w = None
     if weights is not None:
-        w = np.asarray(column(weights) if isinstance(weights, str) else weights)
+        w = real_numbers(column(weights) if isinstance(weights, str) else weights, f"Data '{name}': the weights")
         if w.shape != (n,):
             raise DataShapeError(f"Data '{name}': weights need one entry per row ({n}), got shape {w.shape}; "
                                  "nothing created.")
@@ -161,9 +221,7 @@ def _in_range(space: Any, space_obs: tuple[str, ...], n: int, column: Column, na
     lower = np.broadcast_to(np.asarray(space.lower, dtype=float), (len(space_obs),))
     upper = np.broadcast_to(np.asarray(space.upper, dtype=float), (len(space_obs),))
     for o, lo, hi in zip(space_obs, lower, upper, strict=True):
-        values = np.asarray(column(o))
-        if values.dtype.kind not in "biuf":
-            raise DataDtypeError(f"Data '{name}': column '{o}' has dtype {values.dtype}, not numeric.")
+        values = real_numbers(column(o), f"Data '{name}': column '{o}'")
         keep &= (values >= lo) & (values <= hi)
     return keep
 
@@ -179,6 +237,7 @@ def _events(obs: tuple[str, ...], column: Column, keep: np.ndarray, name: str) -
         if values.dtype.kind == "O":
             raise DataDtypeError(f"Data '{name}': column '{o}' holds objects (a jagged or text column); "
                                  "load flat numeric columns.")
+        real_numbers(values, f"Data '{name}': column '{o}'")
         cols.append(values[keep])
     return cols[0] if len(cols) == 1 else np.column_stack(cols)
 

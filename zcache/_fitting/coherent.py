@@ -166,13 +166,18 @@ class CoherentIntensity(Cachable):
             amp = part if amp is None else amp + part
         return amp
 
-    def intensity(self, data: Any) -> tf.Tensor:
+    def intensity(self, data: Any, *, raw: bool = False) -> tf.Tensor:
         r"""The unnormalized intensity :math:`\sum_h |\sum_k c_k A_{kh}(x_i)|^2` of each event.
 
         Parameters
         ----------
         data : zcache.Data or tf.Tensor
             The events (a Data is served from the caches).
+        raw : bool, optional
+            ``False`` (default): one row per event (the padding rows of padded data,
+            ``capacity=``, left out: :meth:`zcache.Data.unpadded`). ``True``: one row per row of
+            ``data.value()``, padding included, what the models and losses compute on (as
+            :meth:`zcache.models.Model.pdf`'s ``raw``).
 
         Returns
         -------
@@ -182,7 +187,8 @@ class CoherentIntensity(Cachable):
         amp = self._amplitudes(data)
         # tf.square, not ** 2: TensorFlow's Pow kernel (and its gradient, which takes logs) cost
         # 10-17 ms per call here at 1e5 events, half of a couplings fit's time without Grappler
-        return tf.reduce_sum(tf.square(xla_ops.real(amp)) + tf.square(xla_ops.imag(amp)), axis=0)
+        rows = tf.reduce_sum(tf.square(xla_ops.real(amp)) + tf.square(xla_ops.imag(amp)), axis=0)
+        return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
     # -- integrals over a phase-space sample -----------------------------------------------------
     def integral_matrix(self, mc: Data) -> tf.Tensor:
@@ -242,7 +248,7 @@ class CoherentIntensity(Cachable):
             # A moved group's integral blocks would be recomputed at every call: G(G+1)/2 products
             # over the events and their gradients, each reading a group's columns again. The mean
             # intensity reads each group once (equal to rounding: the same sums, in another order).
-            intensity = self.intensity(mc)
+            intensity = self.intensity(mc, raw=True)
             return tf.reduce_sum(intensity) / tf.cast(tf.shape(intensity)[0], tf.float64)
         m = self.integral_matrix(mc)
         c = self.coupling_vector()

@@ -273,25 +273,18 @@ class CompiledFit:
         # The loss's exact Hessian from its model's structure, where it has one (a coherent sum of
         # amplitudes: two passes over the data, where differences cost one gradient per parameter)
         exact = block = None
-        if structured is True and self.loss.supports_structured_hessian(self.params):
+        use_exact, positions = self._hessian_plan(structured)
+        if use_exact:
             h_fn = tf.function(functools.partial(self._structured_hessian, served=served), autograph=False)
 
             def exact(x: tf.Tensor) -> tf.Tensor:
                 return h_fn(x[0])[None]
-        elif structured == "auto":
-            # The couplings' block exactly, differences along the line shapes only: where line
-            # shapes float each gradient recomputes their groups (J/psi, 18 parameters: 12 of the
-            # 18 gradients per Hessian saved). With every fitted parameter in the block the
-            # gradients are cheap products over cached columns, and differences cost less than
-            # the block's passes over the (K, H, N) columns (RESULTS.md, "The structured Hessian");
-            # with fewer than MIN_BLOCK parameters in it, its trace costs more than it saves.
-            positions = tuple(self.loss.structured_hessian_block(self.params))
-            if MIN_BLOCK <= len(positions) < n:
-                def couplings_block(x: tf.Tensor) -> tf.Tensor:
-                    return self._structured_hessian(x, served, positions)
+        elif positions is not None:
+            def couplings_block(x: tf.Tensor) -> tf.Tensor:
+                return self._structured_hessian(x, served, positions)
 
-                b_fn = tf.function(couplings_block, autograph=False)
-                block = (positions, lambda x: b_fn(x[0])[None])
+            b_fn = tf.function(couplings_block, autograph=False)
+            block = (positions, lambda x: b_fn(x[0])[None])
 
         def first_inverse_hessian() -> tf.Tensor:
             # BFGS's first inverse Hessian: forward differences of exact gradients at the start
@@ -335,6 +328,43 @@ class CompiledFit:
         seed_calls = 0 if exact is not None else n - (len(block[0]) if block is not None else 0)
         return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + seed_calls + tf.cast(made, tf.int32), made
 
+    def _hessian_plan(self, structured: bool | str) -> tuple[bool, tuple[int, ...] | None]:
+        """How the program's two Hessians are made: (exact from the loss, positions of an exact block)."""
+        if structured is True and self.loss.supports_structured_hessian(self.params):
+            return True, None
+        if structured == "auto":
+            # The couplings' block exactly, differences along the line shapes only: where line
+            # shapes float each gradient recomputes their groups (J/psi, 18 parameters: 12 of the
+            # 18 gradients per Hessian saved). With every fitted parameter in the block the
+            # gradients are cheap products over cached columns, and differences cost less than
+            # the block's passes over the (K, H, N) columns (RESULTS.md, "The structured Hessian");
+            # with fewer than MIN_BLOCK parameters in it, its trace costs more than it saves.
+            positions = tuple(self.loss.structured_hessian_block(self.params))
+            if MIN_BLOCK <= len(positions) < len(self.params):
+                return False, positions
+        return False, None
+
+    def fixed_calls(self, structured_hessian: bool | str = False) -> int:
+        """The most value + gradient evaluations a :meth:`run` makes besides its BFGS steps.
+
+        The start, the seed Hessian and the final one (one per differenced parameter each), the
+        Newton step and the gradient of a flat direction's check: ``maxiter = maxfcn -
+        fixed_calls`` keeps a run's ``nfcn`` within a budget of ``maxfcn`` calls.
+
+        Parameters
+        ----------
+        structured_hessian : bool or "auto"
+            As for :meth:`run`.
+
+        Returns
+        -------
+        int
+        """
+        structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        use_exact, positions = self._hessian_plan(structured)
+        differenced = 0 if use_exact else len(self.params) - (len(set(positions)) if positions else 0)
+        return 3 + 2 * differenced
+
     # -- running -----------------------------------------------------------------------------
     def _served(self, x0: np.ndarray) -> dict[int, tf.Tensor]:
         """The caches no fitted parameter reaches, each read through its cache (a hit when valid).
@@ -374,7 +404,8 @@ class CompiledFit:
         edm_max : float
             MIGRAD's bound on the EDM, ``0.002 * tol * errordef``.
         maxiter : int
-            Bound on BFGS steps.
+            Bound on BFGS steps (each one value + gradient evaluation; see :meth:`fixed_calls`
+            for the others).
         jit : bool
             Compile the loss's value + gradient with XLA (the loop around it stays a graph).
         structured_hessian : bool or "auto"
