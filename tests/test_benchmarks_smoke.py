@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -89,15 +90,26 @@ def test_bench_fit_single_fit_quick_without_peers(monkeypatch):
     assert "numpy + iminuit" in table and ("not installed" in table or not zfit_missing)
 
 
-def test_bench_reliability_toy_loop_quick(monkeypatch):
-    """bench_reliability's toy loop: no retrace and no growth of live objects over a few toys."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    import bench_reliability
+def test_bench_reliability_toy_loop_quick():
+    """bench_reliability's toy loop: no retrace and no growth of live objects over a few toys.
 
-    cfg = bench_reliability.Config(toys=8, new_model_toys=1, unfixed_toys=1, warmup=1, steps=2, samples=1)
-    rows, trend = bench_reliability.toy_loop(cfg)
-    row = rows[0]
-    assert row["retraces after toy 1"] == 0 and row["final loss equals numpy"]
+    In a process of its own: the census counts every live Variable of the process, and objects of tests that
+    ran before in the same worker can die during the loop (a count that fell 74 -> 69 in one full run).
+    """
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "import bench_reliability\n"
+        "cfg = bench_reliability.Config(toys=8, new_model_toys=1, unfixed_toys=1, warmup=1, steps=2, samples=1)\n"
+        "rows, trend = bench_reliability.toy_loop(cfg)\n"
+        "print(json.dumps({'row': rows[0], 'trend': [trend[0], trend[-1]]},\n"
+        "                 default=lambda o: o.item() if hasattr(o, 'item') else str(o)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    row, trend = out["row"], out["trend"]
+    assert row["retraces after toy 1"] == 0 and row["final loss equals numpy"] is True
     assert row["toys where the loss did not descend"] == 0
     for key in ("tf.Variable", "FuncGraph", "graph nodes"):
         assert trend[0][key] == trend[-1][key], key
