@@ -128,7 +128,7 @@ def test_the_layers_are_folders():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem.startswith("_") and p.stem != "__init__")
     assert top == []
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
-        "_engine", "_fitting", "demos"}
+        "_engine", "_fitting", "demos", "inference"}
 
 
 def test_no_private_names_across_modules():

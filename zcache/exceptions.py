@@ -43,6 +43,7 @@ __all__ = [
     "ToyStudyError",
     "SymbolicError",
     "EnvironmentSettingError",
+    "InferenceError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -188,6 +189,14 @@ class SymbolicError(ModelError):
 
     The message names the node or symbol: a function the bridge does not translate, a free
     symbol that is neither a parameter nor a data column, or a parameter given twice.
+    """
+
+
+class InferenceError(ZCacheError, ValueError):
+    """A statistical question (:mod:`zcache.inference`) cannot be answered as asked.
+
+    The message names what is wrong: an unknown parameter of interest, one that is not
+    floating, a tested value outside its limits, a loss that the answer does not apply to.
     """
 
 

@@ -1,0 +1,20 @@
+r"""Statistical answers from a fit: significances, limits, intervals, scans and sWeights.
+
+What to use when:
+
+- **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
+  (arXiv:1007.1727) from a conditional and a free minimum.
+
+Every tool takes a zcache loss and the parameter of interest by name; the loss's other floating
+parameters are its nuisance parameters.
+"""
+
+from __future__ import annotations
+
+from ._statistics import TEST_STATISTICS as TEST_STATISTICS
+from ._statistics import statistic as statistic
+
+__all__ = [
+    "TEST_STATISTICS",
+    "statistic",
+]
