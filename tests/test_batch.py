@@ -243,3 +243,49 @@ def test_batched_calls_inside_a_users_tf_function_are_refused_by_name():
     with pytest.raises(IllegalInGraphModeError, match="run_toys"):
         study()
     assert float(mu) == 0.0
+
+
+def test_pinned_parameters_give_each_toy_its_own_conditional_fit():
+    """A profile scan in one program: mu pinned per row (its normalization cache is then a toy
+    input, recomputed per row), the rest fitted; each row equals MIGRAD with mu fixed there."""
+    model, loss, params = _gauss_exp("pin", n=800)
+    mu, rest = params[0], params[1:]
+    truth = np.array([float(p) for p in rest])
+    scan = np.array([4.6, 4.9, 5.0, 5.3])
+    events = np.tile(loss.data.numpy(), (len(scan), 1))
+    batched = BatchedLoss(loss, rest)
+    fit = batched.minimize(truth, events, pinned={mu: scan})
+    assert fit.checks_ok.all() and fit.converged.all()
+    f, _, _ = batched.value_and_gradient(fit.values, events, pinned={mu: scan})
+    np.testing.assert_allclose(f, fit.fmin, rtol=1e-12)
+    assert float(mu) == 5.0  # the pinned values were passed in, not written
+    for b, m in enumerate(scan):
+        with zcache.set_values([mu, *rest], [m, *truth]):
+            mu.floating = False
+            try:
+                r = Minuit(tol=1e-5).minimize(loss, rest)
+            finally:
+                mu.floating = True
+        assert fit.fmin[b] == pytest.approx(r.fmin, rel=1e-9)
+        errors = np.array([r.errors[p.name] for p in rest])
+        values = np.array([r.values[p.name] for p in rest])
+        assert np.max(np.abs(fit.values[b] - values) / errors) < 2e-3
+
+
+def test_bad_pinned_values_are_named_errors_and_change_nothing():
+    model, loss, params = _gauss_exp("pinbad", n=100)
+    mu, rest = params[0], params[1:]
+    batched = BatchedLoss(loss, rest)
+    x = np.array([[float(p) for p in rest]] * 2)
+    events = np.tile(loss.data.numpy(), (2, 1))
+    with pytest.raises(ModelError, match="outside its limits"):
+        batched.value_and_gradient(x, events, pinned={mu: [5.0, 9.0]})
+    with pytest.raises(ModelError, match="outside its limits"):
+        batched.value_and_gradient(x, events, pinned={mu: [5.0, np.nan]})
+    with pytest.raises(ModelError, match="one of the fitted parameters"):
+        batched.value_and_gradient(x, events, pinned={rest[0]: 1.0})
+    with pytest.raises(ModelError, match="not a parameter of the loss"):
+        batched.value_and_gradient(x, events, pinned={zcache.Parameter("other_pinbad", 1.0): 1.0})
+    with pytest.raises(ModelError, match="one value per toy"):
+        batched.value_and_gradient(x, events, pinned={mu: [5.0, 5.1, 5.2]})
+    assert float(mu) == 5.0

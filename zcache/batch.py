@@ -42,8 +42,9 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ import tensorflow as tf
 from ._engine.compile_cache import call_key, compiling, first_call
 from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from ._engine.dependencies import GRAPH
-from ._engine.parameter import Parameter
+from ._engine.parameter import Parameter, set_values
 from ._engine.tables import real_numbers
 from ._engine.tf_internals import zcache_graphs
 from ._engine.trace import forbid_in_trace
@@ -166,7 +167,7 @@ class BatchedLoss:
         self._upper = np.array([np.inf if p.upper is None else p.upper for p in params])
         self._programs: dict[Any, Any] = {}
         self._compiled_calls: set[Any] = set()  # (program, shapes) whose first call ran (compile_cache)
-        self._invariants: tuple[int, list[Any]] | None = None
+        self._invariants: tuple[tuple[int, frozenset[int]], list[Any]] | None = None
 
     @classmethod
     def of(cls, loss: UnbinnedNLL, params: Sequence[Parameter]) -> BatchedLoss:
@@ -232,12 +233,53 @@ class BatchedLoss:
 
     def _vg(self, x: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
             served: dict[int, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        return _batched_map(lambda a: self._per_toy(a[0], a[1], a[2], fixed, served), (x, events, weights))
+        # ``fixed`` has one row per toy: a pinned parameter (``pinned=``) differs between toys
+        return _batched_map(lambda a: self._per_toy(a[0], a[1], a[2], a[3], served), (x, events, weights, fixed))
 
     # -- inputs -----------------------------------------------------------------------------
-    def _fixed_values(self) -> tf.Tensor:
-        """The other parameters' current values (passed in, so changing them recompiles nothing)."""
-        return tf.constant([float(p) for p in self.fixed], tf.float64)
+    def _fixed_values(self, toys: int, pinned: Mapping[Parameter, Any] | None = None) -> tf.Tensor:
+        """(toys, k): the other parameters' values, one row per toy (passed in: a change recompiles nothing).
+
+        A parameter in ``pinned`` takes its given value in each toy (a scalar, or one per toy);
+        every other one its current value in all.
+        """
+        rows = np.tile(np.array([float(p) for p in self.fixed], dtype=np.float64), (toys, 1))
+        for j, values in self._pinned_columns(toys, pinned).items():
+            rows[:, j] = values
+        return tf.constant(rows.reshape(toys, len(self.fixed)))
+
+    def _pinned_columns(self, toys: int, pinned: Mapping[Parameter, Any] | None) -> dict[int, np.ndarray]:
+        """Column of ``self.fixed`` -> (toys,) values, checked against each parameter's limits."""
+        if not pinned:
+            return {}
+        where = {id(p): j for j, p in enumerate(self.fixed)}
+        out = {}
+        for p, values in pinned.items():
+            if not isinstance(p, Parameter) or id(p) not in where:
+                fitted = isinstance(p, Parameter) and any(p is q for q in self.params)
+                raise ModelError(
+                    f"pinned: {getattr(p, 'name', p)!r} is "
+                    + ("one of the fitted parameters: leave it out of params to pin it." if fitted
+                       else "not a parameter of the loss.")
+                )
+            values = real_numbers(values, f"BatchedLoss: the values pinned for '{p.name}'").astype(np.float64)
+            if values.shape not in ((), (1,), (toys,)):
+                raise ModelError(f"pinned: '{p.name}' takes a scalar or one value per toy ({toys}), "
+                                 f"got shape {values.shape}.")
+            values = np.broadcast_to(values, (toys,)).copy()
+            low = -np.inf if p.lower is None else p.lower
+            high = np.inf if p.upper is None else p.upper
+            bad = ~((values >= low) & (values <= high))  # NaN is outside too
+            if bad.any():
+                raise ModelError(
+                    f"pinned: '{p.name}' = {values[bad][:3].tolist()} is outside its limits [{low}, {high}] "
+                    "(or not finite); give values within them."
+                )
+            out[where[id(p)]] = values
+        return out
+
+    def _pinned_ids(self, pinned: Mapping[Parameter, Any] | None) -> frozenset[int]:
+        return frozenset(id(p) for p in (pinned or ()))
 
     def _inputs(self, x: Any, events: Any, weights: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         data = self.loss.data
@@ -268,27 +310,32 @@ class BatchedLoss:
                 "(all 0 is flat, a negative sum unbounded); nothing was evaluated.")
         return x, events, weights
 
-    def _served(self, x0: np.ndarray, events0: np.ndarray, weights0: np.ndarray) -> dict[int, tf.Tensor]:
+    def _served(self, x0: np.ndarray, events0: np.ndarray, weights0: np.ndarray, fixed0: tf.Tensor,
+                pinned: frozenset[int] = frozenset()) -> dict[int, tf.Tensor]:
         """The caches no toy input reaches, each read through its cache (a hit when valid).
 
-        Which caches they are is found once (and again after the dependency graph changed) by
-        running the loss's Python code eagerly for toy 0 with its inputs substituted.
+        Which caches they are is found once (and again after the dependency graph changed, or
+        another set of parameters is pinned per toy) by running the loss's Python code eagerly
+        for toy 0 with its inputs substituted. A pinned parameter is a toy input: a cache that
+        reads it is recomputed per toy.
         """
-        if self._invariants is None or self._invariants[0] != GRAPH.version:
-            fixed = self._fixed_values()
-            sub = self._substitutes(tf.constant(x0), tf.constant(events0), tf.constant(weights0), fixed, {})
+        if self._invariants is None or self._invariants[0] != (GRAPH.version, pinned):
+            sub = self._substitutes(tf.constant(x0), tf.constant(events0), tf.constant(weights0), fixed0, {})
             # The loss's own Python code, run eagerly (a traced graph would read the Variables).
             data = self.loss.data
-            varying = {p.node_id for p in self.params} | {data.node_id}
+            varying = {p.node_id for p in self.params} | {data.node_id} | \
+                {p.node_id for p in self.fixed if id(p) in pinned}
             if data.weights_data is not None:
                 varying.add(data.weights_data.node_id)
             with run_eagerly(), substituted(sub), finding_invariants(varying) as found, collecting():
                 self.loss.value()
-            self._invariants = (GRAPH.version, [weakref.ref(c) for c in {c.node_id: c for c in found}.values()])
+            self._invariants = ((GRAPH.version, pinned),
+                                [weakref.ref(c) for c in {c.node_id: c for c in found}.values()])
         return {c.node_id: c.value() for c in self.served_caches}
 
     # -- public ----------------------------------------------------------------------------
-    def value_and_gradient(self, x: Any, events: Any, weights: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def value_and_gradient(self, x: Any, events: Any, weights: Any = None, *,
+                           pinned: Mapping[Parameter, Any] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The loss and its gradient for each toy: parameters ``x[b]`` on events ``events[b]``.
 
         Parameters
@@ -299,6 +346,10 @@ class BatchedLoss:
             (B, rows, ...): each toy's events, padded to a common number of rows.
         weights : array_like, optional
             (B, rows): event weights; 0 on padding rows. Default: all 1.
+        pinned : mapping of Parameter to array_like, optional
+            Parameters of the loss that are not fitted (not in ``params``) with a value per toy
+            (or one for all): a profile scan's tested values, a hypothesis test's POI. Every
+            other parameter keeps its current value.
 
         Returns
         -------
@@ -312,7 +363,8 @@ class BatchedLoss:
         Raises
         ------
         ModelError
-            Inputs of the wrong shape.
+            Inputs of the wrong shape; a pinned parameter that is fitted, not the loss's, or
+            given values outside its limits.
         DataDtypeError
             ``x``, events or weights that are not real numbers (complex, bool, text...); nothing
             was evaluated.
@@ -325,9 +377,9 @@ class BatchedLoss:
         """
         forbid_in_trace("BatchedLoss.value_and_gradient")
         x, events, weights = self._inputs(x, events, weights)
-        served = self._served(x[0], events[0], weights[0])
+        fixed = self._fixed_values(len(x), pinned)
+        served = self._served(x[0], events[0], weights[0], fixed[0], self._pinned_ids(pinned))
         fn = self._program("vg", served)
-        fixed = self._fixed_values()
         x, events, weights = tf.constant(x), tf.constant(events), tf.constant(weights)
         # The first call per program and shapes compiles: the compile cache checks before, records after.
         shapes = call_key((x, events, weights, fixed, *served.values()))
@@ -337,7 +389,8 @@ class BatchedLoss:
         return f.numpy(), g.numpy(), ok.numpy()
 
     def minimize(self, start: Any, events: Any, weights: Any = None, *, hinv: Any = None,
-                 maxiter: int = 200, edm_max: float | None = None) -> BatchedFit:
+                 maxiter: int = 200, edm_max: float | None = None,
+                 pinned: Mapping[Parameter, Any] | None = None) -> BatchedFit:
         """Fit every toy: BFGS in lockstep, then a Hessian (HESSE) and one Newton step per toy.
 
         The starting inverse Hessian is shared by every toy: ``hinv``, or the inverse of the
@@ -356,6 +409,10 @@ class BatchedLoss:
             Bound on BFGS steps (each is one batched gradient evaluation).
         edm_max : float, optional
             Convergence bound on the EDM; default MIGRAD's ``0.002 * 0.1 * errordef``.
+        pinned : mapping of Parameter to array_like, optional
+            As in :meth:`value_and_gradient`: conditional fits, each toy with its own values of
+            these parameters (all the points of a profile scan, or toys x tested values, in one
+            program).
 
         Returns
         -------
@@ -364,7 +421,8 @@ class BatchedLoss:
         Raises
         ------
         ModelError
-            Inputs of the wrong shape, ``maxiter`` < 1.
+            Inputs of the wrong shape, ``maxiter`` < 1, a bad ``pinned`` (as in
+            :meth:`value_and_gradient`).
         DataDtypeError
             Start values, events or weights that are not real numbers (complex, bool, text...).
         WeightSumError
@@ -383,11 +441,12 @@ class BatchedLoss:
         if int(maxiter) < 1:
             raise ModelError(f"maxiter must be >= 1, got {maxiter!r}.")
         x0 = np.clip(x0, self._lower, self._upper)
-        served = self._served(x0[0], events[0], weights[0])
-        fixed = self._fixed_values()
+        fixed = self._fixed_values(len(x0), pinned)
+        served = self._served(x0[0], events[0], weights[0], fixed[0], self._pinned_ids(pinned))
         errordef = float(self.loss.errordef)
         if hinv is None:
-            hinv = self.start_hinv(x0[0], events[0], weights[0])
+            with set_values(self.fixed, fixed[0].numpy()) if pinned else contextlib.nullcontext():
+                hinv = self.start_hinv(x0[0], events[0], weights[0])
         hinv = np.asarray(hinv, dtype=np.float64)
         if hinv.shape != (len(self.params),) * 2:
             raise ModelError(f"hinv must have shape {(len(self.params),) * 2}, got {hinv.shape}.")
