@@ -17,6 +17,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax served from the built site: formulas render without a network
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",

@@ -70,3 +70,16 @@ def test_code_on_the_page_runs(page, tmp_path, monkeypatch):
             exec(compile(block, f"{page.relative_to(DOCS)}[block {i + 1}]", "exec"), namespace)
         except Exception as error:
             raise AssertionError(f"{page.relative_to(DOCS)}, python block {i + 1} failed:\n{block}") from error
+
+
+def test_formulas_render_without_a_network():
+    """MathJax comes with the built site (sphinx-mathjax-offline), not from a CDN at read time."""
+    import importlib
+
+    conf = (DOCS / "conf.py").read_text()
+    assert '"sphinx-mathjax-offline"' in conf
+    ext = importlib.import_module("sphinx-mathjax-offline")
+    assert (pathlib.Path(ext.__file__).parent / "static" / "mathjax" / "tex-chtml.js").is_file()
+    app = types.SimpleNamespace(config=types.SimpleNamespace(mathjax_path=None), connect=lambda *a: None)
+    ext.setup(app)
+    assert not app.config.mathjax_path.startswith(("http:", "https:", "//"))
