@@ -46,15 +46,3 @@ def test_amplitude_demo_runs(capsys, tmp_path):
     # floating the K*(892) line shape: its 2 columns, its 5 integral entries and the 3 nodes above are bypassed
     assert "floating the K*(892) mass and width too (10 parameters)" in out and "precompute: 10 always dirty" in out
     assert np.isfinite(list(result["timings"].values())).all()
-
-
-@pytest.mark.parametrize("old, new", [("zcache.demo", "zcache.demos.amplitude"), ("zcache.demo_basics", "zcache.demos.basics"),
-                                      ("zcache.demo_toys", "zcache.demos.toys")])
-def test_the_old_demo_paths_still_run_with_a_deprecation_warning(old, new):
-    import importlib
-    import sys
-
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
-        alias = importlib.import_module(old)
-    assert alias.main is importlib.import_module(new).main

@@ -47,7 +47,6 @@ PUBLIC_MODULES = (
     "zcache.symbolic",
     "zcache.kinematics",
     "zcache.phasespace",
-    "zcache.run",
     "zcache.types",
     "zcache.exceptions",
 )

@@ -1,11 +1,10 @@
-"""zcache.run: callable numpy conversion and the mode functions it carries."""
+"""zcache.run: numpy conversion of results; the size of the top-level API."""
 
 from __future__ import annotations
 
 from collections import namedtuple
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 import zcache
@@ -25,32 +24,6 @@ def test_run_converts_nested_structures():
     assert isinstance(out["nested"][1], tuple) and isinstance(out["nt"], Pair) and out["nt"].b == 2
     assert out["none"] is None and out["np"].tolist() == [1.0, 1.0]
     assert zcache.run(5) == 5
-
-
-@pytest.mark.parametrize("name", ["set_graph_mode", "get_graph_mode", "set_autograd_mode", "get_autograd_mode",
-                                  "clear_graph_cache"])
-def test_run_module_mode_api_is_a_deprecated_alias(name):
-    """The mode API moved to the top level; the old names in zcache.run still work, with a warning."""
-    with pytest.warns(DeprecationWarning, match=f"zcache.{name}"):
-        old = getattr(zcache.run, name)
-    assert old is getattr(zcache, name)
-    assert callable(zcache.run)
-    with pytest.raises(AttributeError):
-        zcache.run.no_such_name  # noqa: B018
-
-
-@pytest.mark.parametrize(("old", "new"), [
-    ("IDENTIFIERS", "zcache.types.IDENTIFIERS"), ("Function", "zcache.types.Function"),
-    ("ModeSetter", "zcache.types.Restorer"), ("PrecomputeReport", "zcache.types.PrecomputeReport"),
-    ("DependencyCycleError", "zcache.exceptions.DependencyCycleError"),
-    ("IllegalInGraphModeError", "zcache.exceptions.IllegalInGraphModeError"),
-])
-def test_moved_top_level_names_are_deprecated_aliases(old, new):
-    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
-        obj = getattr(zcache, old)
-    module, name = new.rsplit(".", 1)
-    assert obj is getattr(__import__(module, fromlist=[name]), name)
-    assert old not in zcache.__all__
 
 
 def test_public_api_is_small():

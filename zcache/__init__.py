@@ -68,7 +68,6 @@ from . import exceptions as exceptions  # noqa: E402
 from . import loss as loss  # noqa: E402
 from . import minimize as minimize  # noqa: E402
 from . import models as models  # noqa: E402
-from . import run as run  # noqa: E402
 from . import toys as toys  # noqa: E402
 from . import types as types  # noqa: E402
 from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/architecture.md)
@@ -96,6 +95,7 @@ from ._engine.mode import set_jit_mode as set_jit_mode  # noqa: E402
 from ._engine.parameter import Parameter as Parameter  # noqa: E402
 from ._engine.parameter import set_values as set_values  # noqa: E402
 from ._engine.precompute import precompute as precompute  # noqa: E402
+from ._engine.to_numpy import run as run  # noqa: E402
 from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 
 
@@ -151,6 +151,7 @@ __all__ = [
     "value_and_gradient",
     "hessian",
     "precompute",
+    "run",
     "dependency_graph",
     "to_dot",
     "ZCacheError",
@@ -159,30 +160,6 @@ __all__ = [
     "loss",
     "minimize",
     "models",
-    "run",
     "toys",
     "types",
 ]
-
-# Names that moved (name -> where it lives now); the old top-level names still work, with a
-# DeprecationWarning, until zcache 0.3.
-_MOVED = {
-    "IDENTIFIERS": (types, "IDENTIFIERS"),
-    "Function": (types, "Function"),
-    "ModeSetter": (types, "Restorer"),
-    "PrecomputeReport": (types, "PrecomputeReport"),
-    "DependencyCycleError": (exceptions, "DependencyCycleError"),
-    "IllegalInGraphModeError": (exceptions, "IllegalInGraphModeError"),
-}
-
-
-def __getattr__(name: str) -> object:
-    if name in _MOVED:
-        import warnings
-
-        module, new = _MOVED[name]
-        warnings.warn(
-            f"zcache.{name} is deprecated; use {module.__name__}.{new}.", DeprecationWarning, stacklevel=2
-        )
-        return getattr(module, new)
-    raise AttributeError(f"module 'zcache' has no attribute {name!r}")
