@@ -38,8 +38,12 @@ with :math:`xy` running over the independent elements of the symmetric :math:`W`
 written as a function of :math:`W` alone (:math:`w_s = (W^{-1} g)_s / \mathbf{1}^T W^{-1} g`, equal
 to the sWeight at the fit's minimum, where :math:`W N = \mathbf 1`). The derivatives of
 :math:`\ln h` are zcache's exact gradients (one per event, two reverse passes per parameter), those
-of :math:`w` closed forms. As in the ``sweights`` package, the shapes of the discriminating fit are
-taken as known: where shape parameters floated in it, their uncertainty is not in the correction.
+of :math:`w` closed forms. Eq. 18 (and the ``sweights`` package) takes the shapes of the
+discriminating fit as known. Where shape parameters floated in it, :func:`sweighted_covariance`
+by default stacks the whole estimate instead, the discriminating fit's parameters, :math:`W` and
+:math:`\theta`, and gives the sandwich of those estimating equations, which holds the shapes'
+uncertainty too (``method="sandwich"``; with fixed shapes it agrees with eq. 18 to the sampling
+error of the correction itself).
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ class SWeights:
         ``"events"`` or ``"fit"`` (see :func:`sweights`).
     other_parameters : tuple of str
         The discriminating fit's floating parameters that are not yields (shape parameters):
-        their uncertainty is in neither the weights nor :func:`sweighted_covariance`.
+        the weights take them as fitted; :func:`sweighted_covariance` includes their
+        uncertainty by default (``method="sandwich"``).
     """
 
     names: tuple[str, ...]
@@ -105,6 +110,10 @@ class SWeights:
     _params: tuple[Parameter, ...] = field(repr=False)
     _index: tuple[int, ...] = field(repr=False)
     _densities: np.ndarray = field(repr=False)  # (components, events): g_k(m_e)
+    _loss: Any = field(repr=False, default=None)  # the discriminating loss
+    _fitted: tuple[Parameter, ...] = field(repr=False, default=())  # its floating parameters (yields first)
+    _values: np.ndarray = field(repr=False, default=None)  # theirs at the weights
+    _events: np.ndarray = field(repr=False, default=None)  # the discriminating events, to see them change
 
     def __getitem__(self, name: str) -> np.ndarray:
         """The sWeights of the species whose yield is named ``name``.
@@ -312,7 +321,7 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
         if missing:
             raise SPlotError(f'covariance="fit": the result did not fit {", ".join(missing)}; pass the result '
                              "of the discriminating fit.")
-    others = tuple(p.name for p in loss.get_params(floating=True) if not any(p is y for y in yields))
+    fitted = (*yields, *(p for p in loss.get_params(floating=True) if not any(p is y for y in yields)))
     restore = None
     try:
         if result is not None:
@@ -320,6 +329,7 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
             set_values(result.params, [result.values[p.name] for p in result.params])
             restore = (result.params, saved)
         n = np.array([float(y) for y in yields])
+        values = np.array([float(p) for p in fitted])
         g = _densities(model, loss.data)
     finally:
         if restore is not None:
@@ -355,8 +365,9 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
     weights = (used[index] @ g) / total
     return SWeights(
         names=tuple(yields[k].name for k in index), weights=weights, components=tuple(y.name for y in yields),
-        yields=n, W=w_matrix, covariance=used, method=covariance, other_parameters=others,
-        _params=tuple(yields[k] for k in index), _index=tuple(index), _densities=g)
+        yields=n, W=w_matrix, covariance=used, method=covariance,
+        other_parameters=tuple(p.name for p in fitted[len(yields):]), _params=tuple(yields[k] for k in index),
+        _index=tuple(index), _densities=g, _loss=loss, _fitted=fitted, _values=values, _events=loss.data.numpy())
 
 
 def _event_scores(model: Any, data: Any, params: Sequence[Parameter]) -> np.ndarray:
@@ -407,16 +418,31 @@ def _weight_derivatives(v: np.ndarray, g: np.ndarray, s: int) -> tuple[np.ndarra
 
 
 def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
-                         species: Parameter | str | None = None) -> np.ndarray:
+                         species: Parameter | str | None = None, *, method: str = "auto") -> np.ndarray:
     r"""The covariance of a fit to sWeighted events, with the uncertainty of the sWeights themselves.
 
-    Langenbruch's eq. 18 (arXiv:1911.01303; eq. 51 of arXiv:2112.04574, ``sweights.cov_correct``):
-    the asymptotic sandwich :math:`H^{-1} D H^{-1}` of ``Minuit(weightcorr="asymptotic")`` less
-    :math:`H^{-1} E C_W E^T H^{-1}`, the part of the weights' estimate from the same events (see
-    the module's documentation). :math:`H` is the exact Hessian of the weighted loss at the
-    result's minimum (the result's own covariance, corrected or not, is not used), the per-event
-    scores :math:`\nabla \ln h` zcache's exact gradients. The discriminating fit's shapes count
-    as known (``sw.other_parameters`` lists any that floated: their uncertainty is left out).
+    ``method="langenbruch"``: Langenbruch's eq. 18 (arXiv:1911.01303; eq. 51 of arXiv:2112.04574,
+    ``sweights.cov_correct``): the asymptotic sandwich :math:`H^{-1} D H^{-1}` of
+    ``Minuit(weightcorr="asymptotic")`` less :math:`H^{-1} E C_W E^T H^{-1}`, the part of the
+    weights' estimate from the same events (see the module's documentation). It takes the
+    discriminating fit's shapes as known.
+
+    ``method="sandwich"``: the sandwich of the whole estimate, stacked: the discriminating fit's
+    floating parameters :math:`\phi` (yields and shapes; score per event
+    :math:`\nabla_\phi \ln(\nu p(m_e))`, Hessian of the extended loss), the elements of
+    :math:`W` (:math:`\sum_e q_e - W = 0`) and :math:`\theta` (:math:`\sum_e w_e \nabla\ln h_e = 0`,
+    :math:`w` through :math:`W` and the densities :math:`g(m_e;\phi)`):
+    :math:`C = H^{-1} \sum_e u_e u_e^T H^{-1}` with :math:`u_e` the weighted score of event
+    :math:`e` plus what its part in :math:`\hat\phi` and :math:`\hat W` moves it by (the
+    influence of each event, the Poisson variance of each sum). With fixed shapes it agrees with
+    eq. 18 to the order of the correction's own sampling error; with floating shapes it holds their
+    uncertainty, which eq. 18 leaves out (the correction is then larger).
+
+    ``"auto"`` (default): ``"sandwich"`` where the discriminating fit floated shape parameters
+    (``sw.other_parameters``), else ``"langenbruch"``, the published formula. :math:`H` is the exact
+    Hessian of the weighted loss at the result's minimum (the result's own covariance, corrected or
+    not, is not used), the per-event scores are zcache's exact gradients, the derivatives of the
+    weights closed forms.
 
     Parameters
     ----------
@@ -430,6 +456,8 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
         The sWeights (``method == "events"``).
     species : Parameter or str, optional
         The species whose weights the loss's data carry; default: the one whose weights they are.
+    method : {"auto", "langenbruch", "sandwich"}
+        The correction (see above).
 
     Returns
     -------
@@ -442,7 +470,8 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
         ``sw`` made with ``covariance="fit"``; a loss that is extended, has constraints or whose
         data are not weighted with the species' sWeights (other events, other weights); an
         unpickled result, or one that is not the fit of ``loss``; a Hessian that is not positive
-        definite. The parameters are as before.
+        definite; an unknown ``method``; for ``"sandwich"``, discriminating events changed since
+        the weights were made. The parameters are as before.
 
     Examples
     --------
@@ -468,6 +497,10 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
     """
     if not isinstance(sw, SWeights):
         raise SPlotError(f"sw must be the SWeights of the discriminating fit, got {type(sw).__name__}.")
+    if method not in ("auto", "langenbruch", "sandwich"):
+        raise SPlotError(f"method must be 'auto', 'langenbruch' or 'sandwich', got {method!r}.")
+    if method == "auto":
+        method = "sandwich" if sw.other_parameters else "langenbruch"
     if sw.method != "events":
         raise SPlotError('the correction is derived for sWeights made with covariance="events" (W from the '
                          'events); compute them so: sweights(loss, result, covariance="events").')
@@ -515,14 +548,66 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
         raise SPlotError("the Hessian of the sWeighted fit is not positive definite at the result's minimum; "
                          "it has no covariance to correct (check the fit).") from None
     h_inv = h_inv.T @ h_inv
-    d = (scores * weights[:, None] ** 2).T @ scores
     g = sw._densities
     total = sw.yields @ g
     a = np.linalg.inv(sw.W)
+    a = 0.5 * (a + a.T)
     s = sw._index[row]
-    dw, pairs = _weight_derivatives(0.5 * (a + a.T), g, s)
-    e = dw @ scores  # (pairs, params)
-    q = np.array([g[x] * g[y] for x, y in pairs]) / total**2
-    c_w = q @ q.T
-    corrected = h_inv @ (d - e.T @ c_w @ e) @ h_inv
+    dw, pairs = _weight_derivatives(a, g, s)
+    e = dw @ scores  # (pairs, params): dw/dW_xy times the scores, summed over events
+    q = np.array([g[x] * g[y] for x, y in pairs]) / total**2  # (pairs, events)
+    if method == "langenbruch":
+        d = (scores * weights[:, None] ** 2).T @ scores
+        middle = d - e.T @ (q @ q.T) @ e
+    else:
+        u = _influences(sw, s, pairs, q, weights[:, None] * scores, scores, e)
+        middle = u.T @ u
+    corrected = h_inv @ middle @ h_inv
     return 0.5 * (corrected + corrected.T)
+
+
+def _influences(sw: SWeights, s: int, pairs: list[tuple[int, int]], q: np.ndarray, weighted: np.ndarray,
+                scores: np.ndarray, e: np.ndarray) -> np.ndarray:
+    r"""Per event, the weighted score plus what the event moves it by through :math:`\hat\phi` and :math:`\hat W`.
+
+    The stacked estimating equations are lower block-triangular in :math:`(\phi, W, \theta)`, so an
+    event's influence on :math:`\hat\theta` is :math:`H^{-1} u_e`, with
+    :math:`u_e = w_e s_e + J_{\theta\phi} I^\phi_e + J_{\theta W} I^W_e`,
+    :math:`I^\phi_e = H_\phi^{-1} \nabla_\phi\ln(\nu p(m_e))`, :math:`I^W_e = q_e + J_{W\phi} I^\phi_e`.
+    """
+    loss, fitted = sw._loss, sw._fitted
+    now = loss.data.numpy()
+    if now.shape != sw._events.shape or not np.array_equal(now, sw._events):
+        raise SPlotError("the discriminating fit's events changed since the sWeights were made; make them again "
+                         "(sweights(loss, result)) for the events the control fit uses.")
+    g, n = sw._densities, sw.yields
+    k_species, n_fitted = len(n), len(fitted)
+    total = n @ g
+    saved = [float(p) for p in fitted]
+    try:
+        set_values(fitted, sw._values)
+        # dg_k/dphi at the events (K, events, phi): zero along the yields, exact scores along the shapes
+        dg = np.zeros((k_species, g.shape[1], n_fitted))
+        if n_fitted > k_species:
+            for k, component in enumerate(loss.model.pdfs):
+                dg[k, :, k_species:] = g[k][:, None] * _event_scores(component, loss.data, fitted[k_species:])
+        h_phi = loss.hessian_at(sw._values, fitted, exact=True).numpy() * (0.5 / loss.errordef)
+    finally:
+        set_values(fitted, saved)
+    d_total = np.einsum("k,knp->np", n, dg)
+    d_total[:, :k_species] += g.T
+    influence_phi = np.linalg.solve(h_phi, (d_total / total[:, None]).T).T  # (events, phi)
+    # dq_xy/dphi, q_xy = g_x g_y / total^2
+    j_w_phi = np.array([
+        ((dg[x] * g[y][:, None] + g[x][:, None] * dg[y]) / total[:, None] ** 2
+         - 2.0 * (g[x] * g[y] / total**3)[:, None] * d_total).sum(axis=0)
+        for x, y in pairs])  # (pairs, phi)
+    influence_w = q.T + influence_phi @ j_w_phi.T  # (events, pairs)
+    # the weight as a function of W and the densities, w = (A g)_s / 1^T A g: its derivative along phi at fixed W
+    a = np.linalg.inv(sw.W)
+    a = 0.5 * (a + a.T)
+    a_g, a_dg = a @ g, np.einsum("ij,jnp->inp", a, dg)
+    b = a_g.sum(axis=0)
+    dw_phi = (a_dg[s] - (a_g[s] / b)[:, None] * a_dg.sum(axis=0)) / b[:, None]  # (events, phi)
+    j_theta_phi = scores.T @ dw_phi  # (theta, phi)
+    return weighted + influence_phi @ j_theta_phi.T + influence_w @ e
