@@ -466,3 +466,26 @@ def test_sandwich_agrees_with_eq18_for_fixed_shapes(mass_fit, events):
     # two estimates of one asymptotic covariance from one sample: they differ by the sampling error of the
     # (small) correction, well below 1e-3 of the covariance here
     np.testing.assert_allclose(sandwich, langenbruch, rtol=2e-3)
+
+
+@pytest.mark.slow
+def test_padded_data_give_the_same_numbers():
+    """Shape buckets (capacity): the padding rows never reach the weights or the corrections."""
+    m, t = draw(np.random.default_rng(9), 700, 1300)
+    out = {}
+    for capacity in (None, 4096):
+        space, tspace = Space(_unique("m"), *M_RANGE), Space(_unique("t"), *T_RANGE)
+        yields = [zcache.Parameter(_unique("ns"), 600.0, lower=0.0), zcache.Parameter(_unique("nb"), 1400.0, lower=0.0)]
+        mu = zcache.Parameter(_unique("mu"), 0.5, lower=0.3, upper=0.7)
+        loss = ExtendedUnbinnedNLL(SumPdf([Gaussian(space, mu, 0.1), Exponential(space, -2.0)], yields=yields),
+                                   zcache.Data(m, obs=space.obs[0], capacity=capacity))
+        sw = sweights(loss, Minuit().minimize(loss))
+        lam_t = zcache.Parameter(_unique("lt"), -1.0, lower=-10.0, upper=-0.05)
+        control = UnbinnedNLL(Exponential(tspace, lam_t),
+                              zcache.Data(t, obs=tspace.obs[0], weights=sw.weights[0], capacity=capacity))
+        result = Minuit().minimize(control)
+        out[capacity] = (sw.weights, sweighted_covariance(result, control, sw, method="langenbruch"),
+                         sweighted_covariance(result, control, sw))
+    assert out[4096][0].shape == (2, 2000)
+    for padded, plain in zip(out[4096], out[None], strict=True):
+        np.testing.assert_allclose(padded, plain, rtol=1e-9, atol=1e-12)
