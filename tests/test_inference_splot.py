@@ -304,6 +304,10 @@ def test_bad_input_is_refused_and_leaves_state(events):
         sweights(fit.loss, covariance="hesse")
     with pytest.raises(SPlotError, match="pass its FitResult"):
         sweights(fit.loss, covariance="fit")
+    lam_t, _, other_result = control_fit(fit, events[1], np.ones(len(events[1])))
+    with pytest.raises(SPlotError, match="did not fit"):
+        sweights(fit.loss, other_result)
+    assert float(lam_t) == other_result.values[lam_t.name]
     assert state(params) == before
     fit.nbkg.floating = False
     try:

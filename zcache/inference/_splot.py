@@ -277,8 +277,8 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
     SPlotError
         The loss is not an extended fit of a SumPdf with one yield Parameter per component, or
         its data are weighted; an unknown or repeated species; a yield that is not floating; the
-        yields are not at the minimum (the message says how far); ``covariance="fit"`` without
-        a result with a covariance of the yields; an unknown ``covariance``; components that
+        yields are not at the minimum (the message says how far); a result that did not fit the
+        yields; ``covariance="fit"`` without a result with a covariance of the yields; an unknown ``covariance``; components that
         the data cannot tell apart (:math:`W` singular). The parameters are as before.
 
     Examples
@@ -313,14 +313,15 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
         raise SPlotError(f"result must be the FitResult of the discriminating fit, got {type(result).__name__}.")
     if result is not None and result.params is None:
         raise SPlotError("this FitResult was unpickled and no longer knows its parameters; fit again.")
+    if result is not None:
+        missing = [y.name for y in yields if y.name not in result.names]
+        if missing:
+            raise SPlotError(f"the result did not fit {', '.join(missing)}; pass the result of the discriminating "
+                             "fit, Minuit().minimize(loss).")
     if covariance == "fit":
         if result is None or result.covariance is None:
             raise SPlotError('covariance="fit" takes the yields\' covariance from the fit: pass its FitResult '
                              "(fitted with HESSE).")
-        missing = [y.name for y in yields if y.name not in result.names]
-        if missing:
-            raise SPlotError(f'covariance="fit": the result did not fit {", ".join(missing)}; pass the result '
-                             "of the discriminating fit.")
     fitted = (*yields, *(p for p in loss.get_params(floating=True) if not any(p is y for y in yields)))
     restore = None
     try:
