@@ -753,6 +753,38 @@ class FitMachine(RuleBasedStateMachine):
             total = result.values[dp.PREFIX + "nsig"] + result.values[dp.PREFIX + "nbkg"]
             assert total == pytest.approx(len(x), abs=0.05 * np.sqrt(len(x)))  # not len(x) / parts
 
+    @rule()
+    def sweights_at_the_state(self) -> None:
+        """sWeights of the machine's loss at whatever state it is in: against the numpy sPlot formula with
+        scipy densities where both yields float and sit at the minimum in the yields; else an SPlotError
+        naming the fixed yield or the distance. Values and floating flags are as before either way."""
+        import scipy.stats
+
+        from zcache.exceptions import SPlotError
+        from zcache.inference import sweights
+
+        v, floating = self.values(), self.floating()
+        norm = scipy.stats.norm.cdf(HI, v["mu"], v["sigma"]) - scipy.stats.norm.cdf(LO, v["mu"], v["sigma"])
+        g = np.stack([scipy.stats.norm.pdf(self.x, v["mu"], v["sigma"]) / norm,
+                      v["lam"] * np.exp(v["lam"] * (self.x - LO)) / np.expm1(v["lam"] * (HI - LO))])
+        n = np.array([v["nsig"], v["nbkg"]])
+        total = n @ g
+        inverse = np.linalg.inv((g / total**2) @ g.T)
+        distance = np.max(np.abs(n - inverse.sum(axis=1)) / np.sqrt(np.diag(inverse)))
+        note(f"sweights: floating={floating}, Newton step {distance:.3g} sigma")
+        try:
+            sw = sweights(self.loss)
+        except SPlotError as error:
+            message = str(error)
+            assert ("is fixed" in message and not {"nsig", "nbkg"} <= set(floating)) or (
+                "Newton step" in message and distance > 0.04), message
+        else:
+            assert {"nsig", "nbkg"} <= set(floating) and distance < 0.06
+            expected = (inverse @ g) / total
+            np.testing.assert_allclose(sw.weights, expected, rtol=1e-8, atol=1e-10)
+            np.testing.assert_allclose(sw.weights.sum(axis=1), n, rtol=1e-9)
+        assert self.values() == v and self.floating() == floating
+
     # -- invariants -----------------------------------------------------------------------
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:

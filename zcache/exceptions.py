@@ -44,6 +44,7 @@ __all__ = [
     "SymbolicError",
     "EnvironmentSettingError",
     "InferenceError",
+    "SPlotError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -205,6 +206,15 @@ class EnvironmentSettingError(ZCacheError, ValueError):
 
     The message names the variable and the values it takes (the table is in
     ``zcache._engine.environment``).
+    """
+
+
+class SPlotError(InferenceError):
+    """sWeights (:func:`zcache.inference.sweights`) cannot be computed, or corrected for, as asked.
+
+    The message names what is wrong: a loss that is not an extended fit of a sum of species with
+    yields, a yield that is not floating, a fit that is not at its minimum (and how far), a
+    weighted fit whose weights are not the given sWeights.
     """
 
 

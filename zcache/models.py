@@ -1277,6 +1277,17 @@ class SumPdf(Model):
     def _submodels(self) -> list[Model]:
         return list(self.pdfs)
 
+    @property
+    def component_yields(self) -> list[Parameter | None] | None:
+        """The yield of each component, in the order of :attr:`pdfs` (None for a sum with fractions).
+
+        A component that lends a yield that is no single Parameter (itself a SumPdf with
+        yields) gives None in its place.
+        """
+        if not self._yields:
+            return None
+        return [c if isinstance(c, Parameter) else None for c in self._coefs]
+
     def get_yield(self) -> tf.Tensor:
         """The sum of the yields (SumPdf with yields; else the model's own yield).
 

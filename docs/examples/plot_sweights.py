@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import zcache
+from zcache.inference import sweighted_covariance, sweights
 from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
@@ -54,7 +55,8 @@ signal = Gaussian(mass_space, mu, sigma, name="signal")
 background = Exponential(mass_space, lam, name="background")
 mass_model = SumPdf([signal, background], yields=[nsig, nbkg])
 mass_data = zcache.Data(mass, name="mass")
-mass_fit = Minuit().minimize(ExtendedUnbinnedNLL(mass_model, mass_data))
+mass_loss = ExtendedUnbinnedNLL(mass_model, mass_data)
+mass_fit = Minuit().minimize(mass_loss)
 print(mass_fit)
 assert mass_fit.valid
 
@@ -65,39 +67,41 @@ mass_plot.ax_pulls.set_xlabel("mass [GeV]")
 # %%
 # The sWeights
 # ------------
-# With :math:`f_s, f_b` the normalized signal and background densities at event :math:`e` and
+# With :math:`g_s, g_b` the normalized signal and background densities at event :math:`e` and
 # :math:`N_s, N_b` the fitted yields, the sWeight of the signal is
 #
 # .. math::
 #
-#    w_s(e) = \frac{V_{ss} f_s(e) + V_{sb} f_b(e)}{N_s f_s(e) + N_b f_b(e)}, \qquad
-#    (V^{-1})_{ij} = \sum_e \frac{f_i(e) f_j(e)}{(N_s f_s(e) + N_b f_b(e))^2}.
+#    w_s(e) = \frac{V_{ss} g_s(e) + V_{sb} g_b(e)}{N_s g_s(e) + N_b g_b(e)}, \qquad
+#    (V^{-1})_{ij} = \sum_e \frac{g_i(e) g_j(e)}{(N_s g_s(e) + N_b g_b(e))^2}.
 #
-# zcache has no sPlot function: it is these few lines of numpy on the component densities
-# (:meth:`zcache.models.Model.pdf`). At the fit's minimum the sWeights add up to :math:`N_s`.
+# :func:`zcache.inference.sweights` computes them from the fit (and refuses a fit that is not at
+# its minimum). The sWeights of a species add up to its yield.
 
-f = np.stack([signal.pdf(mass_data).numpy(), background.pdf(mass_data).numpy()])
-yields = np.array([mass_fit.values["nsig"], mass_fit.values["nbkg"]])
-total = yields @ f
-V = np.linalg.inv((f / total**2) @ f.T)
-sweights = (V[0] @ f) / total
-print(f"sum of sWeights {sweights.sum():.1f}, fitted signal yield {yields[0]:.1f}")
-assert abs(sweights.sum() - yields[0]) < 1e-3 * yields[0]
+sw = sweights(mass_loss, mass_fit)
+print(f"sum of sWeights {sw.sums['nsig']:.1f}, fitted signal yield {mass_fit.values['nsig']:.1f}")
+assert sw.sums_match()
+yields = sw.yields
 
 # %%
 # A weighted fit of the decay time
 # --------------------------------
 # :class:`zcache.Data` takes the sWeights as event weights (negative ones included) and every
 # loss uses them, :math:`-\sum_e w_e \log p(t_e)`. ``Minuit(weightcorr="asymptotic")`` (the
-# default) corrects the errors for the weights, as RooFit's ``AsymptoticError`` does (the
-# uncertainty of the sWeights themselves is left out).
+# default) corrects the errors for the weights, as RooFit's ``AsymptoticError`` does, treating them
+# as known numbers; :func:`zcache.inference.sweighted_covariance` adds the uncertainty of the
+# sWeights themselves, estimated from the same events (Langenbruch, arXiv:1911.01303; with the mass
+# shapes floating, as here, the sandwich of the whole estimate, shapes included).
 
 lam_t = zcache.Parameter("lam_t", -1.0, lower=-10.0, upper=-0.01)
 time_model = Exponential(time_space, lam_t, name="signal (sWeighted fit)")
-time_data = zcache.Data(time, weights=sweights, name="sWeighted time")
-time_fit = Minuit(weightcorr="asymptotic").minimize(UnbinnedNLL(time_model, time_data))
-print(time_fit)
-tau, tau_error = -1.0 / time_fit.values["lam_t"], time_fit.errors["lam_t"] / time_fit.values["lam_t"] ** 2
+time_data = zcache.Data(time, weights=sw["nsig"], name="sWeighted time")
+time_loss = UnbinnedNLL(time_model, time_data)
+time_fit = Minuit().minimize(time_loss)
+covariance = sweighted_covariance(time_fit, time_loss, sw)
+lam_error = float(np.sqrt(covariance[0, 0]))
+print(f"error of lam_t: {time_fit.errors['lam_t']:.4f} (weights as known), {lam_error:.4f} (sWeights' own too)")
+tau, tau_error = -1.0 / time_fit.values["lam_t"], lam_error / time_fit.values["lam_t"] ** 2
 print(f"signal lifetime {tau:.3f} +- {tau_error:.3f} (generated: {tau_signal})")
 assert time_fit.valid
 assert abs(tau - tau_signal) < 5 * tau_error
