@@ -4,6 +4,9 @@ What to use when:
 
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
+- **profile scans and contours** (:func:`profile_scan`, :func:`contour`): :math:`-2\Delta\ln L`
+  along one parameter, or its closed curves in two, the others fitted at every point (all points
+  in one batched fit for an unbinned loss); ``scan.interval(1.0)`` gives MINOS's interval.
 
 Every tool takes a zcache loss and the parameter of interest by name; the loss's other floating
 parameters are its nuisance parameters.
@@ -11,10 +14,18 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._scans import Contour as Contour
+from ._scans import ProfileScan as ProfileScan
+from ._scans import contour as contour
+from ._scans import profile_scan as profile_scan
 from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
 
 __all__ = [
     "TEST_STATISTICS",
     "statistic",
+    "Contour",
+    "ProfileScan",
+    "contour",
+    "profile_scan",
 ]
