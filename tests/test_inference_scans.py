@@ -275,3 +275,43 @@ def test_a_failure_half_way_leaves_values_and_flags_as_before(gauss):
         assert _state(loss) == before
     scan = profile_scan(loss, "mu_sc", bins=4)
     assert scan.converged.all() and _state(loss) == before
+
+
+# -- the pictures ----------------------------------------------------------------------------------
+def test_plot_scan_and_plot_contour_draw_the_numbers_given(gauss):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zcache.plot import plot_contour, plot_scan
+
+    loss, mu, sigma, x = gauss
+    values = np.array([0.45, 0.3, 0.2, 0.05, -0.1, 0.5])  # not sorted: drawn sorted
+    scan = profile_scan(loss, "mu_sc", values, minimizer=Minuit(tol=TIGHT), batched=False)
+    fig, ax = plt.subplots()
+    drawn = plot_scan(scan, ax=ax, levels=(1.0, 4.0))
+    assert drawn.ax is ax and drawn.figure is fig
+    order = np.argsort(values)
+    np.testing.assert_array_equal(drawn.points.get_xdata(), values[order])
+    np.testing.assert_array_equal(drawn.points.get_ydata(), scan.delta[order])
+    assert {lv: line.get_ydata()[0] for lv, line in drawn.levels.items()} == {1.0: 1.0, 4.0: 4.0}
+    assert drawn.intervals == {1.0: scan.interval(1.0), 4.0: scan.interval(4.0)}
+    vertical = sorted(float(line.get_xdata()[0]) for line in ax.lines if line.get_linestyle() == "-.")
+    assert vertical == sorted(e for i in drawn.intervals.values() for e in i if np.isfinite(e))
+    xs = drawn.parabola.get_xdata()
+    np.testing.assert_allclose(drawn.parabola.get_ydata(), ((xs - scan.minimum) / scan.error) ** 2)
+    with pytest.raises(InferenceError, match="positive"):
+        plot_scan(scan, levels=(0.0,))
+    plt.close("all")
+
+    c = contour(loss, ("mu_sc", "sigma_sc"), levels=(2.30, 5.99), points=6, minimizer=Minuit(tol=TIGHT),
+                batched=False)
+    drawn = plot_contour(c)
+    for level in (2.30, 5.99):
+        xy = drawn.curves[level].get_xydata()
+        np.testing.assert_array_equal(xy[:-1], c.curves[level])
+        np.testing.assert_array_equal(xy[-1], c.curves[level][0])
+    assert tuple(drawn.minimum.get_xydata()[0]) == c.minimum
+    assert drawn.ax.get_xlabel() == "mu_sc" and drawn.ax.get_ylabel() == "sigma_sc"
+    plt.close("all")
