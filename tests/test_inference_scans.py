@@ -10,7 +10,7 @@ from scipy import stats
 
 import zcache
 from zcache.exceptions import InferenceError
-from zcache.inference import contour, profile_scan
+from zcache.inference import contour, profile_grid, profile_scan
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
@@ -315,3 +315,30 @@ def test_plot_scan_and_plot_contour_draw_the_numbers_given(gauss):
     assert tuple(drawn.minimum.get_xydata()[0]) == c.minimum
     assert drawn.ax.get_xlabel() == "mu_sc" and drawn.ax.get_ylabel() == "sigma_sc"
     plt.close("all")
+
+
+@pytest.mark.parametrize("batched", [pytest.param(True, marks=pytest.mark.slow), False])
+def test_profile_grid_of_a_gaussian_likelihood_is_the_quadratic_form(batched):
+    a = zcache.Parameter("a_gr", 0.0, lower=-5.0, upper=5.0)
+    b = zcache.Parameter("b_gr", 0.0, lower=-5.0, upper=5.0)
+    c = zcache.Parameter("c_gr", 0.0, lower=-5.0, upper=5.0)
+    x = np.random.default_rng(3).normal(0.4, 1.0, 50)
+    cov = np.array([[0.04, 0.02, 0.01], [0.02, 0.09, 0.05], [0.01, 0.05, 0.16]])
+    loss = UnbinnedNLL(Gaussian(Space("x", -40.0, 40.0), a, 1.0), zcache.Data(x),
+                       constraints=[GaussianConstraint([a, b, c], [0.3, -0.2, 0.1], cov=cov)])
+    hess = np.linalg.inv(cov) + np.diag([len(x), 0.0, 0.0])
+    best = np.linalg.solve(hess, np.linalg.inv(cov) @ [0.3, -0.2, 0.1] + [x.sum(), 0.0, 0.0])
+    profiled = np.linalg.inv(np.linalg.inv(hess)[:2, :2])
+    xs, ys = best[0] + np.array([-0.2, 0.0, 0.1]), best[1] + np.array([-0.3, 0.1])
+    before = _state(loss)
+    grid = profile_grid(loss, ("a_gr", "b_gr"), xs, ys, minimizer=Minuit(tol=1e-4), batched=batched)
+    d = np.stack(np.meshgrid(xs - best[0], ys - best[1], indexing="ij"), axis=-1)
+    np.testing.assert_allclose(grid.delta, np.einsum("xyi,ij,xyj->xy", d, profiled, d), atol=1e-6)
+    # c at its conditional minimum: -H_cc^-1 H_c(ab) (theta_ab - best_ab) + best_c
+    c_hat = best[2] - (d @ hess[2, :2]) / hess[2, 2]
+    np.testing.assert_allclose(grid.nuisances["c_gr"], c_hat, atol=1e-5)
+    assert grid.converged.all() and grid.path == ("batched" if batched else "serial")
+    assert _state(loss) == before
+    with pytest.raises(InferenceError, match="outside its limits"):
+        profile_grid(loss, ("a_gr", "b_gr"), [0.0, 6.0], [0.0])
+    assert _state(loss) == before

@@ -45,7 +45,7 @@ from ..exceptions import BatchingError, InferenceError
 from ..loss import BaseLoss, UnbinnedNLL
 from ..minimize import Minuit
 
-__all__ = ["Contour", "ProfileScan", "contour", "profile_scan"]
+__all__ = ["Contour", "ProfileGrid", "ProfileScan", "contour", "profile_grid", "profile_scan"]
 
 #: The most event values one batched call holds (rows x events): bigger scans run in chunks.
 _MAX_BATCH_ELEMENTS = 2**22
@@ -214,6 +214,45 @@ class Contour:
     def minimum(self) -> tuple[float, float]:
         """The free fit's values of the two parameters."""
         return self.best[self.names[0]], self.best[self.names[1]]
+
+
+@dataclass
+class ProfileGrid:
+    r"""The profile likelihood of two parameters on a grid (:func:`profile_grid`).
+
+    Attributes
+    ----------
+    names : (str, str)
+        The two parameters (x, y).
+    x, y : ndarray
+        (nx,) and (ny,) the tested values.
+    delta : ndarray
+        (nx, ny) :math:`-2\Delta\ln L` with the other floating parameters fitted
+        (``delta[i, j]`` at ``x[i]``, ``y[j]``; ``matplotlib``'s ``contour(x, y, delta.T, levels)``
+        draws its contours).
+    nuisances : dict of str to ndarray
+        Each fitted parameter's value at each point, (nx, ny) each.
+    converged, refit : ndarray
+        (nx, ny) bool, as in :class:`ProfileScan`.
+    best : dict of str to float
+        The free fit's values of every floating parameter.
+    fmin, errordef : float
+        The loss at the free minimum; the loss's ``errordef``.
+    path : str
+        ``"batched"`` or ``"serial"``.
+    """
+
+    names: tuple[str, str]
+    x: np.ndarray
+    y: np.ndarray
+    delta: np.ndarray
+    nuisances: dict[str, np.ndarray]
+    converged: np.ndarray
+    refit: np.ndarray
+    best: dict[str, float]
+    fmin: float
+    errordef: float
+    path: str
 
 
 # -- checks ----------------------------------------------------------------------------------------
@@ -616,6 +655,85 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
             converged={lv: converged[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
             at_limit={lv: at_limit[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
             best=best, errordef=float(loss.errordef), path=fits.path, steps=steps)
+    finally:
+        saved.restore()
+
+
+def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimizer: Any = None,
+                 batched: bool | None = None) -> ProfileGrid:
+    r"""The profile likelihood of two parameters on a grid, the other floating ones fitted at each point.
+
+    Every point of the grid is one conditional fit, all in one batched fit where the loss allows it
+    (each from the best fit), else one by one with the minimizer (along each row of the grid, each
+    point from its neighbour's). For the curves of given levels, :func:`contour` needs far fewer fits.
+
+    Parameters
+    ----------
+    loss : zcache.loss.BaseLoss
+        The loss; its floating parameters now are the fitted ones.
+    names : (str, str)
+        The two parameters (both floating).
+    x, y : array_like
+        The tested values of each (within its limits).
+    minimizer : zcache.minimize.Minuit, optional
+        As in :func:`profile_scan`.
+    batched : bool, optional
+        As in :func:`profile_scan`.
+
+    Returns
+    -------
+    ProfileGrid
+
+    Raises
+    ------
+    InferenceError
+        As :func:`profile_scan` and :func:`contour`: unknown, fixed or equal names, values outside
+        the limits. Every parameter (value and ``floating``) is then as before, as after a success.
+
+    Examples
+    --------
+    >>> import numpy as np, zcache
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.loss import UnbinnedNLL
+    >>> from zcache.inference import profile_grid
+    >>> mu = zcache.Parameter("mu_grid", 0.0, lower=-1.0, upper=1.0)
+    >>> sigma = zcache.Parameter("sigma_grid", 1.0, lower=0.5, upper=2.0)
+    >>> x = np.random.default_rng(2).normal(0.1, 1.0, 400)
+    >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x))
+    >>> grid = profile_grid(loss, ("mu_grid", "sigma_grid"), [0.0, 0.1, 0.2], [0.9, 1.0, 1.1])
+    >>> grid.delta.shape, int(np.argmin(grid.delta[1]))     # the smallest at mu ~ 0.1, sigma ~ 1
+    ((3, 3), 1)
+    """
+    who = "profile_grid"
+    loss = _loss(loss, who)
+    if isinstance(names, str) or len(names) != 2:
+        raise InferenceError(f"{who}: names must be two parameter names (x, y), got {names!r}.")
+    px, py = (_parameter(loss, n, who) for n in names)
+    if px is py:
+        raise InferenceError(f"{who}: names must be two different parameters, got {names!r}.")
+    xs, ys = (np.atleast_1d(np.asarray(v, dtype=float)) for v in (x, y))
+    if xs.ndim != 1 or ys.ndim != 1 or not len(xs) or not len(ys):
+        raise InferenceError(f"{who}: x and y must be 1-D sequences of numbers.")
+    _inside(px, xs, who)
+    _inside(py, ys, who)
+    use_batched = _use_batched(loss, batched, who)
+    minimizer = _minimizer(minimizer)
+    saved = _Saved(loss)
+    try:
+        best, _, _, fmin = _best_fit(loss, minimizer, who)
+        nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
+        gx, gy = np.meshgrid(xs, ys, indexing="ij")
+        held = np.stack([gx.ravel(), gy.ravel()], axis=1)
+        start = np.tile([best[p.name] for p in nuisances], (len(held), 1))
+        fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
+        ny = len(ys)
+        out = fits.fit(held, start, chains=[list(range(i * ny, (i + 1) * ny)) for i in range(len(xs))])
+        shape = (len(xs), ny)
+        return ProfileGrid(
+            names=(px.name, py.name), x=xs, y=ys, delta=((out.fmin - fmin) / loss.errordef).reshape(shape),
+            nuisances={p.name: out.values[:, j].reshape(shape).copy() for j, p in enumerate(nuisances)},
+            converged=out.converged.reshape(shape), refit=out.refit.reshape(shape), best=best, fmin=fmin,
+            errordef=float(loss.errordef), path=fits.path)
     finally:
         saved.restore()
 
