@@ -389,7 +389,8 @@ class _Conditional:
         weights = data.weights_data.numpy() if data.is_weighted else np.ones(len(events))
         rows = len(held)
         # rows per call: one compiled shape for every chunk (the last one padded with repeats)
-        chunk = max(1, min(rows, _MAX_BATCH_ELEMENTS // max(1, events.size)))
+        most = max(1, min(rows, _MAX_BATCH_ELEMENTS // max(1, events.size)))
+        chunk = -(-rows // -(-rows // most))  # equal chunks: the least padding of the last one
         tol = getattr(self.minimizer, "tol", 0.1)
         edm_max = 0.002 * float(tol) * float(loss.errordef)  # MIGRAD's rule, as the minimizer's serial fits
         for lo in range(0, rows, chunk):
