@@ -47,8 +47,10 @@ from ..minimize import Minuit
 
 __all__ = ["Contour", "ProfileGrid", "ProfileScan", "contour", "profile_grid", "profile_scan"]
 
-#: The most event values one batched call holds (rows x events): bigger scans run in chunks.
-_MAX_BATCH_ELEMENTS = 2**22
+#: The most event values one batched call holds (rows x events): bigger scans run in equal chunks.
+#: Larger batches spill the CPU's caches and each fit step gets slower per row (measured in
+#: benchmarks/RESULTS.md, "Profile scans"); smaller ones pay the per-call cost more often.
+_MAX_BATCH_ELEMENTS = 2**18
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -498,7 +500,7 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
     minimizer = _minimizer(minimizer)
     saved = _Saved(loss)
     try:
-        best, errors, _, fmin = _best_fit(loss, minimizer, who)
+        best, errors, result, fmin = _best_fit(loss, minimizer, who)
         nuisances = [p for p in loss.get_params(True) if p is not poi]
         if values is None:
             if np.ndim(bound) == 0:
@@ -506,7 +508,7 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
                 low, high = best[name] - float(bound) * err, best[name] + float(bound) * err
             lo_lim, hi_lim = _limits(poi)
             values = np.linspace(max(low, lo_lim), min(high, hi_lim), int(bins))
-        start = np.tile([best[p.name] for p in nuisances], (len(values), 1))
+        start = _linear_start(result, best, [poi], nuisances, values[:, None])
         fits = _Conditional(loss, [poi], nuisances, minimizer, use_batched, who)
         # serially: outwards from the best fit on each side, each point from its neighbour's nuisances
         up = [int(i) for i in np.argsort(values) if values[i] >= best[name]]
@@ -615,7 +617,6 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
         t_max = _ray_limits(center, direction, [px, py])
         target = np.sqrt(levels_arr)
         t = np.minimum(target, t_max)     # exact for a Gaussian likelihood: the HESSE ellipse
-        start = np.tile([best[p.name] for p in nuisances], (len(t), 1))
         fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
         history: list[tuple[np.ndarray, np.ndarray]] = []
         rows = len(t)
@@ -629,6 +630,7 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
         def at(t: np.ndarray) -> np.ndarray:  # the points of the rays (a point at a limit by rounding: on it)
             return np.clip(center + t[:, None] * direction, low, high)
 
+        start = _linear_start(result, best, [px, py], nuisances, at(t))
         for _ in range(int(maxsteps)):
             steps += 1
             out = fits.fit(at(t), start)
@@ -721,11 +723,11 @@ def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimi
     minimizer = _minimizer(minimizer)
     saved = _Saved(loss)
     try:
-        best, _, _, fmin = _best_fit(loss, minimizer, who)
+        best, _, result, fmin = _best_fit(loss, minimizer, who)
         nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
         gx, gy = np.meshgrid(xs, ys, indexing="ij")
         held = np.stack([gx.ravel(), gy.ravel()], axis=1)
-        start = np.tile([best[p.name] for p in nuisances], (len(held), 1))
+        start = _linear_start(result, best, [px, py], nuisances, held)
         fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
         ny = len(ys)
         out = fits.fit(held, start, chains=[list(range(i * ny, (i + 1) * ny)) for i in range(len(xs))])
@@ -737,6 +739,34 @@ def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimi
             errordef=float(loss.errordef), path=fits.path)
     finally:
         saved.restore()
+
+
+def _linear_start(result: Any, best: dict[str, float], held: list[Parameter], nuisances: list[Parameter],
+                  values: np.ndarray) -> np.ndarray:
+    r"""Each row's nuisances where the best fit's Gaussian approximation puts their conditional minimum.
+
+    :math:`\hat\nu + C_{\nu h} C_{hh}^{-1} (h - \hat h)`, from the best fit's covariance (exact for a
+    quadratic loss, and fewer BFGS steps for every row otherwise), clipped into the limits; the best
+    fit's values where there is no usable covariance.
+    """
+    center = np.array([best[p.name] for p in nuisances], dtype=float)
+    start = np.tile(center, (len(values), 1))
+    cov = getattr(result, "covariance", None)
+    if cov is None or not nuisances:
+        return start
+    names = [p.name for p in result.params]
+    h = [names.index(p.name) for p in held]
+    n = [names.index(p.name) for p in nuisances]
+    cov = np.asarray(cov, dtype=float)
+    try:
+        gain = np.linalg.solve(cov[np.ix_(h, h)], cov[np.ix_(h, n)])  # C_hh^-1 C_h(nu)
+    except np.linalg.LinAlgError:
+        return start
+    if not np.all(np.isfinite(gain)):
+        return start
+    moved = start + (np.asarray(values, dtype=float) - [best[p.name] for p in held]) @ gain
+    low, high = np.array([_limits(p) for p in nuisances]).T
+    return np.clip(moved, low, high)
 
 
 def _ellipse(result: Any, x: str, y: str, errors: dict[str, float]) -> np.ndarray:
