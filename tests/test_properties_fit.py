@@ -785,6 +785,36 @@ class FitMachine(RuleBasedStateMachine):
             np.testing.assert_allclose(sw.weights.sum(axis=1), n, rtol=1e-9)
         assert self.values() == v and self.floating() == floating
 
+    @precondition(lambda self: self.floating())
+    @rule(data=st.data(), batched=st.booleans())
+    def profile_scan_agrees(self, data: st.DataObject, batched: bool) -> None:
+        """A 3-point profile scan (zcache.inference) of a floating parameter, batched or serial, against
+        iminuit's fits of the numpy NLL with that parameter fixed at each point (and free, for the minimum)."""
+        from zcache.inference import profile_scan
+
+        n = data.draw(st.sampled_from(self.floating()), label="scanned")
+        before, floating = self.values(), self.floating()
+        note(f"profile_scan of {n} (batched={batched}) floating={floating} from {before}")
+        scan = profile_scan(self.loss, self.p[n].name, bins=3, bound=1.0, minimizer=Minuit(tol=TOL),
+                            batched=batched)
+        assert self.values() == before and self.floating() == floating, "profile_scan moved a parameter or flag"
+        np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
+        start = {**before, **{k: scan.best[self.p[k].name] for k in floating}}
+        free = np_minuit(self.x, start, floating)
+        if not free.valid or self._undetermined(start, floating):
+            note("the free reference fit is not valid, or a parameter is not determined: no comparison")
+            return
+        others = [k for k in floating if k != n]
+        for j, value in enumerate(scan.values):
+            ref = np_minuit(self.x, {**start, n: value}, others)
+            if not (ref.valid and scan.converged[j]):
+                note(f"point {value}: reference valid {ref.valid}, scan converged {scan.converged[j]}")
+                continue
+            assert scan.delta[j] == pytest.approx((ref.fval - free.fval) / 0.5, abs=1e-6), (n, value)
+            for k in others:
+                got = scan.nuisances[self.p[k].name][j]
+                assert abs(got - ref.values[k]) <= 1e-3 * ref.errors[k], (n, value, k, got, ref.values[k])
+
     # -- invariants -----------------------------------------------------------------------
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:

@@ -15,7 +15,9 @@ restyled or saved (``result.figure.savefig(...)``).
 - :func:`plot_profile`: the likelihood profile of a parameter from a
   :class:`zcache.minimize.FitResult`, with the HESSE parabola and the MINOS interval;
 - :func:`plot_pulls`: the pull distribution of a toy study (:class:`zcache.toys.ToyResult`)
-  with a Gaussian fitted to it.
+  with a Gaussian fitted to it;
+- :func:`plot_scan`, :func:`plot_contour`: a profile scan with its intervals and the contours of
+  two parameters (:func:`zcache.inference.profile_scan`, :func:`zcache.inference.contour`).
 
 The expected count in bin :math:`i` is :math:`\mu_i = N\,P_i`, with :math:`N` the yield of
 an extended model (else the number of events in the model's range) and :math:`P_i` the
@@ -60,11 +62,13 @@ from scipy import stats
 from ._engine.data import Data
 from ._engine.tf_internals import leave_to_python
 from .amplitudes import AmplitudePdf
+from .inference import Contour, ProfileScan
 from .minimize import FitResult
 from .models import Model, ProductPdf, SumPdf
 from .toys import ToyResult
 
-__all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls"]
+__all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls",
+           "ScanPlot", "ContourPlot", "plot_scan", "plot_contour"]
 
 #: Points of the smooth model curve.
 _CURVE_POINTS = 400
@@ -857,6 +861,186 @@ def plot_pulls(
     ax.legend(fontsize="small", frameon=False)
     return PullPlot(figure=fig, ax=ax, pulls=pulls, edges=edges, counts=counts.astype(float), mean=mean,
                     width=width, mean_error=float(mean_error), width_error=float(width_error))
+
+
+# -- plot_scan, plot_contour -------------------------------------------------------------------
+@dataclass
+class ScanPlot:
+    r"""What :func:`plot_scan` drew.
+
+    Attributes
+    ----------
+    figure : matplotlib.figure.Figure
+        The figure of the axes.
+    ax : matplotlib.axes.Axes
+        The axes.
+    points : matplotlib.lines.Line2D
+        The scan: the tested values against :math:`-2\Delta\ln L`.
+    parabola : matplotlib.lines.Line2D or None
+        The HESSE parabola :math:`((x - \hat x)/\sigma)^2` (None without a finite error).
+    levels : dict of float to matplotlib.lines.Line2D
+        The horizontal line of each level.
+    intervals : dict of float to (float, float)
+        Each level's interval (:meth:`zcache.inference.ProfileScan.interval`), marked by vertical lines
+        where its ends are finite.
+    """
+
+    figure: Figure
+    ax: Axes
+    points: Any
+    parabola: Any
+    levels: dict[float, Any]
+    intervals: dict[float, tuple[float, float]]
+
+
+def plot_scan(scan: ProfileScan, ax: Axes | None = None, levels: Sequence[float] = (1.0, 4.0)) -> ScanPlot:
+    r"""A profile-likelihood scan (:func:`zcache.inference.profile_scan`) with its intervals.
+
+    Draws :math:`-2\Delta\ln L` at the scanned values (points whose fit did not converge crossed),
+    the HESSE parabola, a horizontal line at each level and the interval where the profile
+    crosses it (1 and 4: one and two standard deviations).
+
+    Parameters
+    ----------
+    scan : zcache.inference.ProfileScan
+        The scan.
+    ax : matplotlib.axes.Axes, optional
+        Draw here; default a new figure.
+    levels : sequence of float
+        Levels of :math:`-2\Delta\ln L` to mark (> 0).
+
+    Returns
+    -------
+    ScanPlot
+
+    Raises
+    ------
+    zcache.exceptions.InferenceError
+        A level that is not positive.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt, numpy as np
+    >>> from zcache.inference import ProfileScan
+    >>> from zcache.plot import plot_scan
+    >>> x = np.linspace(-3.0, 3.0, 13)
+    >>> scan = ProfileScan("mu", x, x**2, {}, np.ones(13, bool), np.zeros(13, bool), {"mu": 0.0}, 1.0, 0.0,
+    ...                    0.5, "serial")
+    >>> drawn = plot_scan(scan)
+    >>> bool(np.all(drawn.points.get_ydata() == x**2)), [tuple(round(e, 6) for e in i) for i in drawn.intervals.values()]
+    (True, [(-1.0, 1.0), (-2.0, 2.0)])
+    >>> plt.close(drawn.figure)
+    """
+    intervals = {float(level): scan.interval(level) for level in levels}  # checks the levels first
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    else:
+        fig = ax.figure
+    order = np.argsort(scan.values)
+    x, delta = scan.values[order], scan.delta[order]
+    (points,) = ax.plot(x, delta, "o-", color="k", ms=3, label="profile", zorder=3)
+    bad = ~scan.converged[order]
+    if bad.any():
+        ax.plot(x[bad], delta[bad], "x", color="C3", ms=8, label="not converged", zorder=4)
+    parabola = None
+    if np.isfinite(scan.error) and scan.error > 0:
+        grid = np.linspace(x[0], x[-1], _CURVE_POINTS)
+        (parabola,) = ax.plot(grid, ((grid - scan.minimum) / scan.error) ** 2, "--", color="C0",
+                              label="HESSE parabola", zorder=2)
+    lines = {}
+    for k, (level, (low, high)) in enumerate(intervals.items()):
+        lines[level] = ax.axhline(level, color="0.4", ls=":", lw=1)
+        ends = [e for e in (low, high) if np.isfinite(e)]
+        for j, e in enumerate(ends):
+            ax.axvline(e, color=f"C{k + 1}", ls="-.", lw=1,
+                       label=f"$-2\\Delta\\ln L$ = {level:g}: [{low:.4g}, {high:.4g}]" if j == 0 else None)
+    ax.set_xlabel(scan.name)
+    ax.set_ylabel(r"$-2\Delta\ln L$")
+    ax.set_ylim(bottom=0.0)
+    ax.legend(fontsize="small", frameon=False)
+    return ScanPlot(figure=fig, ax=ax, points=points, parabola=parabola, levels=lines, intervals=intervals)
+
+
+@dataclass
+class ContourPlot:
+    """What :func:`plot_contour` drew.
+
+    Attributes
+    ----------
+    figure : matplotlib.figure.Figure
+        The figure of the axes.
+    ax : matplotlib.axes.Axes
+        The axes.
+    curves : dict of float to matplotlib.lines.Line2D
+        Each level's closed curve (its first point repeated at the end to close it).
+    minimum : matplotlib.lines.Line2D
+        The best fit's marker.
+    """
+
+    figure: Figure
+    ax: Axes
+    curves: dict[float, Any]
+    minimum: Any
+
+
+def plot_contour(contour: Contour, ax: Axes | None = None) -> ContourPlot:
+    r"""The contours of a profile likelihood in two parameters (:func:`zcache.inference.contour`).
+
+    Each level's curve is drawn closed, labelled with its level and, for the levels of 68 %
+    and 95 % in two dimensions, its confidence level; points on a parameter's limit (an open
+    contour) are marked.
+
+    Parameters
+    ----------
+    contour : zcache.inference.Contour
+        The contours.
+    ax : matplotlib.axes.Axes, optional
+        Draw here; default a new figure.
+
+    Returns
+    -------
+    ContourPlot
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt, numpy as np
+    >>> from zcache.inference import Contour
+    >>> from zcache.plot import plot_contour
+    >>> phi = np.linspace(0.0, 2.0 * np.pi, 16, endpoint=False)
+    >>> circle = np.stack([np.cos(phi), np.sin(phi)], axis=1)
+    >>> c = Contour(("a", "b"), (1.0,), {1.0: circle}, {1.0: np.ones(16)}, {1.0: np.ones(16, bool)},
+    ...             {1.0: np.zeros(16, bool)}, {"a": 0.0, "b": 0.0}, 0.5, "batched")
+    >>> drawn = plot_contour(c)
+    >>> xy = drawn.curves[1.0].get_xydata()
+    >>> len(xy), bool(np.all(xy[:16] == circle)), bool(np.all(xy[16] == circle[0]))
+    (17, True, True)
+    >>> plt.close(drawn.figure)
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    else:
+        fig = ax.figure
+    curves = {}
+    for k, level in enumerate(contour.levels):
+        xy = np.asarray(contour.curves[level], dtype=float)
+        closed = np.concatenate([xy, xy[:1]])
+        cl = float(stats.chi2.cdf(level, 2))
+        (curves[level],) = ax.plot(closed[:, 0], closed[:, 1], "-", color=f"C{k}",
+                                   label=f"$-2\\Delta\\ln L$ = {level:g} ({100 * cl:.1f} % CL)")
+        limit = np.asarray(contour.at_limit[level], dtype=bool)
+        if limit.any():
+            ax.plot(xy[limit, 0], xy[limit, 1], "s", color=f"C{k}", ms=4, mfc="none",
+                    label="at a limit" if k == 0 else None)
+    x0, y0 = contour.minimum
+    (minimum,) = ax.plot([x0], [y0], "+", color="k", ms=10, label="best fit")
+    ax.set_xlabel(contour.names[0])
+    ax.set_ylabel(contour.names[1])
+    ax.legend(fontsize="small", frameon=False)
+    return ContourPlot(figure=fig, ax=ax, curves=curves, minimum=minimum)
 
 
 leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)
