@@ -6,6 +6,9 @@ What to use when:
   :class:`Calculator`): the POI by name, the fits on the observed data that every calculator
   makes (parameters put back), the answers' types (:class:`PValues`, :class:`Discovery`,
   :class:`UpperLimit`, :class:`Interval`).
+- **asymptotic answers** (:class:`AsymptoticCalculator`): p-values, CLs with its expected band
+  and discovery significances from the formulae of Cowan et al. and Asimov data, in
+  seconds; for large samples of unweighted events (else toys).
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 
@@ -15,6 +18,7 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._asymptotic import AsymptoticCalculator as AsymptoticCalculator
 from ._core import Calculator as Calculator
 from ._core import Discovery as Discovery
 from ._core import Interval as Interval
@@ -28,6 +32,7 @@ from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
 
 __all__ = [
+    "AsymptoticCalculator",
     "Calculator",
     "Discovery",
     "Interval",
