@@ -9,6 +9,9 @@ What to use when:
 - **asymptotic answers** (:class:`AsymptoticCalculator`): p-values, CLs with its expected band
   and discovery significances from the formulae of Cowan et al. and Asimov data, in
   seconds; for large samples of unweighted events (else toys).
+- **the answers** (:func:`discovery`, :func:`upper_limit`, :func:`interval`): a significance,
+  a CLs upper limit with its expected band, a two-sided interval, from any calculator's
+  p-values (asymptotic: profile likelihood; toys: Feldman-Cousins for an interval).
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 
@@ -18,6 +21,9 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._answers import discovery as discovery
+from ._answers import interval as interval
+from ._answers import upper_limit as upper_limit
 from ._asymptotic import AsymptoticCalculator as AsymptoticCalculator
 from ._core import Calculator as Calculator
 from ._core import Discovery as Discovery
@@ -39,9 +45,12 @@ __all__ = [
     "PValues",
     "UpperLimit",
     "conditional_fit",
+    "discovery",
     "default_null_value",
     "free_fit",
+    "interval",
     "resolve_poi",
+    "upper_limit",
     "TEST_STATISTICS",
     "statistic",
 ]
