@@ -472,3 +472,44 @@ def test_losses_without_asimov_data_are_refused():
                                                                                        variances=[2.0]))
     with pytest.raises(AsimovError, match="weighted histogram"):
         AsymptoticCalculator(weighted_hist, y)
+
+
+# -- the Brazil plot ----------------------------------------------------------------------------
+
+
+def test_plot_cls_draws_the_numbers_it_is_given():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from zcache.inference import PValues, UpperLimit
+    from zcache.plot import plot_cls
+
+    x = np.linspace(0.0, 10.0, 11)
+    rng = np.random.default_rng(0)
+    expected = np.sort(rng.uniform(0.0, 1.0, (5, 11)), axis=0)
+    cls = rng.uniform(0.0, 1.0, 11)
+    z = np.zeros(11)
+    pv = PValues(values=x, statistic="qtilde", observed=z, clsb=cls / 2, clb=np.full(11, 0.5), cls=cls,
+                 expected_cls=expected, clsb_err=z, clb_err=z, cls_err=z, expected_cls_err=np.zeros((5, 11)))
+    ul = UpperLimit(cl=0.9, observed=4.2, expected=np.array([2.0, 3.0, 4.0, 5.0, 6.0]), observed_err=0.0,
+                    expected_err=np.zeros(5), p_values=pv)
+    fig, ax = plt.subplots()
+    drawn = plot_cls(ul, ax=ax)
+    assert drawn.ax is ax and drawn.figure is fig
+    assert np.array_equal(drawn.observed_line.get_xdata(), x)
+    assert np.array_equal(drawn.observed_line.get_ydata(), cls)
+    assert np.array_equal(drawn.expected_line.get_ydata(), expected[2])
+    for band, (lo, hi) in ((drawn.band_1sigma, (1, 3)), (drawn.band_2sigma, (0, 4))):
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert np.all(np.isin(expected[lo], ys)) and np.all(np.isin(expected[hi], ys))
+    assert drawn.cl_line.get_ydata() == pytest.approx([0.1, 0.1])
+    assert [line.get_xdata()[0] for line in drawn.limits] == [4.2, 4.0]
+    p_plot = plot_cls(pv, kind="clsb")
+    assert np.array_equal(p_plot.observed_line.get_ydata(), cls / 2) and p_plot.band_1sigma is None
+    assert p_plot.cl_line.get_ydata()[0] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="UpperLimit or PValues"):
+        plot_cls(cls)
+    with pytest.raises(ValueError, match="kind"):
+        plot_cls(pv, kind="clb")
+    plt.close("all")
