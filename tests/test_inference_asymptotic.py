@@ -168,15 +168,16 @@ def test_discovery_of_a_one_bin_count_is_the_closed_form(compiled):
     n, b, s_true = 21.0, 10.0, 6.0
     loss, s = _counting_binned(n, b, f"s_disc_{compiled}")
     before = _state(loss)
-    calc = AsymptoticCalculator(loss, s.name, minimizer=Minuit(compiled=compiled))
-    d = discovery(calc, alternative=s_true)
+    calc = AsymptoticCalculator(loss, s.name, minimizer=Minuit(compiled=compiled), signal_value=s_true)
+    d = discovery(calc)
     q0 = 2.0 * (n * np.log(n / b) - (n - b))
     assert d.significance == pytest.approx(np.sqrt(q0), rel=1e-5)
     assert d.p0 == pytest.approx(stats.norm.sf(np.sqrt(q0)), rel=1e-4)
     assert d.expected_significance == pytest.approx(_z0(s_true, b), rel=1e-5)
     assert d.p0_err == d.significance_err == 0.0
-    # default alternative: the best fit s_hat = n - b (as precise as the fit: MIGRAD's tolerance)
-    assert calc.discovery().expected_significance == pytest.approx(_z0(n - b, b), rel=1e-3)
+    # default signal: the best fit s_hat = n - b (as precise as the fit: MIGRAD's tolerance)
+    default = AsymptoticCalculator(loss, s.name, minimizer=Minuit(compiled=compiled)).discovery()
+    assert default.expected_significance == pytest.approx(_z0(n - b, b), rel=1e-3)
     assert _same_state(_state(loss), before)
 
 
@@ -184,7 +185,7 @@ def test_discovery_of_an_extended_unbinned_count_is_the_closed_form():
     n, b = 30, 18.0
     loss, s = _counting_unbinned(n, b, "s_disc_unb")
     before = _state(loss)
-    d = AsymptoticCalculator(loss, s, asimov_bins=200).discovery(alternative=7.0)
+    d = AsymptoticCalculator(loss, s, asimov_bins=200, signal_value=7.0).discovery()
     assert d.significance == pytest.approx(np.sqrt(2.0 * (n * np.log(n / b) - (n - b))), rel=1e-5)
     assert d.expected_significance == pytest.approx(_z0(7.0, b), rel=1e-5)
     assert _same_state(_state(loss), before)
@@ -207,7 +208,7 @@ def test_expected_significance_of_unbinned_shapes_is_the_integral_of_the_densiti
         return (fs + fb) * np.log1p(fs / fb) - fs
 
     q0a = 2.0 * integrate.quad(integrand, lo, hi, points=[5.0], limit=200)[0]
-    d = AsymptoticCalculator(loss, s).discovery(alternative=s_true)
+    d = AsymptoticCalculator(loss, s, signal_value=s_true).discovery()
     assert d.expected_significance == pytest.approx(np.sqrt(q0a), rel=2e-4)
 
 
@@ -334,7 +335,7 @@ def test_cls_agrees_with_pyhf_hypotest(signal, background, observed, compiled):
                                                            f"s_pyhf_{len(signal)}_{compiled}")
     before = _state(loss)
     mus = np.array([0.5, 1.0, 2.0])
-    calc = AsymptoticCalculator(loss, s, minimizer=Minuit(compiled=compiled))
+    calc = AsymptoticCalculator(loss, s, minimizer=Minuit(compiled=compiled), signal_value=total_s)
     pv = calc.p_values(mus * total_s, statistic="qtilde")
     for k, mu in enumerate(mus):
         cls, (clsb, clb), expected = pyhf.infer.hypotest(mu, data, model, test_stat="qtilde",
@@ -344,7 +345,7 @@ def test_cls_agrees_with_pyhf_hypotest(signal, background, observed, compiled):
         assert pv.clb[k] == pytest.approx(float(clb), abs=1e-3)
         assert pv.expected_cls[:, k] == pytest.approx([float(e) for e in expected], abs=1e-3)
     p0, p0_expected = pyhf.infer.hypotest(0.0, data, model, test_stat="q0", return_expected=True)
-    d = calc.discovery(alternative=total_s)
+    d = calc.discovery()
     assert d.p0 == pytest.approx(float(p0), abs=1e-4)
     assert d.expected_significance == pytest.approx(stats.norm.isf(float(p0_expected)), abs=1e-3)
     assert _same_state(_state(loss), before)
@@ -438,6 +439,8 @@ def test_bad_input_is_a_named_error_and_changes_nothing():
     s.floating = True
     with pytest.raises(POIError, match="outside its limits"):
         AsymptoticCalculator(loss, s, null_value=-1.0)
+    with pytest.raises(POIError, match="outside its limits"):
+        AsymptoticCalculator(loss, s, signal_value=80.0)
     with pytest.raises(InferenceError, match="asimov_bins"):
         AsymptoticCalculator(loss, s, asimov_bins=3)
     calc = AsymptoticCalculator(loss, s)

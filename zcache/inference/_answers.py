@@ -56,15 +56,13 @@ def _checked_cl(cl: Any) -> float:
     return cl
 
 
-def discovery(calculator: Calculator, **options: Any) -> Discovery:
+def discovery(calculator: Calculator) -> Discovery:
     """The discovery significance of the calculator's observed data (the p-value of the null value).
 
     Parameters
     ----------
     calculator : Calculator
-        An asymptotic or toy calculator.
-    **options
-        Passed to ``calculator.discovery`` (e.g. ``alternative=`` for the asymptotic one).
+        An asymptotic or toy calculator (its signal hypothesis sets the expected significance).
 
     Returns
     -------
@@ -89,7 +87,7 @@ def discovery(calculator: Calculator, **options: Any) -> Discovery:
     >>> bool(np.isclose(z, np.sqrt(2 * (12 * np.log(12 / 4) - 8)), rtol=1e-6))
     True
     """
-    return _checked_calculator(calculator, "discovery").discovery(**options)
+    return _checked_calculator(calculator, "discovery").discovery()
 
 
 def _z(p: np.ndarray, two_sided: bool) -> np.ndarray:

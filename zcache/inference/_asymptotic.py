@@ -59,8 +59,7 @@ the signal yield:
 >>> nsig = zcache.Parameter("nsig_ac", 5.0, lower=0.0, upper=100.0)
 >>> flat = [HistogramPdf(space, [1.0], [0.0, 1.0]) for _ in range(2)]
 >>> loss = ExtendedBinnedNLL(SumPdf(flat, yields=[nsig, 10.0]), BinnedData([18.0], [0.0, 1.0]))
->>> calc = AsymptoticCalculator(loss, "nsig_ac")
->>> d = calc.discovery(alternative=5.0)     # expected: for s = 5 over b = 10
+>>> d = AsymptoticCalculator(loss, "nsig_ac", signal_value=5.0).discovery()   # expected: for s = 5 over b = 10
 >>> n, b, s = 18.0, 10.0, 5.0
 >>> bool(np.isclose(d.significance, np.sqrt(2 * (n * np.log(n / b) - (n - b))), rtol=1e-6))
 True
@@ -302,6 +301,10 @@ class AsymptoticCalculator:
         fit). ``Minuit(compiled=False)`` fits with MIGRAD call by call.
     asimov_bins : int
         The bins of an unbinned loss's observable for its Asimov data (>= 10).
+    signal_value : float, optional
+        The POI of the signal hypothesis behind ``Discovery.expected_significance`` (its Asimov
+        data); default the observed best fit :math:`\hat\mu` (the significance expected for a
+        signal as large as the one fitted; 0 where that is not above the null value).
 
     Attributes
     ----------
@@ -333,12 +336,14 @@ class AsymptoticCalculator:
     """
 
     def __init__(self, loss: BaseLoss, poi: str | Parameter, *, null_value: float | None = None,
-                 minimizer: Any = None, asimov_bins: int = 2000) -> None:
+                 minimizer: Any = None, asimov_bins: int = 2000, signal_value: float | None = None) -> None:
         if not isinstance(loss, BaseLoss):
             raise InferenceError(f"AsymptoticCalculator takes a zcache loss, got {type(loss).__name__}.")
         self.poi = resolve_poi(loss, poi)
         self.null_value = (default_null_value(self.poi) if null_value is None
                            else float(checked_values(self.poi, null_value, "null value")[0]))
+        self.signal_value = (None if signal_value is None
+                             else float(checked_values(self.poi, signal_value, "signal value")[0]))
         if isinstance(asimov_bins, bool) or not isinstance(asimov_bins, (int, np.integer)) or asimov_bins < 10:
             raise InferenceError(f"asimov_bins must be a whole number >= 10, got {asimov_bins!r}.")
         why = _refusal(loss)
@@ -489,31 +494,24 @@ class AsymptoticCalculator:
                                  t_asimov[i:i + 1]) for i in range(len(values))]
         return tuple(np.concatenate([p[k] for p in parts], axis=-1) for k in range(4))  # type: ignore[return-value]
 
-    def discovery(self, alternative: float | None = None) -> Discovery:
+    def discovery(self) -> Discovery:
         r"""The discovery significance: :math:`q_0` against the null value.
-
-        Parameters
-        ----------
-        alternative : float, optional
-            The POI of the signal hypothesis behind ``expected_significance`` (its Asimov data);
-            default the observed best fit :math:`\hat\mu` (the significance expected for a
-            signal as large as the one fitted; 0 where it is not above the null value).
 
         Returns
         -------
         Discovery
-            Errors 0.
+            Errors 0; the expected significance at ``signal_value`` (see the class).
 
         Raises
         ------
-        POIError
-            ``alternative`` outside the POI's limits.
+        InferenceError
+            A fit that did not converge.
         """
         mu_hat, free = self._observed.free()
         null = self.null_value
         q0 = float(statistic("q0", null, mu_hat=mu_hat, nll_at_mu=self._observed.at(null).fmin, nll_free=free,
                              errordef=self.loss.errordef))
-        signal = mu_hat if alternative is None else float(checked_values(self.poi, alternative, "alternative")[0])
+        signal = mu_hat if self.signal_value is None else self.signal_value
         expected = 0.0
         if signal > null:
             fits = self._asimov_fits(signal)
