@@ -516,3 +516,34 @@ def test_plot_cls_draws_the_numbers_it_is_given():
     with pytest.raises(ValueError, match="kind"):
         plot_cls(pv, kind="clb")
     plt.close("all")
+
+
+def test_ttilde_p_values_are_the_tail_probabilities_of_the_gaussian_estimate():
+    # x ~ N(mu, 1), n = 100: mu_hat = mean(x) ~ N(mu, 0.1). A negative mean, so that ttilde compares with mu = 0
+    n = 100
+    x = np.random.default_rng(21).normal(0.0, 1.0, n)
+    x = x - x.mean() - 0.03
+    mu = zcache.Parameter("mu_ttilde", 0.5, lower=-3.0, upper=3.0)
+    loss = UnbinnedNLL(Gaussian(Space("x", -9.0, 9.0), mu, 1.0), zcache.Data(x))
+    values = np.array([0.05, 0.2, 0.35])
+    pv = AsymptoticCalculator(loss, mu).p_values(values, statistic="ttilde")
+    sigma, xbar = 1.0 / np.sqrt(n), x.mean()
+    # eq. 43 with mu_hat < 0: -2 ln [L(mu) / L(0)]
+    assert pv.observed == pytest.approx(n * (values**2 - 2 * values * xbar), rel=1e-4)
+
+    def ttilde(m_hat, m):
+        return np.where(m_hat >= 0.0, ((m - m_hat) / sigma) ** 2, (m**2 - 2 * m * m_hat) / sigma**2)
+
+    def tail(t, m, truth):
+        """P(ttilde >= t) for mu_hat ~ N(truth, sigma), by brute force on a fine grid of mu_hat."""
+        grid = np.linspace(truth - 12 * sigma, truth + 12 * sigma, 400_001)
+        density = stats.norm.pdf(grid, truth, sigma)
+        return integrate.trapezoid(np.where(ttilde(grid, m) >= t, density, 0.0), grid)
+
+    for k, m in enumerate(values):
+        assert pv.clsb[k] == pytest.approx(tail(pv.observed[k], m, m), abs=2e-4)
+        assert pv.clb[k] == pytest.approx(tail(pv.observed[k], m, 0.0), abs=2e-4)
+        for row, band in enumerate((-2, -1, 0, 1, 2)):
+            t_band = ttilde(band * sigma, m)  # the background-only estimate at its band
+            ratio = min(tail(t_band, m, m) / tail(t_band, m, 0.0), 1.0)  # CLs is capped at 1
+            assert pv.expected_cls[row, k] == pytest.approx(ratio, abs=1e-3)

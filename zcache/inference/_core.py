@@ -348,7 +348,7 @@ class PValues:
     Arrays run over the tested ``values``. With :math:`p_\mu` the p-value of the tested
     hypothesis and :math:`p_b` the one of the background-only hypothesis (Cowan et al.,
     arXiv:1007.1727; Read's CLs): ``clsb`` = :math:`p_\mu`, ``clb`` = :math:`1 - p_b`,
-    ``cls`` = ``clsb / clb``.
+    ``cls`` = ``clsb / clb`` (at most 1).
 
     Attributes
     ----------
@@ -365,7 +365,7 @@ class PValues:
         :math:`1 - p_b`, the probability under the background-only hypothesis of a statistic
         at least as large as the observed one (the CLs denominator).
     cls : ndarray
-        ``clsb / clb``.
+        ``clsb / clb``, at most 1 (a two-sided statistic's ratio can exceed it).
     expected_cls : ndarray
         Shape (5, n): the CLs expected if the background-only hypothesis is true, at its
         −2, −1, 0, +1, +2 σ quantiles (row 2 the median).
