@@ -11,7 +11,7 @@ import pytest
 from scipy import integrate, optimize, stats
 
 import zcache
-from zcache.binned import BinnedData, ExtendedBinnedNLL, Template
+from zcache.binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL, Template
 from zcache.exceptions import AsimovError, CrossingError, InferenceError, POIError
 from zcache.inference import (
     AsymptoticCalculator,
@@ -553,3 +553,38 @@ def test_ttilde_p_values_are_the_tail_probabilities_of_the_gaussian_estimate():
             t_band = ttilde(band * sigma, m)  # the background-only estimate at its band
             ratio = min(tail(t_band, m, m) / tail(t_band, m, 0.0), 1.0)  # CLs is capped at 1
             assert pv.expected_cls[row, k] == pytest.approx(ratio, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_binned_asimov_data_are_the_expected_counts():
+    # a multinomial BinnedNLL and a BinnedChi2 of the same histogram, the POI a Gaussian mean, nothing else free
+    edges = np.linspace(-3.0, 3.0, 13)
+    counts, _ = np.histogram(np.random.default_rng(6).normal(0.2, 1.0, 500), bins=edges)
+    space = Space("x", -3.0, 3.0)
+    mu = zcache.Parameter("mu_binned", 0.0, lower=-1.0, upper=1.0)
+    hist = BinnedData(counts.astype(float), edges)
+    total = counts.sum()  # the events inside the edges
+
+    def probs(m):
+        cdf = stats.norm.cdf(edges, m, 1.0)
+        return np.diff(cdf) / (cdf[-1] - cdf[0])
+
+    nll = BinnedNLL(Gaussian(space, mu, 1.0), hist)
+    asimov = AsymptoticCalculator(nll, mu).asimov(0.3)
+    assert type(asimov) is BinnedNLL and asimov.data.counts == pytest.approx(total * probs(0.3), rel=1e-9)
+    chi2 = BinnedChi2(Gaussian(space, mu, 1.0), hist)
+    calc = AsymptoticCalculator(chi2, mu)
+    asimov = calc.asimov(0.3)
+    assert asimov.data.counts == pytest.approx(total * probs(0.3), rel=1e-9)
+    assert np.array_equal(asimov.data.variances, hist.variances)  # a chi-square keeps the measurement's errors
+    # the observed t of the chi-square: its rise from the minimum (errordef 1), against scipy
+    keep = counts > 0
+
+    def chi2_np(m):
+        return float(np.sum((counts[keep] - total * probs(m)[keep]) ** 2 / counts[keep]))
+
+    best = optimize.minimize_scalar(chi2_np, bounds=(-1.0, 1.0), method="bounded", options={"xatol": 1e-10})
+    pv = calc.p_values([0.0, 0.3], statistic="t")
+    assert pv.observed == pytest.approx([chi2_np(0.0) - best.fun, chi2_np(0.3) - best.fun], rel=1e-4, abs=1e-6)
+    assert calc.mu_hat == pytest.approx(best.x, abs=1e-4)
+    assert float(mu) == 0.0 and mu.floating
