@@ -77,7 +77,8 @@ def against_pyhf() -> None:
     obs = max(abs(pv.cls[k] - float(r[0])) for k, r in enumerate(ref))
     exp = max(np.max(np.abs(pv.expected_cls[:, k] - np.array([float(e) for e in r[1]]))) for k, r in enumerate(ref))
     print(f"two bins, 10 values: pyhf.infer.hypotest {t1 - t0:.2f} s, zcache {t3 - t2:.2f} s (first fits and traces "
-          f"included), {t4 - t3:.2f} s with a new calculator on the same loss; largest |difference| of CLs: observed {obs:.1e}, expected {exp:.1e}")
+          f"included), {t4 - t3:.2f} s with a new calculator on the same loss; largest |difference| of CLs: "
+          f"observed {obs:.1e}, expected {exp:.1e}")
 
 
 if __name__ == "__main__":
