@@ -45,6 +45,10 @@ __all__ = [
     "EnvironmentSettingError",
     "InferenceError",
     "SPlotError",
+
+    "POIError",
+    "AsimovError",
+    "CrossingError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -215,6 +219,29 @@ class SPlotError(InferenceError):
     The message names what is wrong: a loss that is not an extended fit of a sum of species with
     yields, a yield that is not floating, a fit that is not at its minimum (and how far), a
     weighted fit whose weights are not the given sWeights.
+    """
+
+
+class POIError(InferenceError):
+    """The parameter of interest is unknown, not floating, or a tested value is outside its limits.
+
+    The message lists the loss's parameters (an unknown name) or says what to change.
+    """
+
+
+class AsimovError(InferenceError):
+    """The asymptotic calculator cannot make Asimov data for this loss, or its formulae do not apply.
+
+    A loss evaluated in parts elsewhere (chunks, Dask workers), a multi-dimensional unbinned
+    model, or weighted events (the asymptotic distributions assume a likelihood); the message
+    names the part and suggests toys.
+    """
+
+
+class CrossingError(InferenceError):
+    """The tested POI values do not bracket the crossing an upper limit or interval needs.
+
+    The message says which way to extend the tested values.
     """
 
 

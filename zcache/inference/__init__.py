@@ -2,6 +2,16 @@ r"""Statistical answers from a fit: significances, limits, intervals, scans and 
 
 What to use when:
 
+- **the shared interface** (:func:`resolve_poi`, :func:`conditional_fit`, :func:`free_fit`,
+  :class:`Calculator`): the POI by name, the fits on the observed data that every calculator
+  makes (parameters put back), the answers' types (:class:`PValues`, :class:`Discovery`,
+  :class:`UpperLimit`, :class:`Interval`).
+- **asymptotic answers** (:class:`AsymptoticCalculator`): p-values, CLs with its expected band
+  and discovery significances from the formulae of Cowan et al. and Asimov data, in
+  seconds; for large samples of unweighted events (else toys).
+- **the answers** (:func:`discovery`, :func:`upper_limit`, :func:`interval`): a significance,
+  a CLs upper limit with its expected band, a two-sided interval, from any calculator's
+  p-values (asymptotic: profile likelihood; toys: Feldman-Cousins for an interval).
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 - **sWeights** (:func:`sweights`, :class:`SWeights`): per-event weights of each species of an
@@ -18,6 +28,19 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._answers import discovery as discovery
+from ._answers import interval as interval
+from ._answers import upper_limit as upper_limit
+from ._asymptotic import AsymptoticCalculator as AsymptoticCalculator
+from ._core import Calculator as Calculator
+from ._core import Discovery as Discovery
+from ._core import Interval as Interval
+from ._core import PValues as PValues
+from ._core import UpperLimit as UpperLimit
+from ._core import conditional_fit as conditional_fit
+from ._core import default_null_value as default_null_value
+from ._core import free_fit as free_fit
+from ._core import resolve_poi as resolve_poi
 from ._scans import Contour as Contour
 from ._scans import ProfileGrid as ProfileGrid
 from ._scans import ProfileScan as ProfileScan
@@ -31,6 +54,19 @@ from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
 
 __all__ = [
+    "AsymptoticCalculator",
+    "Calculator",
+    "Discovery",
+    "Interval",
+    "PValues",
+    "UpperLimit",
+    "conditional_fit",
+    "discovery",
+    "default_null_value",
+    "free_fit",
+    "interval",
+    "resolve_poi",
+    "upper_limit",
     "TEST_STATISTICS",
     "statistic",
     "SWeights",
