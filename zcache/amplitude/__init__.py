@@ -31,10 +31,12 @@ Examples
 >>> import zcache
 >>> from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, Resonance
 >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
->>> rho = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="K*(892)")
->>> pdf = AmplitudePdf(CoherentSum([(ComplexParameter("c", 1.0, floating=False), rho)]), kin.sample(5_000, name="mc"))
->>> [p.name for p in pdf.get_params()]
-['K*(892)_mass', 'K*(892)_width']
+>>> kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="K*(892)")
+>>> pdf = AmplitudePdf(CoherentSum([(ComplexParameter("c", 1.0, floating=False), kstar)]), kin.sample(5_000, name="mc"))
+>>> zcache.models.set_seed(1)
+>>> data = pdf.sample(200)
+>>> data.nevents, data.obs
+(200, ('s12', 's13'))
 """
 
 from ._ampform import from_helicity_model, phasespace_generator

@@ -118,6 +118,8 @@ def coupling_derivatives(couplings: Sequence[ComplexParameter]) -> tuple[tf.Tens
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from zcache.amplitude import ComplexParameter, coupling_derivatives
     >>> c, first, second = coupling_derivatives([ComplexParameter("c_d", 2j), ComplexParameter("c_e", 1 + 1j, polar=False)])
     >>> (np.round(first.numpy(), 12) + 0.0).tolist()    # e^{i phi}, i c; then 1, i
     [[1j, (-2+0j)], [(1+0j), 1j]]
