@@ -61,7 +61,7 @@ def _sympy() -> Any:
     try:
         import sympy
     except ImportError as err:  # pragma: no cover - [sympy] is part of [dev]
-        raise SymbolicError("zcache.amplitude needs SymPy: pip install zcache[sympy].") from err
+        raise SymbolicError("zcache.amplitude's SymPy bridge needs SymPy: pip install zcache[sympy].") from err
     return sympy
 
 
