@@ -91,6 +91,30 @@ def _real_fn(name: str, tf_fn: Any, np_fn: Any) -> Any:
     return apply
 
 
+def select(cond: Any, x: Any, y: Any) -> Any:
+    if isinstance(cond, (bool, np.bool_)):
+        return x if cond else y
+    c = is_complex(x) or is_complex(y)
+    x, y = to_tensor(x, c), to_tensor(y, c)
+    x, y = x + tf.zeros_like(y), y + tf.zeros_like(x)
+    cond = tf.convert_to_tensor(cond)
+    return tf.where(cond, x, y)
+
+
+def div(a: Any, b: Any) -> Any:
+    return binary(a, b, lambda x, y: x / y)
+
+
+def sqrt(x: Any) -> Any:
+    if isinstance(x, (int, float, complex)):
+        return cmath.sqrt(x) if isinstance(x, complex) or x < 0 else x**0.5
+    return tf.sqrt(x)
+
+
+def real_sign(x: Any) -> Any:
+    return (1.0 if x > 0 else -1.0 if x < 0 else 0.0) if isinstance(x, (int, float)) else tf.sign(x)
+
+
 # ---------------------------------------------------------------------------------------
 # the translation of one node, given its children's values
 # ---------------------------------------------------------------------------------------
@@ -186,31 +210,6 @@ def fold(args: Sequence[Any], op: Any) -> Any:
     for a in args[1:]:
         out = op(out, a)
     return out
-
-
-
-def select(cond: Any, x: Any, y: Any) -> Any:
-    if isinstance(cond, (bool, np.bool_)):
-        return x if cond else y
-    c = is_complex(x) or is_complex(y)
-    x, y = to_tensor(x, c), to_tensor(y, c)
-    x, y = x + tf.zeros_like(y), y + tf.zeros_like(x)
-    cond = tf.convert_to_tensor(cond)
-    return tf.where(cond, x, y)
-
-
-def div(a: Any, b: Any) -> Any:
-    return binary(a, b, lambda x, y: x / y)
-
-
-def sqrt(x: Any) -> Any:
-    if isinstance(x, (int, float, complex)):
-        return cmath.sqrt(x) if isinstance(x, complex) or x < 0 else x**0.5
-    return tf.sqrt(x)
-
-
-def real_sign(x: Any) -> Any:
-    return (1.0 if x > 0 else -1.0 if x < 0 else 0.0) if isinstance(x, (int, float)) else tf.sign(x)
 
 
 leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

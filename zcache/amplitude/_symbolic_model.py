@@ -67,7 +67,6 @@ Examples
 (500, ('x',))
 """
 
-
 from __future__ import annotations
 
 import difflib
@@ -105,7 +104,6 @@ _ENVELOPE_SAFETY, _ENVELOPE_RAISES = 1.25, 16
 _POOL_TOO_SMALL = "too few phase-space events accepted"
 
 __all__ = ["SymbolicModel"]
-
 
 
 # ---------------------------------------------------------------------------------------

@@ -46,7 +46,6 @@ DATA = "<data>"
 _INLINE = "<inline>"
 # a memo key: the stacked data-only cache, read once per evaluation
 STACK = "<stack>"
-# integer exponents up to this are computed by multiplications (numpy's x**n does the same)
 
 
 class Translator:
