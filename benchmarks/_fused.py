@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_symbolic as bs  # noqa: E402
 
 from zcache import precompute  # noqa: E402
+from zcache.amplitude import from_helicity_model  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
-from zcache.symbolic import from_helicity_model  # noqa: E402
 
 
 def build(sample: bs.Sample, fused: bool) -> tuple[UnbinnedNLL, float]:

@@ -63,7 +63,7 @@ def model_pdf(mc_path: str, free_mass: bool = True) -> Any:
     """The demo's AmplitudePdf on the phase-space sample of ``mc_path`` (K*(892) mass and width floating if
     ``free_mass``)."""
     import zcache
-    from zcache.amplitudes import AmplitudePdf
+    from zcache.amplitude import AmplitudePdf
     from zcache.demos.amplitude import build_model
 
     model = build_model(1000)  # its own small phase-space sample is not used

@@ -12,7 +12,7 @@ same model, the same events and the same parameter values:
   the docs' ``create_relativistic_breit_wigner_with_ff``); the parameters are ampform's
   ``parameter_defaults`` (PDG masses and widths, meson radii 1, couplings 1); ``"dzero"``:
   :math:`D^0 \\to K^- \\pi^+ \\pi^0` with :math:`K^*(892)^0` and :math:`\\rho(770)^+` (helicity
-  formalism, the same Breit-Wigner builder), the model of ``tests/test_symbolic.py``'s fixture;
+  formalism, the same Breit-Wigner builder), the model of ``tests/test_amplitude_symbolic.py``'s fixture;
 - the **events** (:func:`phase_space`): flat three-body phase space generated here with
   numpy (tensorwaves' own ``TFPhaseSpaceGenerator`` needs the ``phasespace`` package, which
   would install the ``tensorflow`` distribution over ``tensorflow-cpu``); the four-momenta

@@ -8,7 +8,7 @@ Not part of ``make bench``: ``PYTHONPATH=. .venv-bench/bin/python benchmarks/_xl
    types of ``zcache._engine.xla_ops.SLOW_TO_CONVERT`` through a per-op MLIR legalization.
 2. The D0 -> K- pi+ pi0 and J/psi -> gamma pi0 pi0 models of ``bench_symbolic`` bridged with every
    parameter free: the conversion of each fused group's forward and backward program (as
-   ``zcache._fitting.fused`` builds them) with zcache's spellings (``xla_ops``, ``tf_internals``
+   ``zcache.amplitude._fused`` builds them) with zcache's spellings (``xla_ops``, ``tf_internals``
    item 17), and with TensorFlow's own ops (both switched off in this process), alternately.
    This conversion runs at the first call of each program in every process, before the persistent
    compile cache is looked up.
@@ -91,24 +91,24 @@ def _captured_programs(key: str) -> list[tuple[Any, list[Any]]]:
     import _peers_tensorwaves as peers
     import bench_symbolic as bench
 
-    import zcache.symbolic as symbolic
+    import zcache.amplitude._symbolic_programs as programs  # where the bridge calls fused_program
 
     captured: list[tuple[Any, int]] = []
-    original = symbolic.fused_program
+    original = programs.fused_program
 
     def spy(fn: Any, signature: Any, n_values: int) -> Any:
         # a plain function of three arguments (fn may be a functools.partial, which tf.function binds badly)
         captured.append((_three_arguments(fn), n_values))
         return original(fn, signature, n_values)
 
-    symbolic.fused_program = spy
+    programs.fused_program = spy
     try:
         cfg = bench.Config(n_data=20_000, n_phsp=20_000, repeats=1)
         sample = bench.make_sample(key, cfg, peers.tensorwaves_status() == "ok")
         fit = bench.ZcacheFit(sample.model, sample.expression, sample.phsp, sample.data,
                               sorted(s.name for s in sample.free("all")), f"{key}_convert")
     finally:
-        symbolic.fused_program = original
+        programs.fused_program = original
     stack, events = fit.bridged._data_stack(fit.data), fit.bridged._events(fit.data)
     return [(fn, [stack, events, [tf.constant(0.5 + 0.01 * k, tf.float64) for k in range(n)]]) for fn, n in captured]
 

@@ -1,6 +1,6 @@
 r"""Amplitude-analysis benchmarks: the loss of a Dalitz-plot fit, cached by zcache, by hand, or not at all.
 
-The model is :math:`D^+ \to K^- \pi^+ \pi^+` (``zcache.phasespace``, ``zcache.amplitudes``):
+The model is :math:`D^+ \to K^- \pi^+ \pi^+` (``zcache.amplitude``):
 a coherent sum of K components, a fixed non-resonant term plus K - 1 :math:`K\pi`
 resonances (relativistic Breit-Wigner, Blatt-Weisskopf barriers, Legendre angular term),
 each Bose-symmetrized over the channels ``("12", "13")``. Line shapes are fixed; the
@@ -52,9 +52,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import zcache  # noqa: E402
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance  # noqa: E402
+from zcache.amplitude import (  # noqa: E402
+    AmplitudePdf,
+    CoherentSum,
+    ComplexParameter,
+    DalitzKinematics,  # noqa: E402
+    NonResonant,
+    Resonance,
+)
 from zcache.loss import UnbinnedNLL  # noqa: E402
-from zcache.phasespace import DalitzKinematics  # noqa: E402
 
 try:  # benchmarks/ on sys.path: run as a script or from run_all.py
     from _hand_amplitude import HandNumpy, HandTF

@@ -142,8 +142,7 @@ def table(rows: list[dict]) -> str:
 
 
 def _amplitude_problem(n: int):
-    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
     zcache.models.set_seed(5)

@@ -5,10 +5,10 @@ relativistic Breit-Wigner (energy-dependent width, form factor) on every resonan
 
 - ``jpsi``: J/psi -> gamma pi0 pi0 with f0(500), f0(980), f2(1270) (canonical helicity);
 - ``dzero``: D0 -> K- pi+ pi0 with K*(892)0 and rho(770)+ (helicity formalism; the model of
-  ``tests/test_symbolic.py``'s ``dzero`` fixture).
+  ``tests/test_amplitude_symbolic.py``'s ``dzero`` fixture).
 
 ``model.expression.doit()`` is computed once per model and given to both sides. zcache's model is
-**bridged** (:func:`zcache.symbolic.from_helicity_model`), not hand-built.
+**bridged** (:func:`zcache.amplitude.from_helicity_model`), not hand-built.
 
 Events: flat phase space drawn with numpy (:func:`_peers_tensorwaves.phase_space`, masses from the
 reaction); the kinematic columns come from tensorwaves' ``SympyDataTransformer`` (both sides read
@@ -60,9 +60,9 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 import zcache  # noqa: E402
+from zcache.amplitude import from_helicity_model  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
-from zcache.symbolic import from_helicity_model  # noqa: E402
 
 try:  # benchmarks/ on sys.path: run as a script or from run_all.py
     import _peers_tensorwaves as peers

@@ -8,7 +8,7 @@ energy-dependent width and Blatt-Weisskopf form factors; 16 parameters (3 masses
 (:mod:`_peers_tensorwaves`); zcache evaluates a **hand-built** equivalent
 (:class:`JpsiGammaPi0Pi0`, no SymPy bridge): the same sum over helicities of coherent sums
 of coupling x Clebsch-Gordan coefficients x Wigner D-functions x line shape, written with
-``zcache.amplitudes``' ``wigner_small_d``, ``relativistic_breit_wigner`` and
+``zcache.amplitude``' ``wigner_small_d``, ``relativistic_breit_wigner`` and
 ``blatt_weisskopf_sq`` and cached with ``zcache.CachedTensor``:
 
 - ``angular``: every (helicity, partial wave) angular column, one per row of a (20, N)
@@ -44,7 +44,7 @@ c    nothing cached: tensorwaves' full function (``create_parametrized_function`
 zcache appears with TensorFlow's ops as they are ("TF ops") and with the two per-call kernels
 (line shape, intensity) wrapped by the user in ``tf.function(jit_compile=True)`` ("+ XLA
 kernels"), the counterpart of jax's ``jax.jit`` (``zcache.function`` has no XLA switch). Two
-more rows with all parameters free replace ``zcache.amplitudes``' line-shape arithmetic by the
+more rows with all parameters free replace ``zcache.amplitude``' line-shape arithmetic by the
 one suggested for it (integer powers by multiplication, no complex division; same formula),
 two rows evaluate the same intensity kernel on plain ``tf.Variable`` s without zcache (what
 zcache's own machinery costs), and one runs it through ``jax.jit`` on the same arrays
@@ -71,7 +71,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import zcache  # noqa: E402
-from zcache.amplitudes import (  # noqa: E402
+from zcache.amplitude import (  # noqa: E402
     ComplexParameter,
     blatt_weisskopf_sq,
     relativistic_breit_wigner,
@@ -228,7 +228,7 @@ def _line_shape(m12: tf.Tensor, mass: tf.Tensor, width: tf.Tensor, radius: tf.Te
     """ampform's ``BreitWigner`` (energy-dependent width) x ``FormFactor``, complex (N,).
 
     :math:`m_0\\Gamma_0 / (m_0^2 - s - i m_0 \\Gamma(s)) \\cdot \\sqrt{F_L^2(q^2 d^2)}`; the
-    Breit-Wigner of ``zcache.amplitudes`` has the same :math:`\\Gamma(s)` and numerator 1.
+    Breit-Wigner of ``zcache.amplitude`` has the same :math:`\\Gamma(s)` and numerator 1.
     """
     s = m12 * m12
     m_sum_sq = (2.0 * M_PI0) ** 2
@@ -257,7 +257,7 @@ def _f_sq(spin: int, z: tf.Tensor) -> tf.Tensor:
 
 
 def _line_shape_fast(m12: tf.Tensor, mass: tf.Tensor, width: tf.Tensor, radius: tf.Tensor, spin: int) -> tf.Tensor:
-    """:func:`_line_shape` with the arithmetic suggested for ``zcache.amplitudes`` (same formula).
+    """:func:`_line_shape` with the arithmetic suggested for ``zcache.amplitude`` (same formula).
 
     Integer powers by multiplication instead of TensorFlow's ``Pow`` (``ratio ** (2L+1)``,
     ``(q d) ** 2``, ``(z - 3) ** 2``), :math:`1/(a - ib) = (a + ib)/(a^2 + b^2)` in real
@@ -316,7 +316,7 @@ class JpsiGammaPi0Pi0:
         tag: suffix of every Parameter, Data and cache name (models side by side).
         xla: wrap the per-call kernels (line shape, intensity) in ``tf.function(jit_compile=True)``.
         fast_line_shape: use :func:`_line_shape_fast` (the arithmetic suggested for
-            ``zcache.amplitudes``) instead of its ``relativistic_breit_wigner`` and ``blatt_weisskopf_sq``.
+            ``zcache.amplitude``) instead of its ``relativistic_breit_wigner`` and ``blatt_weisskopf_sq``.
 
     Attributes
     ----------
@@ -879,7 +879,7 @@ def _say(rows: Rows, info: dict[str, Any]) -> str:
             text += (f" zcache as shipped, the plain model compiled by `set_jit_mode({{'tensor': True}})`: "
                      f"{zj['per evaluation [ms]']:.2f} ms, ratio to tensorwaves-jax {ratio}.")
         if zcf is not None and zxf is not None:
-            text += (" With the line-shape arithmetic suggested for `zcache.amplitudes` (no `Pow`, no complex "
+            text += (" With the line-shape arithmetic suggested for `zcache.amplitude` (no `Pow`, no complex "
                      f"division): {_versus(zcf)} with TensorFlow's ops, {_versus(zxf)} with XLA kernels.")
         parts.append(text)
     full = _reference(rows, "full")
@@ -917,7 +917,7 @@ def _say(rows: Rows, info: dict[str, Any]) -> str:
         "zcache). XLA (`tf.function(jit_compile=True)` around the line shape and the intensity kernel) fuses "
         "them as jax does; what remains is TensorFlow's XLA path against jax's on the same fused kernel (the "
         "'jax.jit of zcache's intensity kernel' row runs that kernel through jax) and, with masses and widths "
-        "free, the line-shape arithmetic of `zcache.amplitudes` (`Pow` for integer powers, a complex "
+        "free, the line-shape arithmetic of `zcache.amplitude` (`Pow` for integer powers, a complex "
         "division)."
     )
     return " ".join(parts)
@@ -957,7 +957,7 @@ def _setup_text(cfg: Config, info: dict[str, Any]) -> str:
         "`RelativisticBreitWignerBuilder(energy_dependent_width=True, form_factor=True)` for every resonance — "
         "the model of tensorwaves' amplitude-analysis docs with the three resonances of the issue. 16 parameters: "
         "3 masses, 3 widths, 3 meson radii (those of the two spin-0 resonances do not enter the expression), "
-        "7 complex couplings. The zcache model is **hand-built** (no SymPy bridge) from `zcache.amplitudes`' "
+        "7 complex couplings. The zcache model is **hand-built** (no SymPy bridge) from `zcache.amplitude`' "
         "`wigner_small_d`, `relativistic_breit_wigner` and `blatt_weisskopf_sq`, with the Clebsch-Gordan "
         "coefficients of ampform's canonical-helicity expression, and cached with `zcache.CachedTensor` "
         "(`angular`: data only; `dyn_<resonance>`: data and that resonance's mass, width, radius); "

@@ -49,8 +49,9 @@ def pytest_configure(config):
 SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "batch.py::zcache.batch", "batch.py::zcache.batch.BatchedLoss", "toys.py::zcache.toys",
     "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
-    "symbolic.py::zcache.symbolic.from_helicity_model", "kinematics.py::zcache.kinematics.phasespace_generator",
-    "kinematics.py::zcache.kinematics",
+    "amplitude/_ampform.py::zcache.amplitude._ampform.from_helicity_model",
+    "amplitude/_ampform.py::zcache.amplitude._ampform.phasespace_generator",
+    "amplitude/_kinematics.py::zcache.amplitude._kinematics",
     "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
     *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
@@ -95,7 +96,7 @@ EXHAUSTIVE = {
     # (measured 2026-11-26 in a clean-clone run, CI at 1,451 s of its 1,500) the jit Hessian with line shapes
     # floating on the 3-resonance bridge (42 s): CI keeps the 2-resonance bridge (the same XLA complex-gradient
     # regression, 33 s) and FitMachine's compiled_hessian rule on a bridged model
-    "tests/test_symbolic.py::test_jit_hessian_line_shapes_floating_bridge",
+    "tests/test_amplitude_symbolic.py::test_jit_hessian_line_shapes_floating_bridge",
     # a yield at its limit, eager (15 s): CI keeps graph
     "tests/test_minimize.py::test_yield_fitted_at_its_lower_limit_is_a_valid_fit[eager-at-limit]",
     # memory per toy with a new model and traced function (14.5 s): CI keeps the superset with a new loss and a
@@ -119,11 +120,11 @@ EXHAUSTIVE = {
     # numdifftools, traced and under XLA (60 s, mostly the second-order traces): CI keeps the same path on a line
     # shape through complex 1/z (test_jit's exact-caches case, eager, graph and XLA), a user's jacobian through a
     # model's caches (test_cached_tensor) and the FitMachine's exact compiled-Hessian draws
-    "tests/test_symbolic.py::test_exact_hessian_through_the_bridges_caches",
+    "tests/test_amplitude_symbolic.py::test_exact_hessian_through_the_bridges_caches",
     # (2026-11-27, CI at 1,471 s of its 1,500) fused line shapes are opt-in: CI keeps fused_program's own tests
     # (value, gradient, Hessian eager and traced, pfor and while-loop jacobians, paused tapes, vectorized_map);
     # the bridged model fused against unfused in three modes (55 s, mostly second-order traces) runs in test-all
-    *(f"tests/test_fused.py::test_bridged_model_fused_equals_unfused_and_numdifftools[{m}]"
+    *(f"tests/test_amplitude_fused.py::test_bridged_model_fused_equals_unfused_and_numdifftools[{m}]"
       for m in ("eager", "graph", "jit")),
     # the compiled Hessian of a line shape by differences (7 s): CI keeps its exact cases (after precompute and
     # through valid caches), which compile the same line shape, and the bridge's compiled Hessian by differences

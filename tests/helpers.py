@@ -4,10 +4,10 @@
 - ``GRAPH_MODES``, ``graph_mode_params``, ``slow_modes``: conftest's ``graph_mode`` / ``mode``
   parameters, some marked slow;
 - ``traced``: a function as a ``zcache.function`` of tensors;
-- numpy references of the Dalitz plot (test_phasespace, test_amplitudes);
+- numpy references of the Dalitz plot (test_amplitude_phasespace, test_amplitude_models);
 - the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit);
 - an NLL of a line shape computed through complex 1/z, sqrt and rsqrt (test_jit, test_properties_fit);
-- NLLs of SymPy coherent sums through the bridge (test_symbolic, test_properties_fit).
+- NLLs of SymPy coherent sums through the bridge (test_amplitude_symbolic, test_properties_fit).
 
 The numpy references use no zcache (they are what zcache is checked against).
 """
@@ -75,7 +75,7 @@ CHANNELS = {"12": (1, 2, 3), "13": (1, 3, 2), "23": (2, 3, 1)}
 
 
 def lam_np(x, y, z):
-    """Källén function, written out again (not zcache.phasespace.kallen)."""
+    """Källén function, written out again (not zcache.amplitude.kallen)."""
     return (x - y - z) ** 2 - 4.0 * y * z
 
 
@@ -193,7 +193,7 @@ def bridged_line_shape_loss(tag: str, fused: bool = False) -> tuple:
 
     Each group's amplitudes are one tf.function (the bridge's group programs, issue 26), whose
     backward is built once, outside any XLA context, and reused inside compiled losses. ``fused``:
-    SymbolicModel's option (XLA group programs, zcache._fitting.fused).
+    SymbolicModel's option (XLA group programs, zcache.amplitude._fused).
 
     Returns
     -------
@@ -201,8 +201,8 @@ def bridged_line_shape_loss(tag: str, fused: bool = False) -> tuple:
     """
     import sympy as sp
 
+    from zcache.amplitude import SymbolicModel
     from zcache.loss import UnbinnedNLL
-    from zcache.symbolic import SymbolicModel
 
     x, y, m1, g1, m2, g2, c1, c2 = sp.symbols("x y m1 g1 m2 g2 c1 c2")
     expr = sp.Abs(c1 * sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1) * sp.cos(y)
@@ -222,12 +222,12 @@ def small_bridge_loss(fused: bool = False, tag: str = "small_bw", n_phsp: int = 
     """An NLL of a hand-written coherent sum of two Breit-Wigners through the SymPy bridge (1/z of a complex:
     tf.math.reciprocal), masses and widths floating with one complex coupling: six parameters.
 
-    ``fused``: :class:`zcache.symbolic.SymbolicModel`'s option; ``tag`` names the model and its data.
+    ``fused``: :class:`zcache.amplitude.SymbolicModel`'s option; ``tag`` names the model and its data.
     """
     import sympy as sp
 
+    from zcache.amplitude import SymbolicModel
     from zcache.loss import UnbinnedNLL
-    from zcache.symbolic import SymbolicModel
 
     x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
     bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
@@ -256,9 +256,8 @@ def coupling_block_loss(tag: str, *, extra: dict | None = None):
     """
     import sympy as sp
 
-    from zcache.amplitudes import ComplexParameter
+    from zcache.amplitude import ComplexParameter, SymbolicModel
     from zcache.loss import UnbinnedNLL
-    from zcache.symbolic import SymbolicModel
 
     x, y, th, m1, g1, m2, g2, c1, c2, c3 = sp.symbols("x y th m1 g1 m2 g2 c1 c2 c3")
     bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)

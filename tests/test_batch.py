@@ -190,11 +190,10 @@ def test_bad_input_gets_named_errors():
 
 @pytest.mark.slow  # 22 s: a Dalitz model; test_caches_that_no_toy_input_reaches_... is the fast check of served caches
 def test_an_amplitude_model_batches_and_its_integrals_are_served():
-    """zcache.amplitudes unchanged: a Dalitz model with K*(892) and K0*(1430) (couplings floating)
+    """zcache.amplitude unchanged: a Dalitz model with K*(892) and K0*(1430) (couplings floating)
     evaluates per toy as the serial loss does; the phase-space integrals, which no toy input
     reaches, are read from their caches (no miss)."""
-    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
     kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="Kst_b")

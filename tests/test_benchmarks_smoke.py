@@ -37,7 +37,7 @@ def test_the_groups_cover_every_benchmark():
 
 
 #: Groups that `make test` (CI) leaves to `make bench-smoke`: their quick runs cost ~300 CPU-s of compiles and
-#: ampform builds that the library's own tests (test_jit, test_amplitudes, test_symbolic) already pay. The "fit"
+#: ampform builds that the library's own tests (test_jit, test_amplitude_models, test_amplitude_symbolic) already pay. The "fit"
 #: group (49 s) joined them when CI began to build the documentation; CI keeps bench_fit's single fit and
 #: bench_reliability's toy loop (the tests below), and the report's format through test_the_groups_cover_every_benchmark.
 SMOKE_ONLY = {"jit", "symbolic", "amplitude", "fit", "large", "scans"}  # scans: one batched compile, ~40 s
@@ -145,7 +145,7 @@ def test_large_envelope_sampler_draws_the_density(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import _large_events as events
 
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import DalitzKinematics
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
 

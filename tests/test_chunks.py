@@ -17,13 +17,12 @@ import tensorflow as tf
 
 import zcache
 import zcache.chunks
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 from zcache.chunks import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.phasespace import DalitzKinematics
 
 SPACE = Space("x", -5.0, 5.0)
 

@@ -178,8 +178,7 @@ def twenty_parameters(t):
 def amplitude(t):
     from helpers import uniform_np
 
-    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     masses = (1.86966, 0.493677, 0.13957039, 0.13957039)
     kin = DalitzKinematics(*masses, names=("K-", "pi+", "pi+"))

@@ -602,8 +602,7 @@ def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
 def test_amplitude_loss_compiles_and_keeps_its_mass_check():
     """A Dalitz amplitude loss compiles (a mass whose limits lie inside the channel's range needs no
     in-graph check); a mass without such limits keeps the check, runs uncompiled, and still raises."""
-    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
     zcache.models.set_seed(3)

@@ -22,11 +22,16 @@ from matplotlib.container import BarContainer, ErrorbarContainer  # noqa: E402
 from matplotlib.patches import StepPatch  # noqa: E402
 
 import zcache  # noqa: E402
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant  # noqa: E402
+from zcache.amplitude import (  # noqa: E402
+    AmplitudePdf,
+    CoherentSum,
+    ComplexParameter,
+    DalitzKinematics,  # noqa: E402
+    NonResonant,
+)
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
 from zcache.models import Exponential, Gaussian, ProductPdf, Space, SumPdf  # noqa: E402
-from zcache.phasespace import DalitzKinematics  # noqa: E402
 from zcache.plot import plot_fit, plot_profile, plot_projections, plot_pulls  # noqa: E402
 from zcache.toys import ToyResult  # noqa: E402
 
@@ -502,7 +507,7 @@ def test_zcache_works_without_matplotlib():
     rather than looking for it in sys.modules.)
     """
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitudes, zcache.demos.amplitude\n"
+            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitude, zcache.demos.amplitude\n"
             "try:\n    import zcache.plot\nexcept ImportError as err:\n    print(err)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "pip install zcache[plot]" in done.stdout

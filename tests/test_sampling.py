@@ -100,9 +100,8 @@ def test_proposals_from_a_generator(mode):
 
 
 def _samplers():
-    from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
+    from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
     from zcache.models import Exponential, Gaussian, Space, SumPdf
-    from zcache.phasespace import DalitzKinematics
     from zcache.shapes import KDE1D, Chebyshev, CrystalBall, HistogramPdf
 
     space = Space("x", -3.0, 3.0)

@@ -102,7 +102,7 @@ from .exceptions import ZCacheError as ZCacheError  # noqa: E402
 def _leave_zcache_to_python() -> None:
     """Autograph calls zcache's code as Python (tf_internals item 3): the modules imported so far.
 
-    A module imported later (``zcache.symbolic``, ``zcache.shapes``, ...) marks itself at its end.
+    A module imported later (``zcache.amplitude``, ``zcache.shapes``, ...) marks itself at its end.
     """
     for name in [m for m in _sys.modules if m == __name__ or m.startswith(__name__ + ".")]:
         _tf_internals.leave_to_python(name)

@@ -113,7 +113,7 @@ def _batched_map(fn: Any, elems: tuple[Any, ...]) -> Any:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BatchingError(
             f"the loss cannot be evaluated for many toys at once: TensorFlow could not vectorize it "
-            f"({first}). Models built from zcache.models, zcache.shapes and zcache.amplitudes "
+            f"({first}). Models built from zcache.models, zcache.shapes and zcache.amplitude "
             "vectorize; a model with Python-side control flow on tensor values, py_function or "
             "stateful ops does not. Run the toys one by one (run_toys(..., batch=None))."
         ) from err

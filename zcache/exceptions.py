@@ -190,7 +190,7 @@ class ToyStudyError(ZCacheError, ValueError):
 
 
 class SymbolicError(ModelError):
-    """A SymPy expression cannot be bridged (:mod:`zcache.symbolic`).
+    """A SymPy expression cannot be bridged (:mod:`zcache.amplitude`).
 
     The message names the node or symbol: a function the bridge does not translate, a free
     symbol that is neither a parameter nor a data column, or a parameter given twice.

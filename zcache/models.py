@@ -490,7 +490,7 @@ class Model(Cachable):
     def supports_nll_hessian(self, params: Sequence[Parameter]) -> bool:
         """Whether :meth:`nll_hessian` gives the exact Hessian for ``params`` rather than None.
 
-        True for a cached coherent sum of :class:`zcache.symbolic.SymbolicModel` whose fitted
+        True for a cached coherent sum of :class:`zcache.amplitude.SymbolicModel` whose fitted
         parameters are couplings and line-shape parameters (and parameters it does not read),
         every function on their path with a derivative rule; no other model offers one yet.
 
@@ -512,7 +512,7 @@ class Model(Cachable):
     def nll_hessian_block(self, params: Sequence[Parameter]) -> list[int]:
         """Positions of ``params`` whose block of :meth:`nll_hessian` costs about one pass over the data.
 
-        For a cached coherent sum of :class:`zcache.symbolic.SymbolicModel`: the couplings' parts
+        For a cached coherent sum of :class:`zcache.amplitude.SymbolicModel`: the couplings' parts
         (the amplitudes are linear in them) and the parameters it does not read, where no line
         shape is differentiated. A compiled fit takes that block exactly and differences the other
         parameters' gradients only (:class:`zcache.minimize.Minuit`'s ``structured_hessian``).
@@ -536,7 +536,7 @@ class Model(Cachable):
         r"""The Hessian of :math:`-\sum_i w_i \log p(x_i)` by ``params``, where the model's structure gives it cheaply.
 
         A model that knows its second derivatives (a coherent sum of amplitudes:
-        :meth:`zcache.symbolic.SymbolicModel.nll_hessian`) returns them exactly, for a few passes
+        :meth:`zcache.amplitude.SymbolicModel.nll_hessian`) returns them exactly, for a few passes
         over the data; the default returns None, and callers differentiate the loss instead.
 
         Parameters

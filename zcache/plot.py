@@ -10,7 +10,7 @@ restyled or saved (``result.figure.savefig(...)``).
   ``variances``): the data with error bars, the model scaled to them, its components and
   a pull panel :math:`(n_i - \mu_i)/\sigma_i`;
 - :func:`plot_projections`: the 1-D projections of a model of several observables (a
-  Dalitz-plot :class:`zcache.amplitudes.AmplitudePdf`, a :class:`zcache.models.ProductPdf`),
+  Dalitz-plot :class:`zcache.amplitude.AmplitudePdf`, a :class:`zcache.models.ProductPdf`),
   with pulls;
 - :func:`plot_profile`: the likelihood profile of a parameter from a
   :class:`zcache.minimize.FitResult`, with the HESSE parabola and the MINOS interval;
@@ -63,7 +63,7 @@ from scipy import stats
 
 from ._engine.data import Data
 from ._engine.tf_internals import leave_to_python
-from .amplitudes import AmplitudePdf
+from .amplitude import AmplitudePdf
 from .inference import Contour, ProfileScan, PValues, UpperLimit
 from .minimize import FitResult
 from .models import Model, ProductPdf, SumPdf
@@ -550,7 +550,7 @@ def plot_projections(
       model's density: :math:`\mu_i = N \sum_{j\in i} w_j / \sum_j w_j`, drawn as steps. The
       sample is ``mc`` if given (for a weighted :class:`zcache.Data`, its weights multiply the
       model's: an efficiency), else the normalization (phase-space) sample of a
-      :class:`zcache.amplitudes.AmplitudePdf`, else ``n_mc`` events drawn uniformly in the
+      :class:`zcache.amplitude.AmplitudePdf`, else ``n_mc`` events drawn uniformly in the
       space. The components are those of a SumPdf (:math:`f_k p_k`) or the coherent terms
       :math:`|c_k A_k|^2` of an AmplitudePdf, on the same scale as the total (their sum
       differs from it by the interference).

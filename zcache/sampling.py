@@ -4,8 +4,8 @@ Every sampler of zcache draws from one ``tf.random.Generator`` (:func:`rng`), se
 in place by :func:`set_seed`, so traced samplers are never retraced by a new seed.
 
 :func:`accept_reject` is the sampler of every density without an exact one: models
-(:class:`zcache.models.Model`), phase space (:class:`zcache.phasespace.DalitzKinematics`)
-and amplitude PDFs (:class:`zcache.amplitudes.AmplitudePdf`). Proposals are uniform in a
+(:class:`zcache.models.Model`), phase space (:class:`zcache.amplitude.DalitzKinematics`)
+and amplitude PDFs (:class:`zcache.amplitude.AmplitudePdf`). Proposals are uniform in a
 box, optionally restricted to a region (``inside``); with a density :math:`f` and an
 envelope :math:`F \ge f` a proposal :math:`x` is kept when :math:`u F < f(x)`,
 :math:`u \sim U(0, 1)`. A batch with a proposal above the envelope is never used: the

@@ -3,7 +3,7 @@ An ampform model through the SymPy bridge
 =========================================
 
 Build a helicity model of :math:`D^0 \to K^-\pi^+\pi^0` with `qrules <https://qrules.readthedocs.io>`_ and
-`ampform <https://ampform.readthedocs.io>`_, hand it to :func:`zcache.symbolic.from_helicity_model`, generate
+`ampform <https://ampform.readthedocs.io>`_, hand it to :func:`zcache.amplitude.from_helicity_model`, generate
 2,000 events, fit the complex coupling, and show a projection and the fit fractions.
 
 Two resonances, :math:`K^*(892)^0 \to K^-\pi^+` and :math:`\rho(770)^+ \to \pi^+\pi^0`, keep the model
@@ -25,12 +25,11 @@ import numpy as np
 import qrules
 from ampform.dynamics.builder import RelativisticBreitWignerBuilder
 
-from zcache.fractions import FitFractions
+from zcache.amplitude import FitFractions, from_helicity_model
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import set_seed
 from zcache.plot import plot_projections
-from zcache.symbolic import from_helicity_model
 
 # qrules shows a progress bar unless its transition module logs above WARNING.
 logging.getLogger("qrules.transition").setLevel(logging.ERROR)
@@ -52,7 +51,7 @@ expression = model.expression.doit()
 # %%
 # The bridge
 # ----------
-# :func:`~zcache.symbolic.from_helicity_model` translates the expression into TensorFlow operations and places
+# :func:`~zcache.amplitude.from_helicity_model` translates the expression into TensorFlow operations and places
 # the caches: the data-only terms (kinematics, Wigner-d functions) and each resonance's amplitudes in one
 # cache per dataset, and the normalization from cached blocks :math:`\langle A_j A_k^*\rangle` over the
 # phase-space sample, so that a coupling change costs :math:`O(K^2)`. Given a number of events, it draws that
@@ -91,7 +90,7 @@ assert abs(fitted.real - true.real) < 5 * errors[0] and abs(fitted.imag - true.i
 # by weighting a phase-space sample with the fitted intensity, so any function of the columns can be
 # plotted: here the two invariant masses squared. The fit's phase-space sample would do, but a larger one
 # gives smoother curves: 50,000 fresh events, whose columns the model's ``kinematics``
-# (:class:`zcache.kinematics.HelicityKinematics`, ampform's expressions) computes from four-momenta.
+# (:class:`zcache.amplitude.HelicityKinematics`, ampform's expressions) computes from four-momenta.
 obs = list(bridged.space.obs)
 projections = {
     r"$m^2(K^-\pi^+)$ [GeV$^2$]": lambda v: v[:, obs.index("m_01")] ** 2,
@@ -106,7 +105,7 @@ for d in drawn:  # the fitted model describes the data
 # %%
 # Fit fractions
 # -------------
-# :meth:`~zcache.symbolic.SymbolicModel.fit_fractions_with_errors` gives the fraction of each component and
+# :meth:`~zcache.amplitude.SymbolicModel.fit_fractions_with_errors` gives the fraction of each component and
 # the interference term of each pair, with errors from the fit's covariance. ampform names a component by its
 # coupling's LaTeX symbol, which is long; we relabel the table for print.
 fractions = bridged.fit_fractions_with_errors(result)

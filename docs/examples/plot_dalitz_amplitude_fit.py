@@ -13,20 +13,26 @@ components and 5,000 events so that the page builds in seconds.
 # %%
 # The model
 # ---------
-# :class:`zcache.phasespace.DalitzKinematics` holds the masses and draws phase-space events, uniform in
-# the Dalitz plot (:math:`s_{12}, s_{13}`). Each :class:`zcache.amplitudes.Resonance` is a relativistic
+# :class:`zcache.amplitude.DalitzKinematics` holds the masses and draws phase-space events, uniform in
+# the Dalitz plot (:math:`s_{12}, s_{13}`). Each :class:`zcache.amplitude.Resonance` is a relativistic
 # Breit-Wigner with Blatt-Weisskopf factors and the angular term of its spin, symmetrised over the two
 # identical pions (channels ``"12"`` and ``"13"``). The non-resonant coupling is fixed: it sets the
 # overall phase and scale, so the fit has four free numbers (magnitude and phase of two couplings).
 import matplotlib.pyplot as plt
 import numpy as np
 
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance
-from zcache.fractions import fit_fractions_with_errors
+from zcache.amplitude import (
+    AmplitudePdf,
+    CoherentSum,
+    ComplexParameter,
+    DalitzKinematics,
+    NonResonant,
+    Resonance,
+    fit_fractions_with_errors,
+)
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import set_seed
-from zcache.phasespace import DalitzKinematics
 from zcache.plot import plot_projections
 
 set_seed(2026)  # zcache's generator: phase space and accept-reject sampling
@@ -107,7 +113,7 @@ for d in drawn:
 # %%
 # Fit fractions
 # -------------
-# :func:`zcache.fractions.fit_fractions_with_errors` integrates each component and each pair over the
+# :func:`zcache.amplitude.fit_fractions_with_errors` integrates each component and each pair over the
 # phase-space sample at the fitted couplings and propagates the fit's covariance to them (the Jacobian by
 # automatic differentiation). The fractions and the interference terms add up to one.
 fractions = fit_fractions_with_errors(pdf, result=result)

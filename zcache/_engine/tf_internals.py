@@ -89,7 +89,7 @@ def stop_recording() -> Any:
 
 
 # 14. Resuming recording paused by item 1 --------------------------------------------------
-# A fused group's backward program (zcache._fitting.fused) differentiates its function with a
+# A fused group's backward program (zcache.amplitude._fused) differentiates its function with a
 # GradientTape inside its own trace, and that trace can be made where every tape is paused (item 1:
 # a gradient taken inside a cache's miss branch). A paused thread records for no tape (nor forward
 # accumulator), even one opened afterwards, and the gradient then comes out as zeros: silently

@@ -33,12 +33,11 @@ import numpy as np
 import tensorflow as tf
 
 import zcache
-from zcache.amplitudes import AmplitudePdf, CoherentSum, ComplexParameter, NonResonant, Resonance, fit_fractions
+from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance, fit_fractions
 from zcache.demos.basics import median_ms
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import set_seed
-from zcache.phasespace import DalitzKinematics
 
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039
 

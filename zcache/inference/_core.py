@@ -517,7 +517,19 @@ class Calculator(Protocol):
     null_value: float
 
     def p_values(self, values: Any, statistic: str = "qtilde") -> PValues:
-        """The p-values of the tested POI ``values`` with ``statistic``."""
+        """The p-values of the tested POI ``values`` with ``statistic``.
+
+        Parameters
+        ----------
+        values : array_like
+            The tested POI values.
+        statistic : str
+            One of :data:`zcache.inference.TEST_STATISTICS`.
+
+        Returns
+        -------
+        PValues
+        """
         ...
 
     def discovery(self) -> Discovery:

@@ -26,7 +26,7 @@ inside the plot exactly when :math:`|\cos\theta| \le 1`.
 
 Examples
 --------
->>> from zcache.phasespace import DalitzKinematics
+>>> from zcache.amplitude import DalitzKinematics
 >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957)   # D+ -> K- pi+ pi+
 >>> round(kin.s_range("12")[0], 6)                                # (m_K + m_pi)^2
 0.401002
@@ -45,12 +45,12 @@ import numpy as np
 import tensorflow as tf
 from scipy import integrate
 
-from ._engine.data import Data
-from ._engine.function import Function, function
-from ._engine.tf_internals import leave_to_python
-from .exceptions import ModelError
-from .models import Space
-from .sampling import accept_reject
+from .._engine.data import Data
+from .._engine.function import Function, function
+from .._engine.tf_internals import leave_to_python
+from ..exceptions import ModelError
+from ..models import Space
+from ..sampling import accept_reject
 
 __all__ = ["DalitzKinematics", "DalitzSpace", "kallen"]
 
@@ -72,7 +72,7 @@ def kallen(x: Any, y: Any, z: Any) -> Any:
 
     Examples
     --------
-    >>> from zcache.phasespace import kallen
+    >>> from zcache.amplitude import kallen
     >>> kallen(9.0, 1.0, 1.0)          # (9 - 1 - 1)^2 - 4 * 1 * 1
     45.0
     """

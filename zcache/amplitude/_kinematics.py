@@ -4,19 +4,19 @@ r"""ampform's helicity kinematics: four-momenta to the kinematic columns of a ``
 columns* (``model.kinematic_variables``: invariant masses and helicity angles), which ampform
 defines as SymPy expressions of the final-state four-momenta ``p0, p1, ...`` (arrays of shape
 (n, 4), :math:`(E, p_x, p_y, p_z)`, in the rest frame of the decaying particle).
-:class:`zcache.kinematics.HelicityKinematics` lambdifies those expressions once per model (with numpy, shared
+:class:`zcache.amplitude.HelicityKinematics` lambdifies those expressions once per model (with numpy, shared
 boosts and rotations computed once, matrix chains contracted pairwise) and turns four-momenta
 into the real float64 columns, checking them first (every final-state momentum, shape (n, 4),
 finite). :func:`phasespace_generator` draws fresh uniform three-body phase space and computes its
 columns the same way.
 
-The bridge (:func:`zcache.symbolic.from_helicity_model`) uses one such object per bridged
+The bridge (:func:`zcache.amplitude.from_helicity_model`) uses one such object per bridged
 model, so that data, the phase-space sample and generated events go through one path.
 
 Examples
 --------
 >>> import ampform, numpy as np, qrules
->>> from zcache.kinematics import HelicityKinematics
+>>> from zcache.amplitude import HelicityKinematics
 >>> reaction = qrules.generate_transitions(
 ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
 ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
@@ -42,12 +42,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.tf_internals import leave_to_python
-from .exceptions import SymbolicError
-from .phasespace import DalitzKinematics
-from .sampling import rng
+from .._engine.tf_internals import leave_to_python
+from ..exceptions import SymbolicError
+from ..sampling import rng
+from ._phasespace import DalitzKinematics
 
-__all__ = ["HelicityKinematics", "phasespace_generator"]
+__all__ = ["HelicityKinematics"]
 
 # ampform's names of the final-state four-momenta
 _MOMENTUM = re.compile(r"p\d+")
@@ -61,18 +61,8 @@ def _sympy() -> Any:
     try:
         import sympy
     except ImportError as err:  # pragma: no cover - [sympy] is part of [dev]
-        raise SymbolicError("zcache.kinematics needs SymPy: pip install zcache[sympy].") from err
+        raise SymbolicError("zcache.amplitude's SymPy bridge needs SymPy: pip install zcache[sympy].") from err
     return sympy
-
-
-def _require_three_body(info: Any, what: str) -> None:
-    initial, final = dict(info.initial_state), dict(info.final_state)
-    if len(initial) != 1 or sorted(final) != [0, 1, 2]:
-        raise SymbolicError(
-            f"{what}: only decays of one particle into three (final-state ids 0, 1, 2) are "
-            f"generated; this reaction has {len(initial)} initial and {len(final)} final-state particles. "
-            "Give generator= your own function of n."
-        )
 
 
 class HelicityKinematics:
@@ -342,60 +332,6 @@ def _count(n: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
         raise SymbolicError(f"the number of phase-space events must be a whole number >= 1, got {n!r}.")
     return int(n)
-
-
-def phasespace_generator(model: Any) -> Any:
-    r"""Fresh phase-space events of an ampform three-body ``HelicityModel``: its kinematic columns.
-
-    The masses come from ``model.reaction_info``. Each event is uniform in the Dalitz plot
-    (:meth:`zcache.phasespace.DalitzKinematics.sample_tensor`) with a uniform orientation of
-    the decay plane (Euler angles :math:`\alpha, \gamma` uniform, :math:`\cos\beta` uniform):
-    uniform three-body phase space. Its four-momenta in the parent's rest frame become the
-    columns by ampform's own ``model.kinematic_variables`` (:class:`zcache.kinematics.HelicityKinematics`).
-    Random numbers come from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed`
-    reproduces the events and the generator runs in traced samplers (its numpy part as a
-    ``tf.numpy_function``: a sampler compiled with XLA falls back to running uncompiled).
-
-    :func:`zcache.symbolic.from_helicity_model` uses it by default when its phase-space sample is
-    a number of events or four-momenta of the reaction; give it as ``generator=`` (or
-    ``generator="phasespace"``) where you computed the columns yourself from uniform phase space,
-    and draw the phase-space sample from it too, so that the two come from one distribution (the
-    model's density is relative to its phase-space sample).
-
-    Parameters
-    ----------
-    model : ampform.helicity.HelicityModel
-        A model of a decay of one particle into three.
-
-    Returns
-    -------
-    callable
-        ``generator(n)`` for an int or int64 tensor ``n``: a dict of column name -> float64
-        tensor of shape (n,), one per key of ``model.kinematic_variables``.
-
-    Raises
-    ------
-    SymbolicError
-        The reaction is not a decay into three particles.
-
-    Examples
-    --------
-    >>> import ampform, qrules, zcache
-    >>> from zcache.symbolic import from_helicity_model, phasespace_generator
-    >>> reaction = qrules.generate_transitions(
-    ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
-    ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
-    >>> model = ampform.get_builder(reaction).formulate()
-    >>> generate = phasespace_generator(model)
-    >>> zcache.sampling.set_seed(0)
-    >>> phsp = {name: column.numpy() for name, column in generate(20_000).items()}
-    >>> bridged = from_helicity_model(model, phsp, generator=generate)
-    >>> events = bridged.sample(1000)
-    >>> events.nevents, len({tuple(row) for row in events.numpy()})        # no event twice
-    (1000, 1000)
-    """
-    _require_three_body(model.reaction_info, "phasespace_generator")
-    return HelicityKinematics(model).generator()
 
 
 def _pairwise_einsum(*operands: Any) -> np.ndarray:

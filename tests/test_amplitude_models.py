@@ -1,4 +1,4 @@
-"""zcache.amplitudes: line shapes, angular functions, coherent sums, the amplitude PDF and its caches.
+"""zcache.amplitude: line shapes, angular functions, coherent sums, the amplitude PDF and its caches.
 
 References are independent numpy implementations of the formulas in the module docstring
 (Breit-Wigner with a mass-dependent width, Blatt-Weisskopf factors, Legendre polynomials,
@@ -25,11 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zcache
-from zcache.amplitudes import (
+from zcache.amplitude import (
     Amplitude,
     AmplitudePdf,
     CoherentSum,
     ComplexParameter,
+    DalitzKinematics,
     NonResonant,
     Resonance,
     blatt_weisskopf_sq,
@@ -42,7 +43,6 @@ from zcache.exceptions import DataRangeError, ModelError, ParameterValueError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Gaussian, Space, set_seed
-from zcache.phasespace import DalitzKinematics
 
 # D+ -> K- pi+ pi+ (PDG masses, GeV)
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039
@@ -1042,7 +1042,7 @@ def test_sampling_refuses_an_envelope_that_is_too_low():
 def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
     """The envelope error quotes the factor the envelope is built with (one constant, not a copy:
     the message said 1.5 x whatever the code used)."""
-    monkeypatch.setattr(zcache.amplitudes, "_FMAX_SAFETY", 3.0)  # any value: the message must follow
+    monkeypatch.setattr(zcache.amplitude._coherent_sum, "_FMAX_SAFETY", 3.0)  # any value: the message must follow
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
     set_seed(11)
     narrow = Resonance(kin, ("12", "13"), 0.89555, 0.0001, 1, name="very_narrow_quoted")
@@ -1052,7 +1052,7 @@ def test_envelope_error_quotes_the_safety_factor_the_code_uses(monkeypatch):
     with pytest.raises(ModelError, match="exceeded the envelope") as err:
         pdf.sample(2000)
     quoted = re.search(r"envelope \(([0-9.]+) x its maximum", str(err.value))
-    assert quoted is not None and float(quoted.group(1)) == zcache.amplitudes._FMAX_SAFETY, str(err.value)
+    assert quoted is not None and float(quoted.group(1)) == zcache.amplitude._coherent_sum._FMAX_SAFETY, str(err.value)
 
 
 @pytest.mark.slow  # 7 s: a fit

@@ -8,7 +8,7 @@ zero. Arithmetic on jets is the chain rule of second order: for :math:`f(v)`,
 which holds for real and for holomorphic complex functions alike; the non-holomorphic ones
 (real part, modulus) are written through real and imaginary parts.
 
-Why by hand: :class:`zcache.symbolic.SymbolicModel`'s Hessian needs per-event second derivatives of
+Why by hand: :class:`zcache.amplitude.SymbolicModel`'s Hessian needs per-event second derivatives of
 each group's amplitudes by its line-shape parameters. SymPy's ``diff`` of ampform's spin-2 amplitude
 grows from ~600 to ~10,000 operations per row and takes 12 s (every product rule copies the
 subtrees); TensorFlow's forward mode builds each JVP from a gradient of a gradient. A jet walks the

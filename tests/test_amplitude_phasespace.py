@@ -1,4 +1,4 @@
-"""zcache.phasespace: Dalitz ranges, area, invariants, helicity angles and phase-space sampling.
+"""zcache.amplitude: Dalitz ranges, area, invariants, helicity angles and phase-space sampling.
 
 Every reference here is independent of the code under test: Dalitz boundaries from the
 PDG's two-body energies, helicity angles from explicit four-vectors boosted in numpy,
@@ -16,9 +16,9 @@ from helpers import CHANNELS, box, inside_np, lam_np, pair_limits, total_sq, tra
 from scipy.spatial.transform import Rotation
 
 import zcache
+from zcache.amplitude import DalitzKinematics, DalitzSpace, kallen
 from zcache.exceptions import ModelError
 from zcache.models import Space, set_seed
-from zcache.phasespace import DalitzKinematics, DalitzSpace, kallen
 
 KS_MIN_P = 0.01  # fixed seeds: the draws are deterministic, the threshold only has to be sane
 
@@ -33,7 +33,7 @@ DECAYS = {
 
 
 # -- independent numpy references (CHANNELS, lam_np, pair_limits, total_sq, inside_np, box and
-# uniform_np: helpers.py, shared with test_amplitudes.py) ----------------------------------------
+# uniform_np: helpers.py, shared with test_amplitude_models.py) ----------------------------------------
 def four_vectors(x, masses, seed=0):
     """Momenta (E, px, py, pz) of particles 1, 2, 3 in the parent's rest frame, randomly rotated."""
     m = masses

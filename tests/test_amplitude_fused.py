@@ -1,4 +1,4 @@
-"""zcache._fitting.fused: a group's amplitudes as an XLA program forward and backward (issue 26, fused line shapes).
+"""zcache.amplitude._fused: a group's amplitudes as an XLA program forward and backward (issue 26, fused line shapes).
 
 The fused program must equal the plain function in value, gradient and Hessian, eagerly and traced,
 inside pfor (a jacobian) and where tapes are paused; the bridged model built with it must equal the
@@ -15,7 +15,7 @@ from helpers import small_bridge_loss
 
 import zcache
 from zcache._engine.tf_internals import stop_recording
-from zcache._fitting.fused import fused_program
+from zcache.amplitude._fused import fused_program
 
 M_X = np.linspace(0.5, 1.2, 40)
 
@@ -143,7 +143,7 @@ def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
             value, gradient = loss.value_gradient_at(x, params)
             zcache.precompute(loss)
             _, precomputed = loss.value_gradient_at(x, params)
-            # (the exact Hessian under XLA: test_symbolic's compiled Hessians, slow; 35 s more here)
+            # (the exact Hessian under XLA: test_amplitude_symbolic's compiled Hessians, slow; 35 s more here)
             hessian = loss.hessian_at(x, params, exact=True) if mode != "jit" else tf.zeros([6, 6], tf.float64)
         found[fused_groups] = float(value), gradient.numpy(), precomputed.numpy(), hessian.numpy()
     (v1, g1, p1, h1), (v0, g0, _, h0) = found[True], found[False]

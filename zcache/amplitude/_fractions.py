@@ -1,11 +1,11 @@
 r"""Fit fractions and interference terms of a coherent sum, with errors from a fit's covariance.
 
 For a coherent sum :math:`\sum_h |\sum_k c_k A_{kh}|^2` whose couplings come in *components*
-(the couplings that share a line shape: one amplitude of a :class:`zcache.amplitudes.CoherentSum`,
-one resonance's helicity couplings in a :class:`zcache.symbolic.SymbolicModel`), the fit fraction
+(the couplings that share a line shape: one amplitude of a :class:`zcache.amplitude.CoherentSum`,
+one resonance's helicity couplings in a :class:`zcache.amplitude.SymbolicModel`), the fit fraction
 of component :math:`a` is its coherent sum alone over the whole, and the interference term of a
 pair :math:`a \ne b` is twice the real part of their cross term (see
-``zcache._fitting.coherent.CoherentIntensity.fraction_matrix``); the fractions and the
+``zcache.amplitude._coherent.CoherentIntensity.fraction_matrix``); the fractions and the
 interference terms add up to one. The errors are the linear propagation
 :math:`\mathrm{cov}_F = J C J^T` of a fit's covariance :math:`C`, with the Jacobian
 :math:`J = \partial F / \partial x` by automatic differentiation (exact also for floating masses
@@ -14,9 +14,9 @@ and widths, through the integral caches).
 Examples
 --------
 >>> import zcache
->>> from zcache.phasespace import DalitzKinematics
->>> from zcache.amplitudes import CoherentSum, ComplexParameter, NonResonant, Resonance
->>> from zcache.fractions import fit_fractions_with_errors
+>>> from zcache.amplitude import DalitzKinematics
+>>> from zcache.amplitude import CoherentSum, ComplexParameter, NonResonant, Resonance
+>>> from zcache.amplitude import fit_fractions_with_errors
 >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957)
 >>> amp = CoherentSum([(1.0, NonResonant(kin)),
 ...                    (ComplexParameter("c_kst_ff", 0.3 + 0.2j), Resonance(kin, ("12", "13"), 0.8955, 0.0473, 1,
@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.data import Data
-from ._engine.parameter import Parameter
-from ._engine.tf_internals import leave_to_python
-from ._fitting.coherent import CoherentIntensity
-from .exceptions import FitError, IllegalInGraphModeError, ModelError
+from .._engine.data import Data
+from .._engine.parameter import Parameter
+from .._engine.tf_internals import leave_to_python
+from ..exceptions import FitError, IllegalInGraphModeError, ModelError
+from ._coherent import CoherentIntensity
 
 __all__ = ["FitFractions", "fit_fractions_with_errors"]
 
@@ -60,7 +60,7 @@ class FitFractions:
     ----------
     names : tuple of str
         The components' labels (amplitude names of a CoherentSum; a resonance label for the
-        SymPy bridge, see :attr:`zcache.symbolic.SymbolicModel.component_names`).
+        SymPy bridge, see :attr:`zcache.amplitude.SymbolicModel.component_names`).
     values : ndarray
         float64, shape (G, G), symmetric.
     errors : ndarray
@@ -74,7 +74,7 @@ class FitFractions:
     Examples
     --------
     >>> import numpy as np
-    >>> from zcache.fractions import FitFractions
+    >>> from zcache.amplitude import FitFractions
     >>> ff = FitFractions(("A", "B"), np.array([[0.7, 0.1], [0.1, 0.2]]), np.full((2, 2), 0.01),
     ...                   np.zeros((2, 2, 2, 2)))
     >>> ff.interference("B", "A"), round(ff.total, 12)
@@ -200,8 +200,8 @@ def fit_fractions_with_errors(amplitude: Any, mc: Data | None = None, result: An
     Parameters
     ----------
     amplitude : CoherentSum, SymbolicModel or AmplitudePdf
-        A coherent sum (a :class:`zcache.symbolic.SymbolicModel` whose intensity is one; a
-        model whose ``amplitude`` is one, as :class:`zcache.amplitudes.AmplitudePdf`).
+        A coherent sum (a :class:`zcache.amplitude.SymbolicModel` whose intensity is one; a
+        model whose ``amplitude`` is one, as :class:`zcache.amplitude.AmplitudePdf`).
     mc : zcache.Data, optional
         The integration (phase-space) sample; default the model's ``phasespace``.
     result : zcache.minimize.FitResult, optional
@@ -249,8 +249,8 @@ def _coherent_of(amplitude: Any, mc: Data | None) -> tuple[CoherentIntensity, Da
         intensity = amplitude.amplitude
     if not isinstance(intensity, CoherentIntensity) or not getattr(intensity, "is_coherent_sum", True):
         raise ModelError(
-            f"fit fractions need a coherent sum of couplings x amplitudes (a zcache.amplitudes.CoherentSum, "
-            f"an AmplitudePdf, or a zcache.symbolic.SymbolicModel whose intensity is sum_h |sum_k c_k A_kh|^2 "
+            f"fit fractions need a coherent sum of couplings x amplitudes (a zcache.amplitude.CoherentSum, "
+            f"an AmplitudePdf, or a zcache.amplitude.SymbolicModel whose intensity is sum_h |sum_k c_k A_kh|^2 "
             f"with complex couplings as linear factors), got {amplitude!r}."
         )
     mc = getattr(amplitude, "phasespace", None) if mc is None else mc

@@ -1,10 +1,10 @@
-"""Second-order jets (zcache._fitting.jets) against numdifftools, per event."""
+"""Second-order jets (zcache.amplitude._jets) against numdifftools, per event."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from zcache._fitting import jets as J
+from zcache.amplitude import _jets as J
 
 
 def _times(a, b):

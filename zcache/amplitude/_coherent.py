@@ -1,7 +1,7 @@
 r"""The coherent-sum core of the fitting layer: :math:`I(x) = \sum_h |\sum_k c_k A_{kh}(x)|^2` and its integrals.
 
-One implementation of the maths that :class:`zcache.amplitudes.CoherentSum` (hand-built
-resonances, one helicity) and :class:`zcache.symbolic.SymbolicModel` (a SymPy / ampform
+One implementation of the maths that :class:`zcache.amplitude.CoherentSum` (hand-built
+resonances, one helicity) and :class:`zcache.amplitude.SymbolicModel` (a SymPy / ampform
 intensity, :math:`H` helicity terms) share. The couplings :math:`c_k` are complex; the
 coupling-free amplitudes :math:`A_{kh}` come in **groups** (the couplings whose amplitudes read
 the same parameters: one resonance's line shape), each group a complex tensor of shape
@@ -11,7 +11,7 @@ core owns, and caches (as ``@zcache.cached`` methods of the model itself, so tha
 :func:`zcache._engine.cachable.caches_of` lists them and ``invalidate_caches`` reaches them):
 
 - each group's amplitude columns per :class:`zcache.Data` (unless the subclass's amplitudes
-  cache their own columns, as :class:`zcache.amplitudes.Amplitude` does);
+  cache their own columns, as :class:`zcache.amplitude.Amplitude` does);
 - optionally the stacked :math:`(H, K, N)` matrix of all groups per dataset: a coupling change
   then costs one matrix-vector product over the events;
 - one block :math:`I_{ab} = \sum_h \langle A_{ah} A_{bh}^\dagger\rangle` of the integral matrix
@@ -22,7 +22,7 @@ core owns, and caches (as ``@zcache.cached`` methods of the model itself, so tha
   :math:`|c_k|^2 I_{kk} / c^T I c^*`; per *component* (group) the fraction and interference
   matrix :meth:`CoherentIntensity.fraction_matrix`, a TensorFlow function of the parameters,
   and its Jacobian (:meth:`CoherentIntensity.fraction_jacobian`), from which
-  :mod:`zcache.fractions` propagates a fit's covariance.
+  :mod:`zcache.amplitude` propagates a fit's covariance.
 
 The PDF around it (the phase-space volume, the cached ``normalization`` of a
 :class:`zcache.models.Model`) stays with the model; :func:`sum_log_normalized` and

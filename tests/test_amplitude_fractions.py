@@ -1,4 +1,4 @@
-"""zcache.fractions: fit fractions and interference terms per component, with errors.
+"""zcache.amplitude: fit fractions and interference terms per component, with errors.
 
 References: the fractions from the integral matrix and the couplings in numpy, and the errors from
 a numdifftools Jacobian of the fractions as a numpy function of the parameters (set with
@@ -18,10 +18,11 @@ import pytest
 import tensorflow as tf
 
 import zcache
-from zcache.amplitudes import (
+from zcache.amplitude import (
     AmplitudePdf,
     CoherentSum,
     ComplexParameter,
+    DalitzKinematics,
     FitFractions,
     NonResonant,
     Resonance,
@@ -32,10 +33,9 @@ from zcache.exceptions import FitError, IllegalInGraphModeError, ModelError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Gaussian, Space, set_seed
-from zcache.phasespace import DalitzKinematics
 
 sp = pytest.importorskip("sympy")
-from zcache.symbolic import SymbolicModel  # noqa: E402
+from zcache.amplitude import SymbolicModel  # noqa: E402
 
 
 def _mode(mode):
@@ -66,7 +66,7 @@ def mc(kin):
 
 
 def _bridge(tag, helicities=1):
-    """The small two-Breit-Wigner SymbolicModel of test_symbolic (masses and widths floating);
+    """The small two-Breit-Wigner SymbolicModel of test_amplitude_symbolic (masses and widths floating);
     ``helicities=2`` adds a second helicity term, so each resonance is a group of two couplings."""
     x, y, th, m1, g1, m2, g2 = sp.symbols("x y th m_{f1} Gamma_{f1} m_{f2} Gamma_{f2}")
     c = sp.symbols("c1 c2 c3 c4")

@@ -1,4 +1,4 @@
-"""zcache.symbolic: the SymPy / ampform bridge.
+"""zcache.amplitude: the SymPy / ampform bridge.
 
 Two ampform models, each built once per module: J/psi -> gamma pi0 pi0 with f0(500), f0(980),
 f2(1270) (canonical helicity, as in tensorwaves' docs) and D0 -> K- pi+ pi0 with K*(892)0 and
@@ -28,12 +28,12 @@ pytest.importorskip("qrules")
 
 from helpers import coupling_block_loss, small_bridge_loss  # noqa: E402
 
+from zcache.amplitude import SymbolicModel, from_helicity_model, phasespace_generator, to_tensorflow  # noqa: E402
 from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
 from zcache.models import set_seed  # noqa: E402
 from zcache.sampling import rng as zcache_rng  # noqa: E402
-from zcache.symbolic import SymbolicModel, from_helicity_model, phasespace_generator, to_tensorflow  # noqa: E402
 
 M_PI0, M_PIC, M_K, M_D0, M_JPSI = 0.1349768, 0.13957039, 0.493677, 1.86484, 3.0969
 
@@ -180,12 +180,12 @@ def test_unknown_symbol_is_named():
         to_tensorflow(w * x, {"x": 1.0})
 
 
-BRIDGE = {"symbolic", "kinematics"}
+BRIDGE = {"_op_table", "_translator", "_kinematics"}  # zcache/amplitude/: they import sympy inside functions
 
 
 @pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_core_import_does_not_import_sympy():
-    """Only the bridge (zcache/symbolic.py, zcache/kinematics.py) imports sympy or ampform; zcache/__init__ neither."""
+    """Only the bridge (zcache/amplitude/: BRIDGE) imports sympy or ampform; zcache/__init__ neither."""
     package = pathlib.Path(zcache.__file__).parent
     offenders = []
     for path in package.rglob("*.py"):
@@ -194,10 +194,26 @@ def test_core_import_does_not_import_sympy():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(n.split(".")[0] in {"sympy", "ampform", "qrules"} for n in names) and path.stem not in BRIDGE:
                 offenders.append(path.name)
-            if path.stem == "__init__" and isinstance(node, ast.ImportFrom) and node.module in BRIDGE:
+            if (path == package / "__init__.py" and isinstance(node, ast.ImportFrom)
+                    and (node.module or "").split(".")[0] in BRIDGE | {"amplitude"}):
                 offenders.append(path.name)
     assert offenders == []
 
+
+
+@pytest.mark.slow  # a fresh interpreter imports TensorFlow (5-10 s)
+def test_importing_the_amplitude_package_does_not_import_sympy():
+    """``import zcache.amplitude`` (the bridge's names included) leaves SymPy unimported: they import it when called."""
+    import subprocess
+    import sys
+
+    code = ("import sys, zcache.amplitude as a; from zcache.amplitude import SymbolicModel, from_helicity_model; "
+            "assert 'sympy' not in sys.modules and 'ampform' not in sys.modules, sorted(sys.modules)[:5]; "
+            "print(len(a.__all__))")
+    root = pathlib.Path(zcache.__file__).parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) == len(zcache.amplitude.__all__)
 
 # -- caches: values, gradients, invalidation ----------------------------------------------------
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
@@ -319,7 +335,7 @@ def test_second_ampform_model_bridges_and_fits(dzero):
     assert abs(fitted.real - true.real) < 5 * errors[0] and abs(fitted.imag - true.imag) < 5 * errors[1]
     fractions = bridged.fit_fractions()
     assert len(fractions) == 2 and all(0.0 < f < 1.5 for f in fractions.values())
-    from zcache.amplitudes import fit_fractions
+    from zcache.amplitude import fit_fractions
 
     np.testing.assert_allclose(fit_fractions(bridged, bridged.phasespace), list(fractions.values()), rtol=1e-12)
 
@@ -575,8 +591,8 @@ def test_generator_must_return_every_column():
 _HASH_SEED_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-from test_symbolic import _ampform
-from zcache.symbolic import from_helicity_model
+from test_amplitude_symbolic import _ampform
+from zcache.amplitude import from_helicity_model
 model, expr = _ampform("D0", ["K-", "pi+", "pi0"], ["K*(892)0", "rho(770)+"], ["strong", "weak"], "helicity")
 bridged = from_helicity_model(model, 200, expression=expr, name="dz_seed")
 print("OBS", ",".join(bridged.space.obs))
@@ -625,7 +641,7 @@ def test_bridged_ampform_sample_has_no_repeated_events(dzero):
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_phasespace_generator_gives_fresh_physical_events(dzero, mode):
     """Three-body phase space from the reaction's masses, columns by ampform's expressions; fresh, seeded samples."""
-    from zcache.phasespace import DalitzKinematics
+    from zcache.amplitude import DalitzKinematics
 
     model, expr, _ = dzero
     generate = phasespace_generator(model)
@@ -677,7 +693,7 @@ def _helicity_cos(p1, p2):
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
 def test_columns_from_four_momenta_match_references(dzero):
     """Columns from four-momenta: invariant masses and a helicity angle by numpy, the generator's own columns."""
-    from zcache.kinematics import HelicityKinematics
+    from zcache.amplitude import HelicityKinematics
 
     model, _, _ = dzero
     kinematics = HelicityKinematics(model)
@@ -767,7 +783,7 @@ def test_four_body_kinematics_checks_without_ampform():
     """HelicityKinematics of a four-body reaction: momenta checked by name and shape; no fresh phase space."""
     from types import SimpleNamespace
 
-    from zcache.kinematics import HelicityKinematics
+    from zcache.amplitude import HelicityKinematics
 
     particle = SimpleNamespace
     reaction = SimpleNamespace(initial_state={-1: particle(mass=3.0)}, final_state={i: particle(mass=0.1) for i in range(4)})
@@ -1047,7 +1063,7 @@ def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(flo
 def _hessian_bridge(tag, *, polar=True, weights=False, capacity=None, extra=None, coupling_floats=True):
     """Two Breit-Wigners in two columns (two coupling groups, masses and widths floating), the second
     coupling polar (a zcache ComplexParameter) or Cartesian; optionally weighted or padded data."""
-    from zcache.amplitudes import ComplexParameter
+    from zcache.amplitude import ComplexParameter
 
     x, y, th, m1, g1, m2, g2, c1, c2 = sp.symbols("x y th m1 g1 m2 g2 c1 c2")
     bw1 = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
