@@ -737,3 +737,19 @@ def test_weighted_loss_refuses_weights_summing_to_zero_or_less(weightcorr):
         assert float(loss.value()) == before
     again = Minuit(weightcorr=weightcorr).minimize(loss)
     assert again.valid and again.errors["mu_w0"] == pytest.approx(reference.errors["mu_w0"], rel=1e-6)
+
+
+def test_a_constraints_measured_values_cannot_change_after_it_is_traced():
+    """A GaussianConstraint's mu, sigma and cov are constants of every graph traced from it: assigning or
+    writing into them raised nothing and changed no traced loss (a silently stale penalty); now both refuse."""
+    from zcache.loss import GaussianConstraint
+
+    p = zcache.Parameter("p_ro", 1.5)
+    con = GaussianConstraint([p], [1.0], [0.5])
+    before = float(con.value())
+    with pytest.raises(AttributeError):
+        con.mu = np.array([2.0])
+    for array in (con.mu, con.sigma, con.cov, con.observed):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 2.0
+    assert float(con.value()) == before == 0.5

@@ -126,47 +126,66 @@ class GaussianConstraint:
     def __init__(self, params: Sequence[Parameter], mu: Sequence[float], sigma: Sequence[float] | None = None,
                  cov: Any = None):
         self.params = list(params)
-        self.mu = np.asarray(mu, dtype=float)
+        self._mu = np.array(mu, dtype=float)
         n = len(self.params)
         if not all(isinstance(p, Parameter) for p in self.params):
             raise ModelError("GaussianConstraint constrains zcache.Parameter objects.")
-        if self.mu.shape != (n,):
-            raise ModelError(f"GaussianConstraint needs one value mu per parameter ({n}), got shape {self.mu.shape}.")
+        if self._mu.shape != (n,):
+            raise ModelError(f"GaussianConstraint needs one value mu per parameter ({n}), got shape {self._mu.shape}.")
         if (sigma is None) == (cov is None):
             raise ModelError("GaussianConstraint takes exactly one of sigma (independent widths) and cov "
                              "(a covariance matrix).")
         if sigma is not None:
-            self.sigma = np.asarray(sigma, dtype=float)
-            if self.sigma.shape != (n,):
-                raise ModelError(f"GaussianConstraint needs one sigma per parameter ({n}), got shape {self.sigma.shape}.")
-            if not (np.isfinite(self.sigma).all() and (self.sigma > 0).all()):
-                raise ModelError(f"GaussianConstraint: every sigma must be positive and finite, got {self.sigma}.")
-            self.cov = np.diag(self.sigma**2)
+            self._sigma = np.array(sigma, dtype=float)
+            if self._sigma.shape != (n,):
+                raise ModelError(f"GaussianConstraint needs one sigma per parameter ({n}), got shape {self._sigma.shape}.")
+            if not (np.isfinite(self._sigma).all() and (self._sigma > 0).all()):
+                raise ModelError(f"GaussianConstraint: every sigma must be positive and finite, got {self._sigma}.")
+            self._cov = np.diag(self._sigma**2)
             self._inv_cov = None
         else:
-            self.cov = np.asarray(cov, dtype=float)
-            if self.cov.shape != (n, n):
+            self._cov = np.array(cov, dtype=float)
+            if self._cov.shape != (n, n):
                 raise ModelError(f"GaussianConstraint: cov must have shape ({n}, {n}) for {n} parameters, "
-                                 f"got {self.cov.shape}.")
-            if not np.isfinite(self.cov).all():
+                                 f"got {self._cov.shape}.")
+            if not np.isfinite(self._cov).all():
                 raise ModelError("GaussianConstraint: cov has NaN or infinite entries.")
-            if not np.allclose(self.cov, self.cov.T, rtol=1e-10, atol=0.0):
-                raise ModelError(f"GaussianConstraint: cov must be symmetric, got {self.cov.tolist()}.")
+            if not np.allclose(self._cov, self._cov.T, rtol=1e-10, atol=0.0):
+                raise ModelError(f"GaussianConstraint: cov must be symmetric, got {self._cov.tolist()}.")
             try:
-                chol = np.linalg.cholesky(self.cov)
+                chol = np.linalg.cholesky(self._cov)
             except np.linalg.LinAlgError as err:
                 raise ModelError(f"GaussianConstraint: cov must be positive definite (its eigenvalues are "
-                                 f"{np.linalg.eigvalsh(self.cov).tolist()}).") from err
-            self.sigma = np.sqrt(np.diag(self.cov))
+                                 f"{np.linalg.eigvalsh(self._cov).tolist()}).") from err
+            self._sigma = np.sqrt(np.diag(self._cov))
             # C^-1 from the Cholesky factor; symmetrized so the penalty's Hessian is exactly symmetric.
             inv_chol = np.linalg.inv(chol)
             inv = inv_chol.T @ inv_chol
             self._inv_cov = 0.5 * (inv + inv.T)
+        # The numbers are constants of every graph traced from this constraint: a later change could not reach
+        # those graphs, so they cannot be changed (a new GaussianConstraint, in a new loss, takes new values).
+        for array in (self._mu, self._sigma, self._cov):
+            array.flags.writeable = False
+
+    @property
+    def mu(self) -> np.ndarray:
+        r"""The measured values :math:`\mu_j` (read-only: build a new constraint for others)."""
+        return self._mu
+
+    @property
+    def sigma(self) -> np.ndarray:
+        r"""The uncertainties :math:`\sqrt{C_{jj}}` (read-only)."""
+        return self._sigma
+
+    @property
+    def cov(self) -> np.ndarray:
+        r"""The covariance matrix :math:`C` (read-only)."""
+        return self._cov
 
     @property
     def observed(self) -> np.ndarray:
-        """The measured values ``mu`` (its former name)."""
-        return self.mu
+        """The measured values ``mu`` (the global observables of a toy study)."""
+        return self._mu
 
     def value(self) -> tf.Tensor:
         """The penalty at the current parameter values.
@@ -178,8 +197,8 @@ class GaussianConstraint:
         """
         values = tf.stack([p.value() for p in self.params])
         if self._inv_cov is None:
-            return 0.5 * tf.reduce_sum(tf.square((values - self.mu) / self.sigma))
-        delta = values - self.mu
+            return 0.5 * tf.reduce_sum(tf.square((values - self._mu) / self._sigma))
+        delta = values - self._mu
         return 0.5 * tf.reduce_sum(delta * tf.linalg.matvec(tf.constant(self._inv_cov, tf.float64), delta))
 
 
