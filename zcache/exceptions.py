@@ -44,6 +44,9 @@ __all__ = [
     "SymbolicError",
     "EnvironmentSettingError",
     "InferenceError",
+    "POIError",
+    "AsimovError",
+    "CrossingError",
     "ZCacheWarning",
     "RetracingWarning",
     "TensorFlowInternalsWarning",
@@ -205,6 +208,29 @@ class EnvironmentSettingError(ZCacheError, ValueError):
 
     The message names the variable and the values it takes (the table is in
     ``zcache._engine.environment``).
+    """
+
+
+class POIError(InferenceError):
+    """The parameter of interest is unknown, not floating, or a tested value is outside its limits.
+
+    The message lists the loss's parameters (an unknown name) or says what to change.
+    """
+
+
+class AsimovError(InferenceError):
+    """The asymptotic calculator cannot make Asimov data for this loss, or its formulae do not apply.
+
+    A loss evaluated in parts elsewhere (chunks, Dask workers), a multi-dimensional unbinned
+    model, or weighted events (the asymptotic distributions assume a likelihood); the message
+    names the part and suggests toys.
+    """
+
+
+class CrossingError(InferenceError):
+    """The tested POI values do not bracket the crossing an upper limit or interval needs.
+
+    The message says which way to extend the tested values.
     """
 
 

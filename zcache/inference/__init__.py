@@ -2,6 +2,10 @@ r"""Statistical answers from a fit: significances, limits, intervals, scans and 
 
 What to use when:
 
+- **the shared interface** (:func:`resolve_poi`, :func:`conditional_fit`, :func:`free_fit`,
+  :class:`Calculator`): the POI by name, the fits on the observed data that every calculator
+  makes (parameters put back), the answers' types (:class:`PValues`, :class:`Discovery`,
+  :class:`UpperLimit`, :class:`Interval`).
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 
@@ -11,10 +15,28 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._core import Calculator as Calculator
+from ._core import Discovery as Discovery
+from ._core import Interval as Interval
+from ._core import PValues as PValues
+from ._core import UpperLimit as UpperLimit
+from ._core import conditional_fit as conditional_fit
+from ._core import default_null_value as default_null_value
+from ._core import free_fit as free_fit
+from ._core import resolve_poi as resolve_poi
 from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
 
 __all__ = [
+    "Calculator",
+    "Discovery",
+    "Interval",
+    "PValues",
+    "UpperLimit",
+    "conditional_fit",
+    "default_null_value",
+    "free_fit",
+    "resolve_poi",
     "TEST_STATISTICS",
     "statistic",
 ]
