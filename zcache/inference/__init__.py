@@ -6,6 +6,10 @@ What to use when:
   :class:`Calculator`): the POI by name, the fits on the observed data that every calculator
   makes (parameters put back), the answers' types (:class:`PValues`, :class:`Discovery`,
   :class:`UpperLimit`, :class:`Interval`).
+- **toys** (:class:`ToyCalculator`): p-values, CLs, expected bands and discovery from toys
+  thrown at the profiled point and fitted in batches (on Dask if asked); with ``statistic="t"``
+  the Feldman-Cousins construction. Toys are kept in a :class:`ToyFits` table
+  (``to_npz`` / ``from_npz``) and can be given to a later calculator.
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 
@@ -26,6 +30,8 @@ from ._core import free_fit as free_fit
 from ._core import resolve_poi as resolve_poi
 from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
+from ._toy_calculator import ToyCalculator as ToyCalculator
+from ._toys import ToyFits as ToyFits
 
 __all__ = [
     "Calculator",
@@ -39,4 +45,6 @@ __all__ = [
     "resolve_poi",
     "TEST_STATISTICS",
     "statistic",
+    "ToyCalculator",
+    "ToyFits",
 ]

@@ -49,6 +49,7 @@ from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNL
 from ..minimize import Minuit
 from ..models import set_seed
 from ..toys import GENERATION_BLOCK
+from ._core import conditional_fit
 
 __all__ = ["ToyFits", "TOY_FIELDS", "run_hypothesis_toys", "toy_loss_parts"]
 
@@ -72,7 +73,7 @@ ALT, NULL = 0, 1
 
 @dataclass
 class ToyFits:
-    """The fitted toys of hypothesis tests: one row per toy and tested value.
+    r"""The fitted toys of hypothesis tests: one row per toy and tested value.
 
     Attributes
     ----------
@@ -85,7 +86,7 @@ class ToyFits:
     seed : int
         The seed the toys were drawn with.
     errordef : float
-        The loss's ``errordef`` (:math:`-2\\ln\\lambda = \\Delta\\mathrm{loss}/\\mathrm{errordef}`).
+        The loss's ``errordef`` (:math:`-2\ln\lambda = \Delta\mathrm{loss}/\mathrm{errordef}`).
     info : dict
         How they ran (``batch``, ``distributed``, ``wall_s``).
 
@@ -103,7 +104,7 @@ class ToyFits:
     errordef: float = 0.5
     info: dict[str, Any] = field(default_factory=dict)
 
-    def rows(self, kind: int, tested: float) -> np.ndarray:
+    def rows(self, kind: int, tested: float, generated: float | None = None) -> np.ndarray:
         """The rows of one hypothesis (``kind`` 0: the tested value's, 1: the null's) at one tested value.
 
         Parameters
@@ -112,6 +113,9 @@ class ToyFits:
             0 (toys generated at ``tested``) or 1 (generated at the null value).
         tested : float
             The tested POI value.
+        generated : float, optional
+            Only toys generated at this POI value (default: any; the toys of a tested value are
+            generated at it, unless fitted elsewhere with ``alt_tested``).
 
         Returns
         -------
@@ -119,7 +123,12 @@ class ToyFits:
             Those rows, ordered by toy number.
         """
         t = self.table
-        sel = t[(t["kind"] == kind) & (t["tested"] == float(tested))]
+        mask = (t["kind"] == kind) & (t["tested"] == float(tested))
+        if generated is not None:
+            mask &= t["generated"] == float(generated)
+        elif kind == ALT:
+            mask &= t["generated"] == float(tested)
+        sel = t[mask]
         return sel[np.argsort(sel["toy"], kind="stable")]
 
     def __add__(self, other: ToyFits) -> ToyFits:
@@ -564,10 +573,7 @@ def _dumps(obj: Any) -> bytes:
 def _profile(loss: UnbinnedNLL, poi: Parameter, nuisances: list[Parameter], mu: float,
              minimizer: Minuit) -> np.ndarray:
     """The nuisance values of the conditional fit to the observed data with the POI at ``mu``."""
-    set_values([poi], [mu])
-    if not nuisances:
-        return np.zeros(0)
-    result = minimizer.minimize(loss, nuisances)
+    result = conditional_fit(loss, poi, mu, minimizer)
     return np.array([result.values[p.name] for p in nuisances])
 
 
@@ -581,6 +587,7 @@ def run_hypothesis_toys(
     seed: int,
     alt: bool = True,
     null: bool = True,
+    alt_tested: float | None = None,
     batch: int | None = 2000,
     bound: float | None = None,
     minimizer: Minuit | None = None,
@@ -615,6 +622,9 @@ def run_hypothesis_toys(
         Toy ``i``'s dataset depends only on ``seed``, its hypothesis and ``i``.
     alt, null : bool
         Whether to throw the toys of the tested values, of the null hypothesis.
+    alt_tested : float, optional
+        Fit the toys of each tested value with the POI at ``alt_tested`` instead of at their
+        own value (a discovery's signal toys, fitted at the null value).
     batch : int or None
         Toys fitted per compiled program (:class:`zcache.batch.BatchedLoss`); None: one by one
         with ``minimizer``.
@@ -651,7 +661,7 @@ def run_hypothesis_toys(
     >>> model = SumPdf([Gaussian(space, 0.5, 0.05), Exponential(space, -1.0)], yields=[s, 50.0])
     >>> loss = ExtendedUnbinnedNLL(model, model.sample(55))
     >>> fits = run_hypothesis_toys(loss, s, [10.0], n_toys=8, null_value=0.0, seed=1, batch=8)
-    >>> fits.rows(0, 10.0).shape, fits.rows(1, 10.0)["generated"][0]
+    >>> fits.rows(0, 10.0).shape, float(fits.rows(1, 10.0)["generated"][0])
     ((8,), 0.0)
     """
     if int(n_toys) < 1:
@@ -671,7 +681,8 @@ def run_hypothesis_toys(
     try:
         engine = _Engine(loss, poi, nuisances, minimizer, None if batch is None else int(batch))
         profiled: dict[float, np.ndarray] = {}
-        for mu in sorted({*values, float(null_value), *([] if bound is None else [float(bound)])}):
+        extra = [float(v) for v in (bound, alt_tested) if v is not None]
+        for mu in sorted({*values, float(null_value), *extra}):
             profiled[mu] = _profile(loss, poi, nuisances, mu, minimizer)
 
         def point(kind: int, mu: float, key: tuple[int, ...]) -> _Point:
@@ -685,7 +696,7 @@ def run_hypothesis_toys(
         if alt:
             for mu in values:
                 points.append(point(ALT, mu, (0, *_value_key(mu))))
-                tested.append([mu])
+                tested.append([mu if alt_tested is None else float(alt_tested)])
         if null:
             points.append(point(NULL, float(null_value), (1, 0, 0)))
             tested.append(values)
@@ -696,7 +707,7 @@ def run_hypothesis_toys(
             table = _on_cluster(client, factory, poi, nuisances, minimizer, batch, seed, points, tested, profiled,
                                 toys, bound, chunk)
     finally:
-        for p, v, f in before:
+        for p, _, f in before:
             p.floating = f
         set_values([p for p, _, _ in before], [v for _, v, _ in before])
         data.set_data(observed[0], weights=observed[1])
