@@ -382,6 +382,9 @@ class _Engine:
         r = len(rows)
         fmin, values = np.full(r, np.nan), np.full((r, len(params)), np.nan)
         valid, refit, at_limit = np.zeros(r, bool), np.zeros(r, bool), np.zeros(r, bool)
+        if self.batch is not None and not params:  # nothing to fit: the loss at the tested value, batched
+            f = self._values_at(seed, rows)
+            return f, values, np.isfinite(f), refit, at_limit
         if self.batch is None or not params:
             for j, (point, i, mu, start) in enumerate(rows):
                 events, centres = self.dataset(seed, point, i)
@@ -423,6 +426,23 @@ class _Engine:
                 fmin[lo + j], values[lo + j], valid[lo + j] = self._serial(ev, centres, params, s, mu)
                 refit[lo + j] = True
         return fmin, values, valid, refit, at_limit
+
+    def _values_at(self, seed: int, rows: list[tuple[_Point, int, float | None, np.ndarray]]) -> np.ndarray:
+        """The loss of each toy with the POI at its row's value, every other parameter fixed."""
+        out = np.full(len(rows), np.nan)
+        batched = BatchedLoss.of(self.toy_loss, [self.poi])
+        assert self.batch is not None
+        for lo in range(0, len(rows), self.batch):
+            chunk = rows[lo: lo + self.batch]
+            chunk = chunk + [chunk[-1]] * (self.batch - len(chunk))
+            data = [self.dataset(seed, p, i) for p, i, _, _ in chunk]
+            events, weights = _padded([d[0] for d in data], self._rows(data))
+            pinned = {c: col for c, col in zip(self.centres, np.array([d[1] for d in data]).T, strict=True)}
+            f, _, ok = batched.value_and_gradient(np.array([[mu] for _, _, mu, _ in chunk]), events, weights,
+                                                  pinned=pinned or None)
+            n = min(self.batch, len(rows) - lo)
+            out[lo: lo + n] = np.where(ok[:n], f[:n], np.nan)
+        return out
 
     def _rows(self, data: list[tuple[np.ndarray, np.ndarray]]) -> int:
         """One number of rows for every batch (one compiled shape), grown in shape buckets for a rare large toy."""
