@@ -70,6 +70,11 @@ TOY_FIELDS: list[tuple[str, str]] = [
 
 ALT, NULL = 0, 1
 
+#: Events of generated blocks kept in memory: every pass over the toys (free fits, fits at the
+#: POI's limit, pinned fits at each tested value) reads them again, and drawing them again costs
+#: more than the fits of a small model.
+_BLOCK_BYTES = 512 * 2**20
+
 
 @dataclass
 class ToyFits:
@@ -300,6 +305,7 @@ class _Engine:
         self.cov = [np.asarray(con.cov, dtype=float) for con in self.constraints]
         self._blocks: dict[tuple[Any, ...], tuple[list[np.ndarray], np.ndarray]] = {}
         self._scratch: Data | None = None
+        self._bytes = 0
         self._hinv: dict[str, np.ndarray] = {}
         self.capacity = 0  # rows of every batch: set by ``expect``, grown by ``_rows``
 
@@ -320,8 +326,9 @@ class _Engine:
         got = self._blocks.get(key)
         if got is not None:
             return got
-        if len(self._blocks) > 4:  # rows come in order: a few blocks in memory are enough
-            self._blocks.clear()
+        while self._blocks and self._bytes > _BLOCK_BYTES:  # the oldest first: rows come in order
+            old = self._blocks.pop(next(iter(self._blocks)))
+            self._bytes -= sum(e.nbytes for e in old[0])
         entropy = [int(seed), point.kind, *point.key, int(block)]
         set_values(self.model_params, point.values)
         if self.loss.extended:
@@ -347,6 +354,7 @@ class _Engine:
             start += n
         observed = np.concatenate(parts, axis=1) if parts else np.zeros((GENERATION_BLOCK, 0))
         self._blocks[key] = (events, observed)
+        self._bytes += sum(e.nbytes for e in events)
         return events, observed
 
     def dataset(self, seed: int, point: _Point, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -696,8 +704,6 @@ def run_hypothesis_toys(
     everything = loss.get_params(floating=None)
     before = [(p, float(p), p.floating) for p in everything]
     t0 = time.perf_counter()
-    data = loss.data
-    observed = data.numpy(), (data.weights_data.numpy() if data.is_weighted else None)
     try:
         engine = _Engine(loss, poi, nuisances, minimizer, None if batch is None else int(batch))
         profiled: dict[float, np.ndarray] = {}
@@ -730,7 +736,6 @@ def run_hypothesis_toys(
         for p, _, f in before:
             p.floating = f
         set_values([p for p, _, _ in before], [v for _, v, _ in before])
-        data.set_data(observed[0], weights=observed[1])
     info = {"batch": batch, "distributed": client is not None, "wall_s": time.perf_counter() - t0}
     return ToyFits(table=table, poi=poi.name, seed=int(seed), errordef=float(loss.errordef), info=info)
 
