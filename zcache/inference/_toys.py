@@ -34,6 +34,7 @@ import contextlib
 import math
 import pickle
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,8 +219,16 @@ class _ToyExtendedNLL(ExtendedUnbinnedNLL):
         return [*super()._loss_params(), *(c for con in self.constraints for c in con.centres)]
 
 
+#: The toys' copy of each loss, made once while the loss lives: its batched programs (kept by
+#: BatchedLoss.of while the copy lives) serve every later question about the same loss.
+_TOY_LOSSES: weakref.WeakKeyDictionary[Any, tuple[UnbinnedNLL, list[Parameter], list[GaussianConstraint]]] = \
+    weakref.WeakKeyDictionary()
+
+
 def toy_loss_parts(loss: BaseLoss) -> tuple[UnbinnedNLL, list[Parameter], list[GaussianConstraint]]:
     """A copy of ``loss`` for toys: its own dataset, each constraint centred on fixed Parameters.
+
+    Made once per loss (and kept while the loss lives), so that its compiled programs are too.
 
     Parameters
     ----------
@@ -259,6 +268,9 @@ def toy_loss_parts(loss: BaseLoss) -> tuple[UnbinnedNLL, list[Parameter], list[G
             f"{type(loss).__name__}: binned and simultaneous losses are not supported by the toy "
             "calculator yet; use the asymptotic calculator for them."
         )
+    kept = _TOY_LOSSES.get(loss)
+    if kept is not None and [id(c) for c in kept[2]] == [id(c) for c in loss.constraints]:
+        return kept
     centres: list[Parameter] = []
     drawn = []
     for j, con in enumerate(loss.constraints):
@@ -269,7 +281,8 @@ def toy_loss_parts(loss: BaseLoss) -> tuple[UnbinnedNLL, list[Parameter], list[G
     data = loss.data
     own = Data(data.numpy(), name=f"{data.name}_toys", obs=data.obs)
     cls = _ToyExtendedNLL if loss.extended else _ToyNLL
-    return cls(loss.model, own, drawn), centres, list(loss.constraints)
+    parts = _TOY_LOSSES[loss] = (cls(loss.model, own, drawn), centres, list(loss.constraints))
+    return parts
 
 
 # -- one process ---------------------------------------------------------------------------------
