@@ -8,7 +8,9 @@ at :math:`(\mu, \hat{\hat\theta}(\mu))`, those of the background-only (null) hyp
 point is what makes the toy p-value depend little on the unknown nuisance values):
 
 - an extended loss's toys have a Poisson number of events around the model's yield at that
-  point, a plain one the observed number;
+  point, a plain one the observed number (a toy that draws 0 events is given one, with a
+  :class:`~zcache.exceptions.ZCacheWarning` that counts them: zcache has no unbinned
+  likelihood of an empty dataset);
 - each :class:`zcache.loss.GaussianConstraint`'s *global observables* (its ``observed``
   centre) are drawn per toy from the constraint's Gaussian around the profiled values, and the
   toy's constraint is centred on its own draw. In the batched fit the centres are Parameters
@@ -34,6 +36,7 @@ import contextlib
 import math
 import pickle
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +48,7 @@ import tensorflow as tf
 from .._engine.data import Data, size_class
 from .._engine.parameter import Parameter, set_values
 from ..batch import BatchedLoss
-from ..exceptions import InferenceError
+from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from ..minimize import Minuit
 from ..models import set_seed
@@ -343,13 +346,8 @@ class _Engine:
             old = self._blocks.pop(next(iter(self._blocks)))
             self._bytes -= sum(e.nbytes for e in old[0])
         entropy = [int(seed), point.kind, *point.key, int(block)]
+        counts = np.maximum(self.counts(seed, point, block), 1)  # an empty toy gets one event (see empty_toys)
         set_values(self.model_params, point.values)
-        if self.loss.extended:
-            counts = np.random.default_rng([*entropy, 1]).poisson(float(self.loss.model.get_yield()),
-                                                                   size=GENERATION_BLOCK)
-        else:
-            counts = np.full(GENERATION_BLOCK, int(self.loss.data.nevents))
-        counts = np.maximum(counts, 1)  # a toy needs at least one event
         set_seed(entropy)
         total = int(counts.sum())
         if self._scratch is None:
@@ -369,6 +367,26 @@ class _Engine:
         self._blocks[key] = (events, observed)
         self._bytes += sum(e.nbytes for e in events)
         return events, observed
+
+    def counts(self, seed: int, point: _Point, block: int) -> np.ndarray:
+        """The numbers of events of a block's toys (Poisson around the point's yield, if extended)."""
+        if not self.loss.extended:
+            return np.full(GENERATION_BLOCK, int(self.loss.data.nevents))
+        set_values(self.model_params, point.values)
+        entropy = [int(seed), point.kind, *point.key, int(block), 1]
+        return np.random.default_rng(entropy).poisson(float(self.loss.model.get_yield()), size=GENERATION_BLOCK)
+
+    def empty_toys(self, seed: int, points: list[_Point], toys: range) -> int:
+        """How many of these toys drew 0 events (and were given one: zcache has no likelihood of no events)."""
+        if not self.loss.extended:
+            return 0
+        empty = 0
+        for p in points:
+            for block in range(toys.start // GENERATION_BLOCK, (toys.stop - 1) // GENERATION_BLOCK + 1):
+                numbers = np.arange(block * GENERATION_BLOCK, (block + 1) * GENERATION_BLOCK)
+                inside = (numbers >= toys.start) & (numbers < toys.stop)
+                empty += int(np.sum(self.counts(seed, p, block)[inside] == 0))
+        return empty
 
     def dataset(self, seed: int, point: _Point, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Toy ``i`` of ``point``: its events and its constraints' centres."""
@@ -745,6 +763,13 @@ def run_hypothesis_toys(
         else:
             table = _on_cluster(client, factory, poi, nuisances, minimizer, batch, seed, points, tested, profiled,
                                 toys, bound, chunk)
+        empty = engine.empty_toys(seed, points, toys)
+        if empty:
+            # never silently: a toy of 0 events has no unbinned likelihood here, so it was given one
+            warnings.warn(f"{empty} toys drew 0 events (expected yields this small make empty toys likely) and were "
+                          "given one event each: zcache has no unbinned likelihood of an empty dataset. Their "
+                          "p-values are slightly off; a binned (counting) model has no such toys.", ZCacheWarning,
+                          stacklevel=3)
     finally:
         for p, _, f in before:
             p.floating = f
