@@ -754,6 +754,42 @@ class FitMachine(RuleBasedStateMachine):
             assert total == pytest.approx(len(x), abs=0.05 * np.sqrt(len(x)))  # not len(x) / parts
 
     @precondition(lambda self: self.p["nsig"].floating)
+    @rule(shift=st.floats(0.5, 3.0), compiled=st.booleans())
+    def asymptotic_q_is_the_numpy_profile(self, shift: float, compiled: bool) -> None:
+        """The asymptotic calculator's observed q of nsig, with the floating set of the moment,
+        equals -2 ln lambda of iminuit fits of the numpy NLL (free, and nsig fixed at a value
+        ``shift`` errors above the best fit), its CLs+b is 1 - Phi(sqrt q) (Cowan et al. eq. 59),
+        and every value, floating flag and the data are as before."""
+        from scipy import stats
+
+        from zcache.inference import AsymptoticCalculator
+
+        before, floating = self.values(), self.floating()
+        flags = {n: self.p[n].floating for n in NAMES}
+        free = np_minuit(self.x, before, floating)
+        if not free.valid:
+            note("the numpy reference does not converge: no comparison")
+            return
+        tested = min(free.values["nsig"] + shift * free.errors["nsig"], LIMITS["nsig"][1])
+        nuisances = [n for n in floating if n != "nsig"]
+        if nuisances:
+            at = np_minuit(self.x, {**before, "nsig": tested}, nuisances)
+            at_nll = at.fval if at.valid else None
+        else:
+            at_nll = np_extended_nll(self.x, *{**before, "nsig": tested}.values())
+        q = None if at_nll is None else max(2.0 * (at_nll - free.fval), 0.0)
+        calc = AsymptoticCalculator(self.loss, self.p["nsig"], minimizer=Minuit(tol=TOL, compiled=compiled),
+                                    asimov_bins=200)
+        pv = calc.p_values([tested], statistic="q")
+        note(f"asymptotic q at nsig = {tested:.6g}: zcache {pv.observed[0]:.8g}, numpy {q}")
+        if q is not None:
+            assert pv.observed[0] == pytest.approx(q, abs=2e-3)
+        assert pv.clsb[0] == pytest.approx(stats.norm.sf(np.sqrt(pv.observed[0])), rel=1e-9)
+        assert self.values() == before
+        assert {n: self.p[n].floating for n in NAMES} == flags
+        np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
+
+    @precondition(lambda self: self.p["nsig"].floating)
     @rule(seed=st.integers(1, 2**16), shift=st.floats(0.8, 1.3))
     def toy_p_value(self, seed: int, shift: float) -> None:
         """A small toy p-value of nsig with the floating set of the moment (4 toys per hypothesis, one batch

@@ -15,7 +15,9 @@ restyled or saved (``result.figure.savefig(...)``).
 - :func:`plot_profile`: the likelihood profile of a parameter from a
   :class:`zcache.minimize.FitResult`, with the HESSE parabola and the MINOS interval;
 - :func:`plot_pulls`: the pull distribution of a toy study (:class:`zcache.toys.ToyResult`)
-  with a Gaussian fitted to it.
+  with a Gaussian fitted to it;
+- :func:`plot_cls`: the "Brazil" plot of an upper limit: CLs (or the p-value) against the
+  POI, the expected median with its ±1σ and ±2σ bands, and the CL line.
 
 The expected count in bin :math:`i` is :math:`\mu_i = N\,P_i`, with :math:`N` the yield of
 an extended model (else the number of events in the model's range) and :math:`P_i` the
@@ -60,11 +62,13 @@ from scipy import stats
 from ._engine.data import Data
 from ._engine.tf_internals import leave_to_python
 from .amplitudes import AmplitudePdf
+from .inference import PValues, UpperLimit
 from .minimize import FitResult
 from .models import Model, ProductPdf, SumPdf
 from .toys import ToyResult
 
-__all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls"]
+__all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls",
+           "CLsPlot", "plot_cls"]
 
 #: Points of the smooth model curve.
 _CURVE_POINTS = 400
@@ -857,6 +861,128 @@ def plot_pulls(
     ax.legend(fontsize="small", frameon=False)
     return PullPlot(figure=fig, ax=ax, pulls=pulls, edges=edges, counts=counts.astype(float), mean=mean,
                     width=width, mean_error=float(mean_error), width_error=float(width_error))
+
+
+
+@dataclass
+class CLsPlot:
+    """What :func:`plot_cls` drew: the axes, the artists and the numbers behind them.
+
+    Attributes
+    ----------
+    figure, ax
+        The figure and axes.
+    values : ndarray
+        The tested POI values (the x of every curve).
+    observed : ndarray
+        The observed CLs (or p-value) drawn.
+    expected : ndarray or None
+        The expected CLs, shape (5, n): −2σ … +2σ (None for a p-value plot).
+    observed_line, expected_line, cl_line
+        The ``Line2D`` artists (``expected_line`` None for a p-value plot).
+    band_1sigma, band_2sigma
+        The filled bands (``PolyCollection``; None for a p-value plot).
+    limits : list
+        The vertical lines at the observed and median expected limits (from an UpperLimit; else []).
+    """
+
+    figure: Figure
+    ax: Axes
+    values: np.ndarray
+    observed: np.ndarray
+    expected: np.ndarray | None
+    observed_line: Any
+    expected_line: Any
+    band_1sigma: Any
+    band_2sigma: Any
+    cl_line: Any
+    limits: list = field(default_factory=list)
+
+
+def plot_cls(result: Any, ax: Axes | None = None, *, cl: float | None = None, kind: str = "cls") -> CLsPlot:
+    r"""The "Brazil" plot: CLs against the POI, the expected median with ±1σ (green) and ±2σ (yellow) bands.
+
+    Parameters
+    ----------
+    result : zcache.inference.UpperLimit or zcache.inference.PValues
+        An upper limit (its p-values, confidence level and limits are drawn) or p-values.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw; default a new figure.
+    cl : float, optional
+        The confidence level of the horizontal line at ``1 - cl``; default the limit's, or 0.95.
+    kind : {"cls", "clsb"}
+        ``"cls"``: CLs with the expected bands; ``"clsb"``: the p-value of the tested
+        hypothesis :math:`p_\mu` (no bands: they are CLs's).
+
+    Returns
+    -------
+    CLsPlot
+
+    Raises
+    ------
+    ValueError
+        ``result`` is neither, an unknown ``kind``, or ``cl`` not in (0, 1).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt, numpy as np
+    >>> from zcache.inference import PValues
+    >>> from zcache.plot import plot_cls
+    >>> x = np.linspace(0.0, 5.0, 6)
+    >>> cls = np.exp(-x)
+    >>> z = np.zeros(6)
+    >>> pv = PValues(values=x, statistic="qtilde", observed=z, clsb=cls, clb=np.ones(6), cls=cls,
+    ...              expected_cls=np.exp(-x[None, :] * np.array([[2.0], [1.5], [1.0], [0.7], [0.5]])), clsb_err=z,
+    ...              clb_err=z, cls_err=z, expected_cls_err=np.zeros((5, 6)))
+    >>> drawn = plot_cls(pv)
+    >>> bool(np.array_equal(drawn.observed_line.get_ydata(), cls)), round(float(drawn.cl_line.get_ydata()[0]), 6)
+    (True, 0.05)
+    >>> plt.close(drawn.figure)
+    """
+    if kind not in ("cls", "clsb"):
+        raise ValueError(f"plot_cls: kind must be 'cls' or 'clsb', got {kind!r}.")
+    limit = None
+    if isinstance(result, UpperLimit):
+        limit, pv = result, result.p_values
+        cl = result.cl if cl is None else cl
+    elif isinstance(result, PValues):
+        pv = result
+    else:
+        raise ValueError(f"plot_cls draws a zcache.inference.UpperLimit or PValues, got {type(result).__name__}.")
+    cl = 0.95 if cl is None else float(cl)
+    if not 0.0 < cl < 1.0:
+        raise ValueError(f"plot_cls: cl must be in (0, 1), got {cl!r}.")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    else:
+        fig = ax.figure
+    x = np.asarray(pv.values, dtype=float)
+    expected = band1 = band2 = expected_line = None
+    if kind == "cls":
+        observed = np.asarray(pv.cls, dtype=float)
+        expected = np.asarray(pv.expected_cls, dtype=float)
+        band2 = ax.fill_between(x, expected[0], expected[4], color="yellow", label=r"expected $\pm 2\sigma$", lw=0)
+        band1 = ax.fill_between(x, expected[1], expected[3], color="limegreen", label=r"expected $\pm 1\sigma$", lw=0)
+        (expected_line,) = ax.plot(x, expected[2], color="k", ls="--", label="expected median")
+        label, ylabel = "observed CL$_s$", "CL$_s$"
+    else:
+        observed = np.asarray(pv.clsb, dtype=float)
+        label, ylabel = r"observed $p_\mu$", r"$p_\mu$ (CL$_{s+b}$)"
+    (observed_line,) = ax.plot(x, observed, color="k", marker="o", ms=3, label=label)
+    (cl_line,) = ax.plot([x[0], x[-1]], [1.0 - cl, 1.0 - cl], color="r", lw=1, label=f"{1.0 - cl:g} ({cl:.0%} CL)")
+    lines = []
+    if limit is not None:
+        lines.append(ax.axvline(limit.observed, color="k", lw=0.8, ls=":"))
+        lines.append(ax.axvline(float(limit.expected[2]), color="0.4", lw=0.8, ls=":"))
+    ax.set_xlim(x[0], x[-1])
+    ax.set_ylim(0.0, 1.05)
+    ax.set_xlabel("POI")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small", frameon=False)
+    return CLsPlot(figure=fig, ax=ax, values=x, observed=observed, expected=expected, observed_line=observed_line,
+                   expected_line=expected_line, band_1sigma=band1, band_2sigma=band2, cl_line=cl_line, limits=lines)
 
 
 leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

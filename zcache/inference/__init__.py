@@ -6,6 +6,12 @@ What to use when:
   :class:`Calculator`): the POI by name, the fits on the observed data that every calculator
   makes (parameters put back), the answers' types (:class:`PValues`, :class:`Discovery`,
   :class:`UpperLimit`, :class:`Interval`).
+- **asymptotic answers** (:class:`AsymptoticCalculator`): p-values, CLs with its expected band
+  and discovery significances from the formulae of Cowan et al. and Asimov data, in
+  seconds; for large samples of unweighted events (else toys).
+- **the answers** (:func:`discovery`, :func:`upper_limit`, :func:`interval`): a significance,
+  a CLs upper limit with its expected band, a two-sided interval, from any calculator's
+  p-values (asymptotic: profile likelihood; toys: Feldman-Cousins for an interval).
 - **toys** (:class:`ToyCalculator`): p-values, CLs, expected bands and discovery from toys
   thrown at the profiled point and fitted in batches (on Dask if asked); with ``statistic="t"``
   the Feldman-Cousins construction. Toys are kept in a :class:`ToyFits` table
@@ -19,6 +25,10 @@ parameters are its nuisance parameters.
 
 from __future__ import annotations
 
+from ._answers import discovery as discovery
+from ._answers import interval as interval
+from ._answers import upper_limit as upper_limit
+from ._asymptotic import AsymptoticCalculator as AsymptoticCalculator
 from ._core import Calculator as Calculator
 from ._core import Discovery as Discovery
 from ._core import Interval as Interval
@@ -34,15 +44,19 @@ from ._toy_calculator import ToyCalculator as ToyCalculator
 from ._toys import ToyFits as ToyFits
 
 __all__ = [
+    "AsymptoticCalculator",
     "Calculator",
     "Discovery",
     "Interval",
     "PValues",
     "UpperLimit",
     "conditional_fit",
+    "discovery",
     "default_null_value",
     "free_fit",
+    "interval",
     "resolve_poi",
+    "upper_limit",
     "TEST_STATISTICS",
     "statistic",
     "ToyCalculator",

@@ -363,7 +363,7 @@ class PValues:
         test's).
     clb : ndarray
         :math:`1 - p_b`, the probability under the background-only hypothesis of a statistic
-        at most the observed one (the CLs denominator).
+        at least as large as the observed one (the CLs denominator).
     cls : ndarray
         ``clsb / clb``.
     expected_cls : ndarray
