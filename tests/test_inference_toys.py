@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 import zcache
 from zcache.binned import BinnedData, BinnedNLL
 from zcache.exceptions import InferenceError, POIError, ZCacheWarning
-from zcache.inference import ToyCalculator, ToyFits, _toys, conditional_fit
+from zcache.inference import ToyCalculator, ToyFits, _toys, conditional_fit, interval
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
@@ -259,7 +259,7 @@ def test_feldman_cousins_p_values_match_a_neyman_construction():
     x_obs = 0.3
     loss = UnbinnedNLL(model, zcache.Data(np.array([x_obs]), obs="x"))
     calc = ToyCalculator(loss, mu, n_toys=1500, seed=4, batch=1500)
-    values = np.array([0.2, 1.0, 1.5, 2.6])
+    values = np.array([0.0, 0.2, 1.0, 1.5, 1.8, 2.1, 2.6])
     pv = calc.p_values(values, statistic="t")
 
     def t(x, m):  # -2 ln of FC's ratio L(m) / L(max(x, 0))
@@ -270,5 +270,11 @@ def test_feldman_cousins_p_values_match_a_neyman_construction():
         exact = np.mean(t(m + draws, m) >= t(x_obs, m) - 1e-12)
         assert pv.observed[j] == pytest.approx(t(x_obs, m), abs=1e-4)
         assert pv.clsb[j] == pytest.approx(exact, abs=4 * pv.clsb_err[j] + 2e-3)
-    # FC's 90 % interval for x = 0.3 (Table X: [0.00, 1.94]): inside at 1.5, outside at 2.6
-    assert pv.clsb[2] > 0.1 > pv.clsb[3]
+    # FC's 90 % interval for x = 0.3 (Table X: [0.00, 1.94]), from the same toys
+    fc = interval(calc, values, cl=0.9, statistic="t")
+    rng_draws = draws[:100_000]
+    upper = optimize.brentq(lambda m: np.mean(t(m + rng_draws, m) >= t(x_obs, m)) - 0.1, 1.0, 3.0, xtol=1e-3)
+    assert fc.lower == 0.0
+    assert fc.upper == pytest.approx(upper, abs=0.1)
+    assert fc.upper == pytest.approx(1.94, abs=0.1)
+    assert "Neyman" in fc.method and fc.best == pytest.approx(x_obs, abs=1e-3)

@@ -78,7 +78,8 @@ class ToyCalculator:
         on the seed, its hypothesis and its number, not on the batch size or the chunking.
     batch : int or None
         Toys per compiled fit (:class:`zcache.batch.BatchedLoss`); ``None``: one by one with
-        ``minimizer``.
+        ``minimizer``. Every toy of a batch takes BFGS steps until the slowest one has
+        converged, so a moderate batch (the default) beats a huge one (benchmarks/RESULTS.md).
     client : dask.distributed.Client, optional
         Fit the toys in chunks on the cluster's workers; needs ``factory``.
     factory : callable, optional
@@ -119,7 +120,7 @@ class ToyCalculator:
     """
 
     def __init__(self, loss: BaseLoss, poi: str | Parameter, *, n_toys: int, null_value: float | None = None,
-                 seed: int | None = None, batch: int | None = 2000, client: Any = None,
+                 seed: int | None = None, batch: int | None = 128, client: Any = None,
                  factory: Callable[[], Any] | None = None, toys: ToyFits | None = None,
                  signal_value: float | None = None, minimizer: Minuit | None = None) -> None:
         toy_loss_parts(loss)  # refuses what toys cannot do (binned, simultaneous) now, not at the first question
@@ -162,6 +163,12 @@ class ToyCalculator:
             result = free_fit(self.loss, self.poi, self.minimizer)
             self._free = (float(result.values[self.poi.name]), float(result.fmin))
         return self._free
+
+    @property
+    def mu_hat(self) -> float:
+        """The POI at the free minimum of the observed data (parameters put back)."""
+        with kept_parameters(self.loss):
+            return self._free_fit()[0]
 
     def _at(self, mu: float) -> float:
         if mu not in self._observed:

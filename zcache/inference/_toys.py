@@ -647,7 +647,7 @@ def run_hypothesis_toys(
     alt: bool = True,
     null: bool = True,
     alt_tested: float | None = None,
-    batch: int | None = 2000,
+    batch: int | None = 128,
     bound: float | None = None,
     minimizer: Minuit | None = None,
     client: Any = None,
