@@ -278,3 +278,24 @@ def test_feldman_cousins_p_values_match_a_neyman_construction():
     assert fc.upper == pytest.approx(upper, abs=0.1)
     assert fc.upper == pytest.approx(1.94, abs=0.1)
     assert "Neyman" in fc.method and fc.best == pytest.approx(x_obs, abs=1e-3)
+
+
+def _dask_loss():
+    """The loss the Dask workers build (module level: pickled by reference)."""
+    return _signal_background("s_dask")[0]
+
+
+@pytest.mark.slow
+def test_toys_on_dask_are_the_toys_of_one_process():
+    distributed = pytest.importorskip("distributed")
+    loss, s, b, _ = _signal_background("s_dask")
+    here = ToyCalculator(loss, s, n_toys=80, seed=6, batch=40)
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        there = ToyCalculator(loss, s, n_toys=80, seed=6, batch=40, client=client, factory=_dask_loss)
+        p_there = there.p_values([10.0])
+    p_here = here.p_values([10.0])
+    for kind in (_toys.ALT, _toys.NULL):
+        x, y = here.toys.rows(kind, 10.0), there.toys.rows(kind, 10.0)
+        assert np.array_equal(x["toy"], y["toy"]) and np.array_equal(x["nevents"], y["nevents"])
+        np.testing.assert_allclose(x["nll_at_mu"] - x["nll_free"], y["nll_at_mu"] - y["nll_free"], atol=2e-3)
+    np.testing.assert_allclose(p_there.cls, p_here.cls, atol=2 / 80)
