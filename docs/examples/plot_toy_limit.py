@@ -21,9 +21,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import zcache
-from zcache.inference import ToyCalculator
+from zcache.inference import ToyCalculator, upper_limit
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint
 from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
+from zcache.plot import plot_cls
 
 space = Space("x", 0.0, 1.0)
 nsig = zcache.Parameter("nsig", 0.0, lower=0.0, upper=100.0)
@@ -36,43 +37,33 @@ loss = ExtendedUnbinnedNLL(model, data, [GaussianConstraint([nbkg], [60.0], [6.0
 # %%
 # p-values from toys
 # ------------------
-# 200 toys per tested value and 200 background-only toys, fitted 200 at a time. ``qtilde`` is
+# 400 toys per tested value and 400 background-only toys, fitted 128 at a time. ``qtilde`` is
 # the upper-limit statistic of Cowan et al.; CLs divides the signal hypothesis's p-value by the
 # background-only one. The expected band is the CLs the background-only toys would have seen.
 
-calc = ToyCalculator(loss, "nsig", n_toys=200, seed=1, batch=200)
-values = np.array([2.0, 5.0, 8.0, 11.0, 15.0])
+calc = ToyCalculator(loss, "nsig", n_toys=400, seed=1, batch=128)
+values = np.array([2.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0, 13.0, 20.0])
 pv = calc.p_values(values, statistic="qtilde")
 for v, cls, err in zip(values, pv.cls, pv.cls_err, strict=True):
     print(f"nsig = {v:5.1f}: CLs = {cls:.3f} +- {err:.3f}")
 
 # %%
-# The limit is where CLs crosses 0.05 (interpolated linearly between the tested values).
+# The limit
+# ---------
+# :func:`zcache.inference.upper_limit` reads the limit off the same calculator: it asks for the
+# p-values of the values it is given (the toys above are reused, nothing is fitted again) and
+# interpolates where CLs falls through 0.05, for the observed data and the expected band.
 
-
-def crossing(cls: np.ndarray) -> float:
-    """The tested value where ``cls`` first falls below 0.05, interpolated linearly."""
-    k = np.flatnonzero(cls < 0.05)[0]
-    return float(values[k - 1] + (0.05 - cls[k - 1]) / (cls[k] - cls[k - 1]) * (values[k] - values[k - 1]))
-
-
-observed = crossing(pv.cls)
-expected = crossing(pv.expected_cls[2])
-print(f"95 % CL upper limit: {observed:.1f} signal events (median expected {expected:.1f})")
-assert 2.0 < observed < 15.0 and 2.0 < expected < 15.0
+limit = upper_limit(calc, values, cl=0.95)
+print(f"95 % CL upper limit: {limit.observed:.1f} signal events (median expected {limit.expected[2]:.1f})")
+assert 2.0 < limit.observed < 12.0 and 2.0 < limit.expected[2] < 12.0
 assert float(nsig) == 0.0 and nsig.floating  # the calculator put everything back
 
 # %%
 # The CLs curve and its expected band
 # -----------------------------------
+# :func:`zcache.plot.plot_cls` draws the "Brazil" plot; the error bars are the toys' binomial errors.
 
-fig, ax = plt.subplots(figsize=(6, 4))
-ax.fill_between(values, pv.expected_cls[0], pv.expected_cls[4], color="gold", label=r"expected $\pm 2\sigma$")
-ax.fill_between(values, pv.expected_cls[1], pv.expected_cls[3], color="limegreen", label=r"expected $\pm 1\sigma$")
-ax.plot(values, pv.expected_cls[2], "k--", label="expected")
-ax.errorbar(values, pv.cls, yerr=pv.cls_err, fmt="ko-", label="observed")
-ax.axhline(0.05, color="r", lw=1)
-ax.set_xlabel("signal events")
-ax.set_ylabel("CLs")
-ax.legend()
+drawn = plot_cls(limit)
+drawn.ax.errorbar(values, pv.cls, yerr=pv.cls_err, fmt="none", ecolor="k")
 plt.show()
