@@ -24,6 +24,7 @@ GROUPS = {
     "large": (["bench_large"], ["Large Dalitz fit: rows", "| UnbinnedNLL (in memory), N = 2e4 | ok |",
                                 "GPU: per-evaluation time"]),
     "scans": (["bench_scans"], ["Profile scans (quick)", "What the numbers say"]),
+    "inference": (["bench_inference"], ["Toy upper limit (quick)", "zcache ToyCalculator (quick)"]),
 }
 
 
@@ -40,7 +41,7 @@ def test_the_groups_cover_every_benchmark():
 #: ampform builds that the library's own tests (test_jit, test_amplitude_models, test_amplitude_symbolic) already pay. The "fit"
 #: group (49 s) joined them when CI began to build the documentation; CI keeps bench_fit's single fit and
 #: bench_reliability's toy loop (the tests below), and the report's format through test_the_groups_cover_every_benchmark.
-SMOKE_ONLY = {"jit", "symbolic", "amplitude", "fit", "large", "scans"}  # scans: one batched compile, ~40 s
+SMOKE_ONLY = {"jit", "symbolic", "amplitude", "fit", "large", "scans", "inference"}  # scans, inference: batched compiles
 
 
 @pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.bench_smoke) if g in SMOKE_ONLY else g

@@ -851,6 +851,35 @@ class FitMachine(RuleBasedStateMachine):
         assert {n: self.p[n].floating for n in NAMES} == flags
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
+    @precondition(lambda self: self.p["nsig"].floating)
+    @rule(seed=st.integers(1, 2**16), shift=st.floats(0.8, 1.3))
+    def toy_p_value(self, seed: int, shift: float) -> None:
+        """A small toy p-value of nsig with the floating set of the moment (4 toys per hypothesis, one batch
+        each): every toy's statistic (POI pinned and free) equals the same toy fitted serially with Minuit,
+        the CLs+b is the fraction of toys at least as extreme as the observed statistic, and every
+        parameter's value and floating flag, and the data, are as before."""
+        from zcache.inference import ToyCalculator, _toys
+
+        before, floating = self.values(), self.floating()
+        poi = self.p["nsig"]
+        tested = float(np.clip(before["nsig"] * shift, 50.0, LIMITS["nsig"][1]))
+        kw = dict(n_toys=4, null_value=0.8 * tested, seed=seed)
+        batched = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=4, **kw)
+        serial = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=None, **kw)
+        note(f"toy p-value at nsig={tested} floating={floating}: {batched.table} / {serial.table}")
+        for kind in (_toys.ALT, _toys.NULL):
+            x, y = batched.rows(kind, tested), serial.rows(kind, tested)
+            np.testing.assert_array_equal(x["nevents"], y["nevents"])
+            ok = x["valid"] & y["valid"]
+            np.testing.assert_allclose((x["nll_at_mu"] - x["nll_free"])[ok], (y["nll_at_mu"] - y["nll_free"])[ok],
+                                       atol=2e-3)
+        calc = ToyCalculator(self.loss, poi, n_toys=4, seed=seed, null_value=0.8 * tested, toys=batched, batch=4)
+        pv = calc.p_values([tested], statistic="q")
+        alt, _ = calc.toy_statistics(tested, "q")
+        assert pv.clsb[0] == pytest.approx(np.mean(alt >= pv.observed[0] - 1e-9 * (1 + pv.observed[0])))
+        assert self.values() == before and self.floating() == floating
+        np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
+
     # -- invariants -----------------------------------------------------------------------
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:

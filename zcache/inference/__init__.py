@@ -12,6 +12,10 @@ What to use when:
 - **the answers** (:func:`discovery`, :func:`upper_limit`, :func:`interval`): a significance,
   a CLs upper limit with its expected band, a two-sided interval, from any calculator's
   p-values (asymptotic: profile likelihood; toys: Feldman-Cousins for an interval).
+- **toys** (:class:`ToyCalculator`): p-values, CLs, expected bands and discovery from toys
+  thrown at the profiled point and fitted in batches (on Dask if asked); with ``statistic="t"``
+  the Feldman-Cousins construction. Toys are kept in a :class:`ToyFits` table
+  (``to_npz`` / ``from_npz``) and can be given to a later calculator.
 - **test statistics** (:func:`statistic`): the profile-likelihood ratios of Cowan et al.
   (arXiv:1007.1727) from a conditional and a free minimum.
 - **sWeights** (:func:`sweights`, :class:`SWeights`): per-event weights of each species of an
@@ -52,6 +56,8 @@ from ._splot import sweighted_covariance as sweighted_covariance
 from ._splot import sweights as sweights
 from ._statistics import TEST_STATISTICS as TEST_STATISTICS
 from ._statistics import statistic as statistic
+from ._toy_calculator import ToyCalculator as ToyCalculator
+from ._toys import ToyFits as ToyFits
 
 __all__ = [
     "AsymptoticCalculator",
@@ -78,4 +84,6 @@ __all__ = [
     "contour",
     "profile_grid",
     "profile_scan",
+    "ToyCalculator",
+    "ToyFits",
 ]
