@@ -447,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         by_age = sorted(totals.rss_mib)
         print(f"[stress] worker peak RSS: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
               f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]} (--recycle {args.recycle})")
+        # the growth per batch, to set --recycle from: the largest peak after each number of batches
+        growth: dict[int, float] = {}
+        for batches, rss in by_age:
+            growth[batches] = max(rss, growth.get(batches, 0.0))
+        print("[stress] worker peak RSS by batches run: "
+              + ", ".join(f"{b}: {rss:.0f}" for b, rss in sorted(growth.items())) + " MiB")
     bad = sum(c["bad_value"] + c["bad_data"] for c in totals.calls.values())
     print(f"[stress] bad inputs tried (bad_value + bad_data rules): {bad}")
     parts = ", ".join(f"{m} {totals.sequences[m]} of at most {steps[m]} steps" for m in machines
