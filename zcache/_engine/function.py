@@ -159,11 +159,12 @@ class Function:
         g = GRAPH.nx
         nodes = g.nodes
         below: set[int] = set()
-        for uid in self._reads:
-            if uid in g:
-                below.add(uid)
-                below |= nx.ancestors(g, uid)
-        return frozenset(uid for uid in below if nodes[uid].get("always_dirty"))
+        with GRAPH.lock:  # a collected object's node is removed after the walk, not during it
+            for uid in self._reads:
+                if uid in g:
+                    below.add(uid)
+                    below |= nx.ancestors(g, uid)
+            return frozenset(uid for uid in below if nodes[uid].get("always_dirty"))
 
     def _follow_bypass(self) -> None:
         """A cache's bypass changed somewhere: use (or start) the graphs of this function's setting now.
