@@ -26,6 +26,7 @@ Usage::
     make stress                                          # 10,000 sequences, 2 workers, both machines
     .venv/bin/python tests/stress.py --sequences 200 --minutes 5
     .venv/bin/python tests/stress.py --machine cache --replay 12345 --batch 20 --shrink
+    .venv/bin/python tests/stress.py --machine both --rounds 6 --seed 5000   # one worker's batches, cost of each
 """
 
 from __future__ import annotations
@@ -279,6 +280,30 @@ def _print_failure(result: dict, number: int, args: argparse.Namespace) -> None:
           f"--steps {result.get('steps_max', args.steps)} --shrink\n{text}", flush=True)
 
 
+def _rounds(args: argparse.Namespace) -> int:
+    """``--rounds N``: the batches a worker runs, in this process, with each batch's cost (what a short run in
+    fresh workers cannot show: there the first batches' traces and XLA compiles are most of the time)."""
+    _setup_process(args.threads)
+    machines = ["cache", "fit"] if args.machine == "both" else [args.machine]
+    seed = args.seed if args.seed is not None else 0
+    size = {"cache": args.batch, "fit": args.fit_batch}
+    steps = {"cache": args.steps, "fit": args.fit_steps}
+    failed = 0
+    for r in range(args.rounds):
+        for k, m in enumerate(machines):
+            res = run_batch(m, seed + len(machines) * r + k, size[m], steps[m], False)
+            n = max(res.get("sequences", 0), 1)
+            top = sorted(res.get("rule_seconds", {}).items(), key=lambda kv: -kv[1])[:3]
+            print(f"[stress] round {r} {m}: {res.get('sequences', 0)} sequences, {res.get('cpu', 0.0):.1f} s CPU "
+                  f"({res.get('cpu', 0.0) / n:.2f} per sequence), {res.get('seconds', 0.0):.1f} s wall, "
+                  f"{res.get('traces', 0)} zcache traces, peak RSS {res.get('rss_mib', 0.0):.0f} MiB; costliest rules: "
+                  + ", ".join(f"{name} {sec:.1f} s" for name, sec in top), flush=True)
+            if res.get("failure") or res.get("import_error") or res.get("missing"):
+                failed += 1
+                print(res.get("failure") or res.get("import_error") or res.get("missing"), flush=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the batches; the exit status is 1 if any sequence failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -298,9 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=int, default=None, metavar="SEED",
                         help="run one batch with this seed in this process (with --machine, --batch, --steps)")
     parser.add_argument("--shrink", action="store_true", help="shrink failures (with --replay: a minimal sequence)")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="in this process: N rounds of one batch per machine (--machine both: a cache batch, then "
+                             "a fit batch; seeds --seed + batch number), each batch's CPU seconds, zcache traces and "
+                             "peak RSS printed: a worker's steady-state cost per sequence, which the load barely moves")
     args = parser.parse_args(argv)
     if args.replay is not None:
         return _replay(args)
+    if args.rounds is not None:
+        return _rounds(args)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -447,6 +478,12 @@ def main(argv: list[str] | None = None) -> int:
         by_age = sorted(totals.rss_mib)
         print(f"[stress] worker peak RSS: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
               f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]} (--recycle {args.recycle})")
+        # the growth per batch, to set --recycle from: the largest peak after each number of batches
+        growth: dict[int, float] = {}
+        for batches, rss in by_age:
+            growth[batches] = max(rss, growth.get(batches, 0.0))
+        print("[stress] worker peak RSS by batches run: "
+              + ", ".join(f"{b}: {rss:.0f}" for b, rss in sorted(growth.items())) + " MiB")
     bad = sum(c["bad_value"] + c["bad_data"] for c in totals.calls.values())
     print(f"[stress] bad inputs tried (bad_value + bad_data rules): {bad}")
     parts = ", ".join(f"{m} {totals.sequences[m]} of at most {steps[m]} steps" for m in machines

@@ -222,6 +222,49 @@ def test_clear_graph_cache_retraces_and_invalidates():
     assert f.trace_count == 2
 
 
+
+def test_clear_graph_cache_scoped_to_what_depends_on_given_objects():
+    """depending_on: the graphs that read those objects (through caches too) retrace and the caches below
+    them are invalid; another model's graphs and caches are untouched. A Python constant that a compiled
+    miss branch froze is read again after the scoped clear (what a user clears for)."""
+    scale = {"p": 2.0}
+    p, q = zcache.Parameter("p_scoped", 2.0), zcache.Parameter("q_scoped", 3.0)
+    x = zcache.Data(np.array([1.0, 2.0]), name="x_scoped", weights=np.array([1.0, 0.5]))
+    cp = zcache.CachedTensor(lambda: scale["p"] * p.value() ** 2, name="cp_scoped")
+    cpp = zcache.CachedTensor(lambda: cp.value() + 1.0, name="cpp_scoped")  # a cache of the cache
+    cq = zcache.CachedTensor(lambda: q.value() ** 2, name="cq_scoped")
+    cw = zcache.CachedTensor(lambda: tf.reduce_sum(x.weights), name="cw_scoped")  # reads the weights only
+    fp, fq = zcache.function(lambda: cpp.value()), zcache.function(lambda: cq.value())
+    fw = zcache.function(lambda: cw.value())
+    assert (float(fp()), float(fq()), float(fw())) == (9.0, 9.0, 1.5)
+    scale["p"] = 10.0  # frozen in cp's compiled miss branch and fp's graph
+    assert float(fp()) == 9.0 and cp.is_valid and cq.is_valid
+
+    zcache.clear_graph_cache(depending_on=[p])
+    assert not cp.is_valid and not cpp.is_valid and cq.is_valid and cw.is_valid
+    assert float(fp()) == 41.0  # retraced: reads the new constant
+    assert float(fq()) == 9.0 and float(fw()) == 1.5
+    assert (fp.trace_count, fq.trace_count, fw.trace_count) == (2, 1, 1)
+
+    zcache.clear_graph_cache(depending_on=x)  # one object; a Data's weights count as the Data
+    assert not cw.is_valid and cp.is_valid and cq.is_valid
+    assert float(fw()) == 1.5 and (fp.trace_count, fq.trace_count, fw.trace_count) == (2, 1, 2)
+
+    zcache.clear_graph_cache(depending_on=[cq])  # a cache: the graphs that read it
+    assert not cq.is_valid and float(fq()) == 9.0 and (fp.trace_count, fq.trace_count) == (2, 2)
+
+
+def test_clear_graph_cache_refuses_what_is_not_a_zcache_object():
+    p = zcache.Parameter("p_refuse", 2.0)
+    c = zcache.CachedTensor(lambda: p.value() ** 2, name="c_refuse")
+    f = zcache.function(lambda: c.value())
+    f()
+    with pytest.raises(TypeError, match="depending_on"):
+        zcache.clear_graph_cache(depending_on=[p, "p_refuse"])
+    assert c.is_valid and f.trace_count == 1  # nothing cleared
+    float(f())
+    assert f.trace_count == 1
+
 def test_trace_bound_drops_graphs_with_warning():
     @zcache.function(max_traces=2)
     def f(n):

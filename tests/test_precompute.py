@@ -323,3 +323,62 @@ def test_precompute_errors(world):
     with pytest.raises(zcache.exceptions.IllegalInGraphModeError):
         zcache.function(lambda: c.set_always_dirty(True) or tf.constant(0.0), wraps="tensor")()
     assert not c.always_dirty
+
+
+@slow_modes("graph_mode")
+def test_graphs_are_kept_per_bypass_setting(world, graph_mode):
+    """Fits that toggle ``floating``: a zcache.function keeps its graphs per precompute (bypass) setting, so
+    each setting is traced once, and a graph never runs under another setting. Between the switches lam
+    and the events change (set_value, set_data); values and gradients equal the numpy NLL's throughout.
+
+    A graph traced with the exponential's pdf cached, run while that cache is bypassed, would store the
+    pdf and flag it valid, and lam's next move would invalidate nothing (bypassed): a stale value."""
+    loss, lam = world["loss"], world["lam"]
+    params = [world["mu"], world["sigma"], lam]
+    rng = np.random.default_rng(7)
+
+    def check(x0):
+        value, grad = loss.value_gradient_at(x0, params)
+        assert float(value) == pytest.approx(_reference_nll(world["x"], *x0, 0.4), rel=1e-12)
+        expected = nd.Gradient(lambda p: _reference_nll(world["x"], *p, 0.4))(x0)
+        np.testing.assert_allclose(grad.numpy(), expected, rtol=1e-7)
+
+    def round_trip():
+        for floating in (False, True, False, True):
+            lam.floating = floating  # lam fixed: the exponential's pdf is cached; floating: bypassed
+            report = zcache.precompute(loss)
+            assert report.floating == (("mu_pc", "sigma_pc", "lam_pc") if floating else ("mu_pc", "sigma_pc"))
+            for _ in range(2):  # lam moves between the calls (floating or not: value_gradient_at sets it)
+                check(np.array([rng.uniform(3, 7), rng.uniform(0.6, 2.0), rng.uniform(-0.8, -0.1)]))
+            lam.set_value(rng.uniform(-0.8, -0.1))
+            assert float(loss.value()) == pytest.approx(_ref(world), rel=1e-12)
+            world["x"] = rng.uniform(LO, HI, 400)  # same number of events: no new shapes
+            loss.data.set_data(world["x"])
+            check(np.array([5.0, 1.0, float(lam.value())]))
+
+    lam.floating = False
+    round_trip()
+    traces = [f.trace_count for f in loss.functions()]
+    round_trip()
+    assert [f.trace_count for f in loss.functions()] == traces  # both settings' graphs were kept
+    if graph_mode is not False:
+        assert sum(traces) > 0
+
+
+def test_set_always_dirty_switches_the_graph_of_a_zcache_function(graph_mode):
+    """A user's set_always_dirty (no precompute) takes effect at the next call of a zcache.function, both
+    ways; the graph of each setting is traced once and values follow set_value throughout."""
+    a = zcache.Parameter("a_sw", 2.0)
+    inner = zcache.CachedTensor(lambda: a.value() ** 2, name="inner_sw")
+    outer = zcache.CachedTensor(lambda: inner.value() + 1.0, name="outer_sw")
+    f = zcache.function(lambda: outer.value() * 3.0, wraps="tensor")
+    expected_traces = 0
+    for step, dirty in enumerate((False, True, False, True, False)):
+        inner.set_always_dirty(dirty)
+        for v in (1.5 + step, 2.5 + step):
+            a.set_value(v)
+            assert float(f()) == 3.0 * (v**2 + 1.0)
+            assert float(outer.value()) == v**2 + 1.0
+        if graph_mode is not False and step < 2:
+            expected_traces += 1
+        assert f.trace_count == expected_traces

@@ -543,7 +543,9 @@ class World:
             self.invalidate(c)
 
     def clear_graph_cache(self):
-        zcache.clear_graph_cache()
+        # Scoped to this world: every graph that reads its inputs, every cache below them. Clearing the
+        # whole process also wiped the FitMachine's compiled programs in `make stress` (issue 51).
+        zcache.clear_graph_cache(depending_on=[n.obj for n in self.params + self.data + self.guards])
         self.epoch += 1
 
     # -- observations ------------------------------------------------------------------

@@ -55,7 +55,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import zcache
-from zcache._engine.function import drop_traces
 from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
 from zcache._engine.precompute import precomputed
 from zcache.batch import BatchedLoss
@@ -147,15 +146,14 @@ def _caches_below(inputs: list[Any]) -> list[zcache.CachedTensor]:
 
 def _as_built(losses: list[Any], inputs: list[Any], undo_precompute: bool = True) -> list[zcache.CachedTensor]:
     """Put the caches under ``inputs`` back as a fresh build of ``losses`` has them: every cache invalid and,
-    with ``undo_precompute``, no precompute (what a fit's precompute bypassed is switched back on, the graphs
-    traced with the bypass dropped, the losses' remembered precompute forgotten). Returns them."""
+    with ``undo_precompute``, no precompute (what a fit's precompute bypassed is switched back on, the losses'
+    remembered precompute forgotten; a zcache.function then runs its graphs traced without the bypass, as
+    after PrecomputeReport.undo). Returns them."""
     caches = _caches_below(inputs)
     if undo_precompute:
-        bypassed = [c for c in caches if c.always_dirty]
-        for cache in bypassed:
-            cache.set_always_dirty(False)
-        if bypassed:
-            drop_traces(bypassed)  # as PrecomputeReport.undo does: those graphs compute the caches directly
+        for cache in caches:
+            if cache.always_dirty:
+                cache.set_always_dirty(False)
         for loss in losses:
             for target in (loss, *getattr(loss, "losses", ())):
                 _PRECOMPUTE_REPORTS.pop(target, None)  # else the next fit's precompute would skip as done

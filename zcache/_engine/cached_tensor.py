@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+import networkx as nx
 import tensorflow as tf
 
 from ..exceptions import (
@@ -210,8 +211,11 @@ class CachedTensor(TensorLike):
         parameters), where a cache could only add cost. Invalidation skips bypassed
         caches but still reaches the caches that depend on them.
 
-        Graphs traced before the switch keep the old behaviour; :func:`zcache.precompute`
-        drops them. Switching a cache back on invalidates it.
+        A :func:`zcache.function` follows the switch: its next call runs the graphs traced for
+        the new setting (kept per setting of the caches it reads, traced at the first call
+        under a setting). The traced miss branches of this cache and of the caches above it
+        are dropped (they embed the old choice). A plain ``tf.function`` traced before keeps
+        the old behaviour. Switching a cache back on invalidates it.
 
         Parameters
         ----------
@@ -231,6 +235,9 @@ class CachedTensor(TensorLike):
             if always_dirty:  # release the stored value's memory
                 self.state.release()
         GRAPH.set_always_dirty(self.node_id, always_dirty)
+        # A miss branch above computes this cache the old way (a tf.cond that, once bypassed, nothing
+        # invalidates any more): traced anew at the next trace that reads it.
+        drop_compiled_above([self])
 
     # -- reading -----------------------------------------------------------------------
     def value(self) -> tf.Tensor:
@@ -414,6 +421,17 @@ def drop_compiled(caches: Iterable[CachedTensor]) -> None:
     """Forget the traced miss branches of ``caches`` (they embed the caches below them)."""
     for cache in caches:
         cache._drop_compiled()
+
+
+def drop_compiled_above(caches: Iterable[CachedTensor]) -> None:
+    """Forget the traced miss branches of ``caches`` and of every cache that depends on one of them."""
+    g = GRAPH.nx
+    uids: set[int] = set()
+    for cache in caches:
+        if cache.node_id in g:
+            uids.add(cache.node_id)
+            uids |= nx.descendants(g, cache.node_id)
+    drop_compiled(c for c in GRAPH.objects(sorted(uids)) if isinstance(c, CachedTensor))
 
 
 def _is_ancestor(obj: Any, deps: list[Any]) -> bool:

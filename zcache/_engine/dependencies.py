@@ -71,6 +71,9 @@ class DependencyGraph:
         self._ids = itertools.count(1)
         # Bumped on every structural change; memoized traversals are keyed by it.
         self.version = 0
+        # Bumped by every change of a cache's bypass: a zcache.function then picks its graphs for the
+        # new setting (one int compared per call, not a walk of the graph).
+        self.bypass_version = 0
         # Bumped on every change of an input value: eager writes, in-graph writes when they are
         # traced, and after each call of a zcache.function whose graph writes inputs. A cache's
         # gradient compares it between its forward pass and its backward pass (see
@@ -140,6 +143,7 @@ class DependencyGraph:
         with self.lock:
             if uid in self.nx and self.nx.nodes[uid]["always_dirty"] != always_dirty:
                 self.nx.nodes[uid]["always_dirty"] = always_dirty
+                self.bypass_version += 1
                 self._changed()
 
     def _changed(self) -> None:

@@ -38,16 +38,16 @@ import tensorflow as tf
 from ..exceptions import RetracingWarning, UnknownIdentifierError, warn_at_user_code
 from .budget import BUDGET, CallCaches
 from .cache_state import invalidate_eagerly
-from .cached_tensor import drop_compiled
+from .cached_tensor import CachedTensor, drop_compiled
 from .collector import collector_out_of_traces
 from .compile_cache import call_key, compiling, first_call
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
-from .data import data_snapshot, undo_data_writes
-from .dependencies import GRAPH
+from .data import Data, data_snapshot, undo_data_writes
+from .dependencies import CACHE, GRAPH
 from .inputs import backing_variable
 from .jit_policy import JitPolicy, JitRefused, Retry
 from .mode import IDENTIFIERS, auto_decides, compiles, get_autograd_mode, traces
-from .parameter import refresh_mirrors, undo_parameter_writes
+from .parameter import Parameter, refresh_mirrors, undo_parameter_writes
 from .tf_internals import (
     EAGER_TENSOR,
     complex_gradients_fixed,
@@ -68,6 +68,11 @@ _MAX_TRACES_DEFAULT = 40
 _FUNCTIONS: weakref.WeakSet[Function] = weakref.WeakSet()
 #: Ids of the check lists of compiled traces (``Function._checks``), unique in the process.
 _CHECK_IDS = itertools.count(1)
+#: The graphs a function keeps for the bypass settings other than the current one (the oldest dropped).
+_PARKED_SETTINGS = 8
+#: A function's state that belongs to the graphs of one bypass setting (``Function._new_graphs``).
+_GRAPH_STATE = ("_tf_functions", "_checks", "_jit", "_concrete", "_compiled_calls", "_live_traces", "_traces",
+                "_param_writes", "_data_writes", "_budget")
 
 class Function:
     """A Python function that the mode policy traces or runs eagerly (made by :func:`zcache.function`).
@@ -122,6 +127,18 @@ class Function:
 
     def reset(self) -> None:
         """Drop every traced graph of this function (the next call traces anew)."""
+        self._reads: set[int] = set()  # node ids read at the top level of its traces
+        # The graphs of other bypass settings (CachedTensor.set_always_dirty, zcache.precompute) of the
+        # caches it reads: setting -> the graph state below, the most recently left last.
+        self._parked: dict[frozenset[int], dict[str, Any]] = {}
+        # The setting the graphs below were traced for (None: not known before the first trace ends),
+        # and the graph's bypass_version it was last compared with.
+        self._setting: frozenset[int] | None = None
+        self._bypass_seen = GRAPH.bypass_version
+        self._new_graphs()
+
+    def _new_graphs(self) -> None:
+        """No graph for the current setting (the next call traces)."""
         # One tf.function per (autograd mode, jit): the autograd mode is read while tracing
         # (zcache.gradient), so a graph traced under one mode must not serve the other.
         self._tf_functions: dict[tuple[bool, bool], Any] = {}
@@ -135,8 +152,46 @@ class Function:
         # node ids of every parameter / dataset some live trace writes
         self._param_writes: set[int] = set()
         self._data_writes: set[int] = set()
-        self._reads: set[int] = set()  # node ids read at the top level of its traces
         self._budget = CallCaches()  # the caches its graphs touch, for the cache memory budget
+
+    def _setting_now(self) -> frozenset[int]:
+        """The bypassed caches among those its traces read, directly or below: what its graphs embed."""
+        g = GRAPH.nx
+        nodes = g.nodes
+        below: set[int] = set()
+        with GRAPH.lock:  # a collected object's node is removed after the walk, not during it
+            for uid in self._reads:
+                if uid in g:
+                    below.add(uid)
+                    below |= nx.ancestors(g, uid)
+            return frozenset(uid for uid in below if nodes[uid].get("always_dirty"))
+
+    def _follow_bypass(self) -> None:
+        """A cache's bypass changed somewhere: use (or start) the graphs of this function's setting now.
+
+        A graph traced with a cache bypassed computes it directly and writes no flag of it; one traced
+        with the cache on reads its ``tf.cond``, whose flag nothing invalidates while the cache is
+        bypassed. So a graph runs only under the setting it was traced for (keyed by the bypassed
+        caches among those it reads, the setting recorded when each trace ended); the graphs of
+        the other settings are kept (``_PARKED_SETTINGS`` of them), so that fits that toggle
+        ``floating`` back and forth trace and compile each setting once.
+        """
+        self._bypass_seen = GRAPH.bypass_version
+        setting = self._setting_now()
+        if setting == self._setting:
+            return
+        if self._setting is not None and self._tf_functions:
+            self._parked.pop(self._setting, None)
+            self._parked[self._setting] = {name: getattr(self, name) for name in _GRAPH_STATE}
+            while len(self._parked) > _PARKED_SETTINGS:
+                del self._parked[next(iter(self._parked))]
+        kept = self._parked.pop(setting, None)
+        if kept is None:
+            self._new_graphs()
+        else:
+            for name, value in kept.items():
+                setattr(self, name, value)
+        self._setting = setting
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
@@ -192,6 +247,8 @@ class Function:
         # TensorFlow's gradients, which XLA computes wrong for a complex sqrt or 1/z (tf_internals item 18).
         may_compile = compiles(self.wraps) and not users_tape_may_record()
         with ENGINE_LOCK, calling_jit(may_compile), without_grappler():
+            if self._bypass_seen != GRAPH.bypass_version:
+                self._follow_bypass()
             data_before = self._data_before()
             # Filled by every trace made during this call (the trace for XLA included): the data
             # it writes as they were before the call, which every failed attempt puts back.
@@ -310,6 +367,8 @@ class Function:
         self._reads.update(obj.node_id for obj in reads)
         for obj in reads:
             record_read(obj)
+        # No bypass changes during a call (refused in a trace): the setting this graph embeds.
+        self._setting = self._setting_now()
         if not record.mutations:
             return out, None, None, checks
         self._traces[record.id] = record
@@ -430,21 +489,76 @@ def drop_traces(caches: Any = None) -> None:
                   if uids is None or cache.node_id in uids or not uids.isdisjoint(nx.ancestors(g, cache.node_id)))
 
 
-def clear_graph_cache() -> None:
-    """Drop every graph traced by a :func:`zcache.function` and invalidate every cache.
+def clear_graph_cache(depending_on: Any = None) -> None:
+    """Drop the graphs traced by :func:`zcache.function` and invalidate the caches.
+
+    Without arguments every graph of the process is dropped and every cache invalidated. With
+    ``depending_on``, only what depends on those objects: a session (or a test) that holds
+    several models can refresh one of them (after a change of Python state that its compiled
+    graphs froze) without retracing and recompiling the others.
+
+    Parameters
+    ----------
+    depending_on : iterable of Parameter, Data or CachedTensor, optional
+        Drop only the graphs that read one of these (directly or through caches), and the
+        traced miss branches of the caches that depend on one of them, and invalidate those
+        caches (a Data's weights count as the Data). Graphs whose reads are not known (never
+        traced to the end) are dropped too. ``None`` (default): everything.
 
     Raises
     ------
     IllegalInGraphModeError
         When called inside a trace.
+    TypeError
+        ``depending_on`` holds something that is not a zcache Parameter, Data or CachedTensor.
 
     Examples
     --------
     >>> import zcache
-    >>> zcache.clear_graph_cache()
+    >>> a, b = zcache.Parameter("a_clear", 2.0), zcache.Parameter("b_clear", 3.0)
+    >>> fa = zcache.function(lambda: a.value() ** 2)
+    >>> fb = zcache.function(lambda: b.value() ** 2)
+    >>> float(fa()), float(fb())
+    (4.0, 9.0)
+    >>> zcache.clear_graph_cache(depending_on=[a])   # fb keeps its graph
+    >>> float(fa()), float(fb()), fa.trace_count, fb.trace_count
+    (4.0, 9.0, 2, 1)
+    >>> zcache.clear_graph_cache()                   # every graph
     """
     forbid_in_trace("clear_graph_cache")
+    if depending_on is None:
+        for func in list(_FUNCTIONS):
+            func.reset()
+        drop_compiled(GRAPH.caches())
+        invalidate_eagerly(GRAPH.caches())
+        return
+    uids = _node_ids(depending_on)
     for func in list(_FUNCTIONS):
-        func.reset()
-    drop_compiled(GRAPH.caches())
-    invalidate_eagerly(GRAPH.caches())
+        if not func._reads or func.depends_on(uids):
+            func.reset()
+    g = GRAPH.nx
+    below = set(uids)
+    for uid in uids:
+        if uid in g:
+            below |= nx.descendants(g, uid)
+    caches = [c for c in GRAPH.objects(sorted(below)) if g.nodes[c.node_id]["kind"] == CACHE]
+    drop_compiled(caches)
+    invalidate_eagerly(caches)
+
+
+def _node_ids(objects: Any) -> set[int]:
+    """Node ids of zcache inputs and caches (a Data's weights included), refusing anything else."""
+    if isinstance(objects, (Parameter, Data, CachedTensor)):
+        objects = [objects]
+    uids: set[int] = set()
+    for obj in objects:
+        if not isinstance(obj, (Parameter, Data, CachedTensor)):
+            raise TypeError(
+                f"clear_graph_cache(depending_on=...) takes zcache Parameters, Data and CachedTensors, got "
+                f"{obj!r}; pass the model's parameters and datasets (or nothing, to clear everything)."
+            )
+        uids.add(obj.node_id)
+        weights = obj.weights_data if isinstance(obj, Data) else None
+        if weights is not None:
+            uids.add(weights.node_id)
+    return uids

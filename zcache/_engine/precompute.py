@@ -41,7 +41,6 @@ import networkx as nx
 from .cached_tensor import CachedTensor
 from .context import recording, run_eagerly
 from .dependencies import CACHE, GRAPH
-from .function import drop_traces
 from .mode import get_autograd_mode
 from .parameter import Parameter
 from .trace import forbid_in_trace
@@ -159,17 +158,16 @@ class PrecomputeReport:
         return sum(c.nbytes for c in self.cached)
 
     def undo(self) -> None:
-        """Switch every cache back to what it was before :func:`zcache.precompute` (drops traced graphs)."""
+        """Switch every cache back to what it was before :func:`zcache.precompute`.
+
+        A :func:`zcache.function` then runs the graphs it traced for that setting, if it has them.
+        """
         forbid_in_trace("PrecomputeReport.undo")
-        changed = []
         for ref, was_dirty in self._previous.values():
             cache = ref()
             if cache is not None and cache.always_dirty != was_dirty:
                 cache.set_always_dirty(was_dirty)
-                changed.append(cache)
         self._previous = {}
-        if changed:
-            drop_traces(changed)
 
     def __str__(self) -> str:
         rows = [("cache", "status", "bytes", "floating deps", "depends on")]
@@ -342,7 +340,8 @@ def precompute(
             c.set_always_dirty(dirty)
             changed.append(c)
     if changed:
-        drop_traces(changed)  # graphs traced before hold the old choice of tf.cond or direct computation
+        # Graphs traced before hold the old choice of tf.cond or direct computation: a zcache.function
+        # keeps them for that setting and follows the switch (set_always_dirty drops the miss branches).
         if any(not c.always_dirty for c in changed):
             # fill the newly kept caches now (the evaluation above computed them without storing), not
             # inside the first timed call; a precompute that only bypasses caches has nothing to fill
