@@ -588,3 +588,32 @@ def test_binned_asimov_data_are_the_expected_counts():
     assert pv.observed == pytest.approx([chi2_np(0.0) - best.fun, chi2_np(0.3) - best.fun], rel=1e-4, abs=1e-6)
     assert calc.mu_hat == pytest.approx(best.x, abs=1e-4)
     assert float(mu) == 0.0 and mu.floating
+
+
+def test_a_toy_p_value_of_zero_does_not_pull_the_limit_onto_the_tested_value_below():
+    """Toys with none beyond the observed statistic give p = 0 exactly: interpolating its Gaussian quantile (of a
+    clipped 0, Z = 37) put the crossing almost on the lower tested value; the p-values themselves are interpolated
+    there instead (CLs 0.2 at 1 and 0 at 2: the 0.05 crossing at 1.75)."""
+    from zcache.inference import PValues, upper_limit
+
+    class Fixed:
+        """A calculator whose p-values are given (the Calculator protocol, structurally)."""
+
+        loss = None
+        poi = zcache.Parameter("poi_zero_p", 1.0, lower=0.0, upper=10.0)
+        null_value = 0.0
+
+        def p_values(self, values, statistic="qtilde"):
+            values = np.asarray(values, dtype=float)
+            cls = np.array([1.0, 0.2, 0.0])
+            zeros = np.zeros(3)
+            return PValues(values=values, statistic=statistic, observed=zeros, clsb=cls, clb=np.ones(3), cls=cls,
+                           expected_cls=np.tile(cls, (5, 1)), clsb_err=zeros, clb_err=zeros, cls_err=zeros,
+                           expected_cls_err=np.zeros((5, 3)))
+
+        def discovery(self):
+            raise NotImplementedError
+
+    limit = upper_limit(Fixed(), [0.0, 1.0, 2.0])
+    assert limit.observed == pytest.approx(1.75)
+    np.testing.assert_allclose(limit.expected, 1.75)

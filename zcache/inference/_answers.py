@@ -189,7 +189,10 @@ def upper_limit(calculator: Calculator, values: Any, cl: float = 0.95, statistic
                                     "test larger values of the POI.")
             raise CrossingError(f"the {what} CLs is below {alpha:g} already at {x[0]:g} ({p[0]:.3g}): test smaller "
                                 "values of the POI.")
-        found.append(_crossing(x, _z(p, False), _z_errors(p, err, False), float(_z(np.array([alpha]), False)[0]), i))
+        if p[i + 1] <= 0.0:  # no toy beyond the observed: its Z is unbounded, so the p-values themselves are
+            found.append(_crossing(x, p, err, alpha, i))  # interpolated (Z of a clipped 0 puts the crossing at x[i])
+        else:
+            found.append(_crossing(x, _z(p, False), _z_errors(p, err, False), float(_z(np.array([alpha]), False)[0]), i))
     return UpperLimit(cl=cl, observed=found[0][0], expected=np.array([f[0] for f in found[1:]]),
                       observed_err=found[0][1], expected_err=np.array([f[1] for f in found[1:]]), p_values=pv)
 
@@ -260,14 +263,15 @@ def interval(calculator: Calculator, values: Any, cl: float = 0.68, statistic: s
                                 "test smaller values (down to the POI's lower limit).")
         lower = float(x[0])
     else:
-        lower = _crossing(x, z, ez, -target, first - 1)[0]
+        lower = (_crossing(x, p, err, alpha, first - 1) if p[first - 1] <= 0.0 else   # as in upper_limit
+                 _crossing(x, z, ez, -target, first - 1))[0]
     if last == len(x) - 1:
         if poi.upper is None or x[-1] < poi.upper:
             raise CrossingError(f"the p-value is still {p[-1]:.3g} >= {alpha:g} at the largest tested value {x[-1]:g}: "
                                 "test larger values (up to the POI's upper limit).")
         upper = float(x[-1])
     else:
-        upper = _crossing(x, z, ez, target, last)[0]
+        upper = (_crossing(x, p, err, alpha, last) if p[last + 1] <= 0.0 else _crossing(x, z, ez, target, last))[0]
     name = type(calculator).__name__
     method = ("profile likelihood (asymptotic)" if name == "AsymptoticCalculator"
               else f"Neyman construction with {statistic} ({name})")
