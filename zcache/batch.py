@@ -64,7 +64,7 @@ from ._fitting.per_loss import alive, kept
 from .exceptions import BatchingError, DataDtypeError, ModelError, WeightSumError
 from .loss import UnbinnedNLL
 
-__all__ = ["BatchedFit", "BatchedLoss"]
+__all__ = ["BatchedFit", "BatchedLoss", "padded_toys"]
 
 #: BatchedLoss.of: per loss (weakly), per parameter tuple.
 _KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], BatchedLoss]] = weakref.WeakKeyDictionary()
@@ -101,6 +101,43 @@ class BatchedFit:
     converged: np.ndarray
     checks_ok: np.ndarray
     nfcn: np.ndarray
+
+
+def padded_toys(datasets: Sequence[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Datasets of different sizes as one batch: events padded to ``rows``, and weights 0 on the padding.
+
+    Padding repeats each dataset's last event (a valid event, so no check fails on it); its weight 0
+    makes it count for nothing in :meth:`BatchedLoss.value_and_gradient` and :meth:`BatchedLoss.minimize`.
+
+    Parameters
+    ----------
+    datasets : sequence of ndarray
+        Each toy's events, (n_b, ...), every n_b between 1 and ``rows``.
+    rows : int
+        The common number of rows.
+
+    Returns
+    -------
+    events : ndarray
+        (B, rows, ...).
+    weights : ndarray
+        (B, rows): 1 on events, 0 on padding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from zcache.batch import padded_toys
+    >>> events, weights = padded_toys([np.array([1.0, 2.0]), np.array([3.0])], 3)
+    >>> events.tolist(), weights.tolist()
+    ([[1.0, 2.0, 2.0], [3.0, 3.0, 3.0]], [[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    """
+    events = np.empty((len(datasets), rows, *datasets[0].shape[1:]), dtype=datasets[0].dtype)
+    weights = np.zeros((len(datasets), rows))
+    for b, d in enumerate(datasets):
+        events[b, : len(d)] = d
+        events[b, len(d):] = d[-1]
+        weights[b, : len(d)] = 1.0
+    return events, weights
 
 
 def _batched_map(fn: Any, elems: tuple[Any, ...]) -> Any:

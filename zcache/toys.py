@@ -52,7 +52,7 @@ from ._engine.data import Data, size_class
 from ._engine.parameter import Parameter, set_values
 from ._engine.tables import real_numbers
 from ._engine.trace import forbid_in_trace
-from .batch import BatchedLoss
+from .batch import BatchedLoss, padded_toys
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
@@ -290,15 +290,6 @@ def _fit_serially(loss: UnbinnedNLL, params: list[Parameter], minimizer: Minuit,
     row["nevents"] = len(events)
 
 
-def _padded(datasets: list[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(B, rows, ...) events (padding repeats each toy's last event) and (B, rows) weights (0 on padding)."""
-    events = np.empty((len(datasets), rows, *datasets[0].shape[1:]), dtype=datasets[0].dtype)
-    weights = np.zeros((len(datasets), rows))
-    for b, d in enumerate(datasets):
-        events[b, : len(d)] = d
-        events[b, len(d):] = d[-1]
-        weights[b, : len(d)] = 1.0
-    return events, weights
 
 
 def _run_local(model: Model, loss: UnbinnedNLL, params: list[Parameter], toys: range, n_events: int | None,
@@ -330,7 +321,7 @@ def _run_local(model: Model, loss: UnbinnedNLL, params: list[Parameter], toys: r
         longest = max(len(d) for d in datasets)
         if longest > rows:
             rows = size_class(longest)  # a rare large toy: a new shape bucket (one compile)
-        events, weights = _padded(datasets, rows)
+        events, weights = padded_toys(datasets, rows)
         if hinv is None:  # one exact Hessian, of the study's first toy at the start, seeds every BFGS
             hinv = batched.start_hinv(start, datasets[0])
         fit = batched.minimize(start, events, weights, hinv=hinv)

@@ -47,7 +47,7 @@ import tensorflow as tf
 
 from .._engine.data import Data, size_class
 from .._engine.parameter import Parameter, set_values
-from ..batch import BatchedLoss
+from ..batch import BatchedLoss, padded_toys
 from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from ..minimize import Minuit
@@ -436,7 +436,7 @@ class _Engine:
             chunk = rows[lo: lo + self.batch]
             chunk = chunk + [chunk[-1]] * (self.batch - len(chunk))  # the compiled shape stays
             data = [self.dataset(seed, p, i) for p, i, _, _ in chunk]
-            events, weights = _padded([d[0] for d in data], self._rows(data))
+            events, weights = padded_toys([d[0] for d in data], self._rows(data))
             start = np.array([s for _, _, _, s in chunk])
             pinned: dict[Parameter, Any] = {}
             if not free:
@@ -475,7 +475,7 @@ class _Engine:
             chunk = rows[lo: lo + self.batch]
             chunk = chunk + [chunk[-1]] * (self.batch - len(chunk))
             data = [self.dataset(seed, p, i) for p, i, _, _ in chunk]
-            events, weights = _padded([d[0] for d in data], self._rows(data))
+            events, weights = padded_toys([d[0] for d in data], self._rows(data))
             pinned = {c: col for c, col in zip(self.centres, np.array([d[1] for d in data]).T, strict=True)}
             f, _, ok = batched.value_and_gradient(np.array([[mu] for _, _, mu, _ in chunk]), events, weights,
                                                   pinned=pinned or None)
@@ -511,7 +511,7 @@ class _Engine:
                 chunk = list(range(lo, min(len(rows), lo + self.batch)))
                 chunk += [chunk[-1]] * (self.batch - len(chunk))
                 data = [self.dataset(seed, rows[j][0], rows[j][1]) for j in chunk]
-                events, weights = _padded([d[0] for d in data], self._rows(data))
+                events, weights = padded_toys([d[0] for d in data], self._rows(data))
                 pinned = {c: col for c, col in zip(self.centres, np.array([d[1] for d in data]).T, strict=True)}
                 _, grad, ok = batched.value_and_gradient(x[chunk], events, weights, pinned=pinned or None)
                 n = min(self.batch, len(rows) - lo)
@@ -523,15 +523,6 @@ class _Engine:
         return out
 
 
-def _padded(datasets: list[np.ndarray], rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(B, rows, ...) events (padding repeats each toy's last event) and (B, rows) weights, 0 on padding."""
-    events = np.empty((len(datasets), rows, *datasets[0].shape[1:]), dtype=datasets[0].dtype)
-    weights = np.zeros((len(datasets), rows))
-    for b, d in enumerate(datasets):
-        events[b, : len(d)] = d
-        events[b, len(d):] = d[-1]
-        weights[b, : len(d)] = 1.0
-    return events, weights
 
 
 def _run_points(engine: _Engine, seed: int, points: list[_Point], tested: list[list[float]],
