@@ -22,7 +22,7 @@ from zcache._fitting import compiled_fit
 from zcache.demos.amplitude import build_model
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import set_seed
+from zcache.sampling import set_seed
 
 
 def main() -> None:

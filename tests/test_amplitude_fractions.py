@@ -32,7 +32,8 @@ from zcache.amplitude import (
 from zcache.exceptions import FitError, IllegalInGraphModeError, ModelError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Gaussian, Space, set_seed
+from zcache.models import Gaussian, Space
+from zcache.sampling import set_seed
 
 sp = pytest.importorskip("sympy")
 from zcache.amplitude import SymbolicModel  # noqa: E402

@@ -7,10 +7,10 @@ through caches, or numerical, following :func:`zcache.set_autograd_mode`) or, wi
 ``use_gradient=False``, Minuit's own finite differences.
 
 Each minimization owns its offset (the loss at the start, subtracted so that Minuit
-works on numbers of order one), and its :class:`FitResult` remembers the state of
+works on numbers of order one), and its :class:`zcache.results.FitResult` remembers the state of
 the loss at the minimum: every parameter's value, fixed ones included, and the
-data. :meth:`FitResult.minos`, :meth:`FitResult.profile` and every method of
-``result.minuit`` that evaluates the loss (a :class:`FitMinuit`) put that state
+data. :meth:`zcache.results.FitResult.minos`, :meth:`zcache.results.FitResult.profile` and every method of
+``result.minuit`` that evaluates the loss (a :class:`zcache.results.FitMinuit`) put that state
 back while they run and restore the parameters (and data) as they found them, even
 on an error: later fits, ``floating`` toggles or changed fixed parameters do not
 change a result's MINOS intervals, and MINOS does not leave the parameters at the
@@ -60,11 +60,9 @@ from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from .exceptions import ZCacheError
 from .loss import BaseLoss
 from .objective import LossState, Objective
-from .results import FitMinuit as FitMinuit
-from .results import FitResult as FitResult
-from .results import MinosError as MinosError
+from .results import FitMinuit, FitResult
 
-__all__ = ["Minuit", "Scipy", "FitResult", "FitMinuit", "MinosError", "corrected_covariance", "WEIGHT_CORRECTIONS"]
+__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS"]
 
 #: The error corrections of weighted fits (``Minuit(weightcorr=...)``).
 WEIGHT_CORRECTIONS = ("asymptotic", "sumw2", None)
@@ -207,7 +205,7 @@ def _result(obj: Objective, best: np.ndarray, covariance: np.ndarray | None, wei
 
 
 class _MinuitFunction:
-    """What a :class:`FitMinuit` calls: the objective's value, gradient and Hessian, in Minuit2's terms.
+    """What a :class:`zcache.results.FitMinuit` calls: the objective's value, gradient and Hessian, in Minuit2's terms.
 
     The Hessian is the loss's exact one plus what Minuit2's bound transforms leave out, laid
     out as the installed Minuit2 reads it (:mod:`zcache._fitting.minuit2`); for that it asks the Minuit
@@ -523,7 +521,7 @@ class Minuit:
         Returns
         -------
         FitResult
-            With a :class:`FitMinuit` as ``minuit``, for MINOS and profiles.
+            With a :class:`zcache.results.FitMinuit` as ``minuit``, for MINOS and profiles.
 
         Raises
         ------

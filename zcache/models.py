@@ -58,7 +58,7 @@ from ._engine.function import Function, function
 from ._engine.parameter import Parameter
 from ._engine.traced_checks import require
 from .exceptions import DataDtypeError, DensityError, ModelError, ParameterValueError
-from .sampling import accept_reject, rng, set_seed, truncated_normal
+from .sampling import accept_reject, rng, truncated_normal
 
 __all__ = [
     "Space",
@@ -71,7 +71,6 @@ __all__ = [
     "as_parameter",
     "one_dimensional",
     "unique_parameters",
-    "set_seed",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -782,7 +781,7 @@ class Model(Cachable):
 
         Sampling runs in a function traced under the 'sample' identifier, once per
         model (:attr:`sampler`): new sizes and parameter values do not retrace. Seeded by
-        :func:`set_seed`.
+        :func:`zcache.sampling.set_seed`.
 
         Parameters
         ----------

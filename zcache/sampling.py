@@ -117,7 +117,8 @@ def set_seed(seed: int | Sequence[int]) -> None:
     Examples
     --------
     >>> import zcache
-    >>> from zcache.models import Space, Gaussian, set_seed
+    >>> from zcache.models import Space, Gaussian
+    >>> from zcache.sampling import set_seed
     >>> g = Gaussian(Space("x", -3.0, 3.0), 0.0, 1.0)
     >>> set_seed(7); a = g.sample(5).numpy()
     >>> set_seed(7); b = g.sample(5).numpy()

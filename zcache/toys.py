@@ -56,7 +56,8 @@ from .batch import BatchedLoss, padded_toys
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
-from .models import Model, set_seed
+from .models import Model
+from .sampling import set_seed
 
 __all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK", "local_cluster"]
 

@@ -282,7 +282,7 @@ class DalitzKinematics:
     def sample(self, n: int, data: Data | None = None, name: str = "phasespace") -> Data:
         """``n`` phase-space events as a :class:`zcache.Data` with obs ('s12', 's13').
 
-        Traced once (identifier 'sample'); seeded by :func:`zcache.models.set_seed`.
+        Traced once (identifier 'sample'); seeded by :func:`zcache.sampling.set_seed`.
 
         Parameters
         ----------

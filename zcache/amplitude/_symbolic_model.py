@@ -583,7 +583,7 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
 
         Parameters
         ----------
-        result : zcache.minimize.FitResult, optional
+        result : zcache.results.FitResult, optional
             The fit whose covariance gives the errors; without it the errors are NaN.
 
         Returns

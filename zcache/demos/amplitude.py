@@ -37,7 +37,7 @@ from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, Dalitz
 from zcache.demos.basics import median_ms
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import set_seed
+from zcache.sampling import set_seed
 
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039
 

@@ -81,7 +81,8 @@ from .._engine.parameter import Parameter, set_values
 from ..binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
 from ..exceptions import AsimovError, InferenceError
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
-from ..minimize import FitResult, Minuit
+from ..minimize import Minuit
+from ..results import FitResult
 from ._core import (
     Discovery,
     PValues,

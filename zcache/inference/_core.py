@@ -40,7 +40,8 @@ import numpy as np
 from .._engine.parameter import Parameter, set_values
 from ..exceptions import InferenceError, POIError
 from ..loss import BaseLoss
-from ..minimize import FitResult, Minuit
+from ..minimize import Minuit
+from ..results import FitResult
 
 __all__ = [
     "Calculator",
@@ -259,7 +260,7 @@ def free_fit(loss: BaseLoss, poi: Parameter, minimizer: Any = None) -> FitResult
 
     Returns
     -------
-    zcache.minimize.FitResult
+    zcache.results.FitResult
 
     Raises
     ------
@@ -304,7 +305,7 @@ def conditional_fit(loss: BaseLoss, poi: Parameter, value: float, minimizer: Any
 
     Returns
     -------
-    zcache.minimize.FitResult
+    zcache.results.FitResult
         ``values`` holds the fitted nuisance parameters (the POI is not among them).
 
     Raises

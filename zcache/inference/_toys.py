@@ -51,7 +51,7 @@ from ..batch import BatchedLoss, padded_toys
 from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from ..minimize import Minuit
-from ..models import set_seed
+from ..sampling import set_seed
 from ..toys import GENERATION_BLOCK
 from ._core import conditional_fit
 
