@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from importlib.metadata import version as _version
+from pathlib import Path
 
 # autodoc imports zcache as installed (``pip install -e .[docs]``): the docs show what a user imports.
 
@@ -17,7 +19,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
-    "sphinx-mathjax-offline",  # MathJax served from the built site: formulas render without a network
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",
@@ -85,7 +86,11 @@ html_theme_options = {
     "show_toc_level": 2,
     "footer_start": ["copyright"],
 }
-html_static_path: list[str] = []
+# MathJax served from the built site, so formulas render without a network: the files of the
+# sphinx-mathjax-offline package, copied as static files (its own extension is not marked parallel-safe).
+_MATHJAX = Path(importlib.util.find_spec("sphinx-mathjax-offline").origin).parent / "static"
+html_static_path: list[str] = [str(_MATHJAX)]
+mathjax_path = "mathjax/tex-chtml.js"
 html_show_sourcelink = False
 
 # Every cross-reference must resolve (a renamed or removed name fails the build), except to private names

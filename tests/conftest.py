@@ -152,6 +152,9 @@ EXHAUSTIVE = {
     # toys of a ToyCalculator on a Dask cluster equal the toys of one process (26 s): CI keeps run_toys' Dask study
     # (test_a_dask_study_equals_the_one_in_process_and_survives_a_dead_worker), whose chunking the toys reuse
     "tests/test_inference_toys.py::test_toys_on_dask_are_the_toys_of_one_process",
+    # q0 of background-only toys against its half-chi2 distribution (13 s): CI keeps ToyCalculator.discovery's
+    # doctest and the asymptotic discovery against closed forms
+    "tests/test_inference_toys.py::test_discovery_from_q0_of_background_only_toys",
 }
 
 

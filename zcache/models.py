@@ -1278,7 +1278,7 @@ class SumPdf(Model):
 
     @property
     def component_yields(self) -> list[Parameter | None] | None:
-        """The yield of each component, in the order of :attr:`pdfs` (None for a sum with fractions).
+        """The yield of each component, in the order of ``pdfs`` (None for a sum with fractions).
 
         A component that lends a yield that is no single Parameter (itself a SumPdf with
         yields) gives None in its place.

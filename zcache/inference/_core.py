@@ -525,7 +525,7 @@ class Calculator(Protocol):
         values : array_like
             The tested POI values.
         statistic : str
-            One of :data:`zcache.inference.TEST_STATISTICS`.
+            One of ``zcache.inference.TEST_STATISTICS``.
 
         Returns
         -------

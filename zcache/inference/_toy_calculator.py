@@ -57,8 +57,8 @@ class ToyCalculator:
     For a tested value :math:`\mu`, toys are generated at :math:`(\mu, \hat{\hat\theta}(\mu))`
     (the nuisance values of the conditional fit to the observed data), background-only toys at
     :math:`(\mu_0, \hat{\hat\theta}(\mu_0))`; constraints' global observables are drawn per
-    toy; every toy is fitted with the POI at :math:`\mu` and free (see
-    :func:`zcache.inference.toys`-module notes in ``zcache.inference._toys``). Toys are made
+    toy; every toy is fitted with the POI at :math:`\mu` and free (see the notes of
+    the module ``zcache.inference._toys``). Toys are made
     when first needed and kept: a second question about the same values fits nothing. Every
     parameter's value and ``floating`` flag are as before after each call.
 
@@ -74,7 +74,7 @@ class ToyCalculator:
     null_value : float, optional
         The POI's background-only value (default :func:`zcache.inference.default_null_value`).
     seed : int, optional
-        Seeds the toys (default: drawn at random, then kept in :attr:`seed`); a toy depends only
+        Seeds the toys (default: drawn at random, then kept in ``seed``); a toy depends only
         on the seed, its hypothesis and its number, not on the batch size or the chunking.
     batch : int or None
         Toys per compiled fit (:class:`zcache.batch.BatchedLoss`); ``None``: one by one with

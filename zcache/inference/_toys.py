@@ -87,7 +87,7 @@ class ToyFits:
     Attributes
     ----------
     table : ndarray
-        Structured array with the columns of :data:`TOY_FIELDS`: ``kind`` (0: toys of the
+        Structured array with the columns of ``TOY_FIELDS``: ``kind`` (0: toys of the
         tested value, 1: of the null hypothesis), ``toy``, ``tested``, ``generated``, ``mu_hat``,
         ``nll_at_mu``, ``nll_free``, ``nll_at_bound``, ``nevents``, ``valid``, ``refit``.
     poi : str
