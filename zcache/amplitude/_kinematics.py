@@ -118,8 +118,8 @@ class HelicityKinematics:
         if stray:
             raise SymbolicError(f"the kinematic variables read {stray}, which are not the final-state "
                                 f"four-momenta {list(self.momenta)}.")
-        # shared boosts and rotations once (cse), and matrix chains contracted pairwise: 18x faster
-        # than plain lambdify, whose einsum over four operands loops over every index at once
+        # shared boosts and rotations once (cse), and matrix chains contracted pairwise: plain lambdify's
+        # einsum over four operands loops over every index at once
         function = sp.lambdify(read, expressions, [{"einsum": _pairwise_einsum}, "numpy"], cse=True)
         return function, [self.momenta.index(a.name) for a in read]
 

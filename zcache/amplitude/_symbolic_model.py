@@ -183,11 +183,10 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         inputs is kept for the backward pass. ``"auto"`` (default): fused for a group with a
         floating parameter when its program is first built (the first evaluation), plain for a
         group whose line shapes are fixed (computed once and cached: XLA's compile would cost
-        about a second and save nothing). Measured with masses and widths floating on 2 cores,
-        against plain programs: first fit 1.6x to 2.1x (J/psi -> gamma pi0 pi0) and 1.2x to 1.4x
-        (D0 -> K pi pi0) faster at 2e3, 2e4 and 1e5 events, about half the peak memory, warm fit
-        faster too except J/psi at 1e5 (0.92x) (``benchmarks/RESULTS.md``, "Fused line shapes:
-        fits"). :attr:`fused_groups` says which groups are fused.
+        about a second and save nothing). With floating line shapes the fused programs make first
+        fits faster and use less peak memory than plain ones (measurements in
+        ``benchmarks/RESULTS.md``, "Fused line shapes: fits"). :attr:`fused_groups` says which
+        groups are fused.
 
     Raises
     ------
