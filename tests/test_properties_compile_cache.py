@@ -154,7 +154,22 @@ class CompileCacheMachine(RuleBasedStateMachine):
             tmp = self.path(i) + ".x"
             shutil.copyfile(self.path(i + 1), tmp)
             os.replace(tmp, self.path(i))
-            self.spoil(i)
+            if self._as_recorded(i):
+                # The other file held this entry's own bytes (entry_and_record_from_another_key wrote them there):
+                # the entry is again the one its writer recorded, and loading it is right (a harness fault, CI run
+                # of 2026-12-01, seed 46364893494429878831823704505674116501).
+                self.untrusted.discard(self.program[self.names[i % 2]])
+            else:
+                self.spoil(i)
+
+    def _as_recorded(self, i: int) -> bool:
+        """Entry ``i``'s bytes and record are those its writer made (the pristine cache's)."""
+        name = self.names[i % 2]
+        pristine_path = os.path.join(pristine(), "xla", os.path.basename(self.folder), name)
+        same = pathlib.Path(self.path(i)).read_bytes() == pathlib.Path(pristine_path).read_bytes()
+        record, pristine_record = self.path(i) + ".sha256", pristine_path + ".sha256"
+        return same and os.path.exists(record) and os.path.exists(pristine_record) and \
+            pathlib.Path(record).read_text().split()[:2] == pathlib.Path(pristine_record).read_text().split()[:2]
 
     @rule(i=st.integers(0, 1))
     def another_users_file(self, i):
