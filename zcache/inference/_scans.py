@@ -44,6 +44,7 @@ from ..batch import BatchedLoss
 from ..exceptions import BatchingError, InferenceError
 from ..loss import BaseLoss, UnbinnedNLL
 from ..minimize import Minuit
+from ._core import kept_parameters
 
 __all__ = ["Contour", "ProfileGrid", "ProfileScan", "contour", "profile_grid", "profile_scan"]
 
@@ -314,20 +315,6 @@ def _use_batched(loss: BaseLoss, batched: bool | None, who: str) -> bool:
     return fits if batched is None else bool(batched)
 
 
-class _Saved:
-    """Every parameter's value and floating flag, put back by :meth:`restore`."""
-
-    def __init__(self, loss: BaseLoss) -> None:
-        self.params = loss.get_params(None)
-        self.values = [float(p.value()) for p in self.params]
-        self.floating = [bool(p.floating) for p in self.params]
-
-    def restore(self) -> None:
-        for p, f in zip(self.params, self.floating, strict=True):
-            p.floating = f
-        set_values(self.params, self.values)
-
-
 # -- the fits ------------------------------------------------------------------------------------
 @dataclass
 class _Fits:
@@ -498,8 +485,7 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
             _inside(poi, np.array([low, high]), who)
     use_batched = _use_batched(loss, batched, who)
     minimizer = _minimizer(minimizer)
-    saved = _Saved(loss)
-    try:
+    with kept_parameters(loss):
         best, errors, result, fmin = _best_fit(loss, minimizer, who)
         nuisances = [p for p in loss.get_params(True) if p is not poi]
         if values is None:
@@ -519,8 +505,6 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
             nuisances={p.name: out.values[:, j].copy() for j, p in enumerate(nuisances)},
             converged=out.converged, refit=out.refit, best=best, error=errors[name], fmin=fmin,
             errordef=float(loss.errordef), path=fits.path)
-    finally:
-        saved.restore()
 
 
 def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any = None, points: int = 36,
@@ -604,8 +588,7 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
         raise InferenceError(f"{who}: tol must be positive, got {tol!r}.")
     use_batched = _use_batched(loss, batched, who)
     minimizer = _minimizer(minimizer)
-    saved = _Saved(loss)
-    try:
+    with kept_parameters(loss):
         best, errors, result, fmin = _best_fit(loss, minimizer, who)
         nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
         center = np.array([best[px.name], best[py.name]])
@@ -658,8 +641,6 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
             converged={lv: converged[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
             at_limit={lv: at_limit[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
             best=best, errordef=float(loss.errordef), path=fits.path, steps=steps)
-    finally:
-        saved.restore()
 
 
 def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimizer: Any = None,
@@ -721,8 +702,7 @@ def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimi
     _inside(py, ys, who)
     use_batched = _use_batched(loss, batched, who)
     minimizer = _minimizer(minimizer)
-    saved = _Saved(loss)
-    try:
+    with kept_parameters(loss):
         best, _, result, fmin = _best_fit(loss, minimizer, who)
         nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
         gx, gy = np.meshgrid(xs, ys, indexing="ij")
@@ -737,8 +717,6 @@ def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimi
             nuisances={p.name: out.values[:, j].reshape(shape).copy() for j, p in enumerate(nuisances)},
             converged=out.converged.reshape(shape), refit=out.refit.reshape(shape), best=best, fmin=fmin,
             errordef=float(loss.errordef), path=fits.path)
-    finally:
-        saved.restore()
 
 
 def _linear_start(result: Any, best: dict[str, float], held: list[Parameter], nuisances: list[Parameter],

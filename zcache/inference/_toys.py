@@ -53,7 +53,7 @@ from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNL
 from ..minimize import Minuit
 from ..sampling import set_seed
 from ..toys import GENERATION_BLOCK
-from ._core import conditional_fit
+from ._core import conditional_fit, kept_parameters
 
 __all__ = ["ToyFits", "TOY_FIELDS", "run_hypothesis_toys", "toy_loss_parts"]
 
@@ -603,12 +603,9 @@ def _chunk_on_worker(factory_bytes: bytes, poi_name: str, nuisance_names: list[s
         raise InferenceError(f"the factory's loss has no parameters {missing}: it must build the same loss.")
     poi = params[poi_name]
     nuisances = [params[n] for n in nuisance_names]
-    before = [(p, float(p), p.floating) for p in params.values()]
-    try:
+    with kept_parameters(loss):
         engine = _Engine(loss, poi, nuisances, minimizer, batch)
         return _run_points(engine, seed, points, tested, starts, range(first, first + count), bound)
-    finally:
-        set_values([p for p, _, _ in before], [v for _, v, _ in before])
 
 
 def _dumps(obj: Any) -> bytes:
@@ -723,10 +720,8 @@ def run_hypothesis_toys(
     minimizer = minimizer or Minuit()
     values = [float(v) for v in values]
     nuisances = [p for p in loss.params if p is not poi]
-    everything = loss.get_params(floating=None)
-    before = [(p, float(p), p.floating) for p in everything]
     t0 = time.perf_counter()
-    try:
+    with kept_parameters(loss):
         engine = _Engine(loss, poi, nuisances, minimizer, None if batch is None else int(batch))
         profiled: dict[float, np.ndarray] = {}
         extra = [float(v) for v in (bound, alt_tested) if v is not None]
@@ -761,10 +756,6 @@ def run_hypothesis_toys(
                           "given one event each: zcache has no unbinned likelihood of an empty dataset. Their "
                           "p-values are slightly off; a binned (counting) model has no such toys.", ZCacheWarning,
                           stacklevel=3)
-    finally:
-        for p, _, f in before:
-            p.floating = f
-        set_values([p for p, _, _ in before], [v for _, v, _ in before])
     info = {"batch": batch, "distributed": client is not None, "wall_s": time.perf_counter() - t0}
     return ToyFits(table=table, poi=poi.name, seed=int(seed), errordef=float(loss.errordef), info=info)
 
