@@ -709,3 +709,30 @@ def test_a_users_tape_around_a_compiled_function_gets_the_conjugate_complex_grad
                 y = f()
             assert tape.gradient(y, p.variable).numpy() == pytest.approx(expected, rel=1e-12)
         assert zcache.gradient(f, [p]).numpy()[0] == pytest.approx(expected, rel=1e-12)  # compiled, zcache's tape
+
+
+def test_forward_accumulator_watches_only_what_an_accumulator_watches():
+    """Item 19: eagerly (handles) and in a trace (reads), a tape alone is not an accumulator."""
+    from zcache._engine.tf_internals import forward_accumulator_watches, tape_may_record
+
+    a, b = tf.Variable(1.0, dtype=tf.float64), tf.Variable(2.0, dtype=tf.float64)
+    assert not tape_may_record() and not forward_accumulator_watches([a, b])
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        assert tape_may_record() and not forward_accumulator_watches([a, b])
+    with tf.autodiff.ForwardAccumulator(a, tf.constant(1.0, tf.float64)):
+        assert forward_accumulator_watches([a]) and forward_accumulator_watches([b, a])
+        assert not forward_accumulator_watches([b])
+
+        @tf.function
+        def traced_under():
+            return forward_accumulator_watches([a]), forward_accumulator_watches([b])
+
+        assert traced_under() == (True, False)
+
+    @tf.function
+    def opened_inside():
+        with tf.autodiff.ForwardAccumulator(b, tf.constant(1.0, tf.float64)):
+            return forward_accumulator_watches([b]), forward_accumulator_watches([a])
+
+    assert opened_inside() == (True, False)

@@ -35,6 +35,7 @@ __all__ = [
     "CacheBudgetError",
     "UncacheableArgumentError",
     "SecondOrderGradientError",
+    "ForwardModeError",
     "ModelError",
     "WholeSampleTermError",
     "DensityError",
@@ -151,6 +152,10 @@ class UncacheableArgumentError(ZCacheError, TypeError):
 
 class SecondOrderGradientError(ZCacheError, NotImplementedError):
     """Nested ``tf.GradientTape`` through a cache inside a traced function."""
+
+
+class ForwardModeError(ZCacheError, NotImplementedError):
+    """A ``tf.autodiff.ForwardAccumulator`` around a plain ``tf.function`` traced without one, through a cache."""
 
 
 class ModelError(ZCacheError, ValueError):

@@ -30,11 +30,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..exceptions import ZCacheError
+from ..exceptions import ForwardModeError, ZCacheError
 from .context import backward_pass, constant_data, differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
-from .tf_internals import inside_control_flow, inside_vectorized_loop, tie_gradient_to_graph, zcache_graphs
+from .tf_internals import inside_control_flow, inside_vectorized_loop, tape_may_record, tie_gradient_to_graph, zcache_graphs
 
 __all__ = ["with_gradient"]
 
@@ -124,8 +124,13 @@ def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> t
         @tf.custom_gradient
         def read(value: tf.Tensor, *param_values: tf.Tensor) -> Any:
             def vjp(dy: tf.Tensor) -> list[tf.Tensor]:
-                grads = tf.cond(hit, lambda: backward(dy, param_values),
-                                lambda: [tf.zeros_like(v) for v in param_values])
+                try:
+                    grads = tf.cond(hit, lambda: backward(dy, param_values),
+                                    lambda: [tf.zeros_like(v) for v in param_values])
+                except AttributeError as err:  # see _forward_mode_error
+                    if tape_may_record():
+                        raise _forward_mode_error(name) from err
+                    raise
                 return [dy, *grads]
 
             return tf.identity(value), vjp
@@ -134,3 +139,17 @@ def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> t
     if tf.inside_function():
         tie_gradient_to_graph(result)
     return result
+
+
+def _forward_mode_error(name: str) -> ForwardModeError:
+    # A plain tf.function traced without a forward accumulator and called under one: TensorFlow
+    # builds the call's JVP from the backward functions recorded in its graph, with the
+    # accumulator's eager tangents, and the cache's tf.cond there fails ("Tensor.graph is undefined
+    # when eager execution is enabled"). A read traced under the accumulator, and a zcache.function
+    # called under one, compute the cache directly instead (CachedTensor._forward_mode).
+    return ForwardModeError(
+        f"CachedTensor '{name}' is read in a tf.function traced without a tf.autodiff.ForwardAccumulator "
+        "and now called under one; a cache in such a graph has a backward gradient only. Wrap the function "
+        "with zcache.function (which then runs it eagerly), call it eagerly under the accumulator, or trace "
+        "a new tf.function under the accumulator."
+    )

@@ -48,6 +48,7 @@ from .dependencies import CACHE, GRAPH
 from .inputs import backing_variable
 from .tensorlike import TensorLike
 from .tf_internals import (
+    forward_accumulator_watches,
     graph_key,
     inside_control_flow,
     inside_vectorized_loop,
@@ -253,6 +254,16 @@ class CachedTensor(TensorLike):
             return self._bypassed() if inside_vectorized_loop() else self._value_in_graph()
         return self._value_eagerly()
 
+    def _forward_mode(self) -> bool:
+        """Whether a forward accumulator watches one of this cache's inputs: then it is computed directly.
+
+        A hit carries no forward-mode tangent (its custom gradient is a backward one), so a
+        ``tf.autodiff.ForwardAccumulator`` would get no JVP through it; computed directly, the
+        JVP is TensorFlow's own (tf_internals item 19).
+        """
+        inputs = GRAPH.objects(GRAPH.ancestor_inputs(self.node_id))
+        return bool(inputs) and forward_accumulator_watches([backing_variable(o) for o in inputs])
+
     def _value_eagerly(self) -> tf.Tensor:
         """A hit, or compute and store, under the engine lock.
 
@@ -262,6 +273,8 @@ class CachedTensor(TensorLike):
         """
         with ENGINE_LOCK:
             hit = self.state.read_eagerly()
+            if hit is not None and self._forward_mode():  # a miss already carries its JVP
+                return self._bypassed()
             if hit is not None:
                 if BUDGET.limit is not None:
                     stamp(self)
@@ -276,6 +289,8 @@ class CachedTensor(TensorLike):
         # Trace the miss branch first: the caches it reads (possibly created by it) and their
         # dependencies are then known to the in-graph invalidation below.
         self._miss.trace()
+        if self._forward_mode():  # after the trace: the inputs are known now
+            return self._bypassed()
         if not self._checked_variables:
             self._checked_variables = True
             self._warn_untracked_variables()

@@ -234,6 +234,12 @@ class DependencyGraph:
                 out.append(obj)
         return out
 
+    def inputs(self) -> list[Any]:
+        """Every live Parameter and Data."""
+        with self.lock:
+            uids = [n for n, kind in self.nx.nodes(data="kind") if kind in (PARAMETER, DATA)]
+        return self.objects(uids)
+
     def caches(self) -> list[Any]:
         with self.lock:
             uids = [n for n, kind in self.nx.nodes(data="kind") if kind == CACHE]

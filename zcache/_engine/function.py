@@ -51,6 +51,8 @@ from .parameter import Parameter, refresh_mirrors, undo_parameter_writes
 from .tf_internals import (
     EAGER_TENSOR,
     complex_gradients_fixed,
+    forward_accumulator_watches,
+    tape_may_record,
     users_tape_may_record,
     without_grappler,
     wrong_xla_gradient_ops,
@@ -215,10 +217,32 @@ class Function:
         """Whether a call from eager code is traced under the current policy."""
         return traces(self.wraps)
 
+    def _forward_mode(self) -> bool:
+        """Whether a ``tf.autodiff.ForwardAccumulator`` watches an input this function's traces read.
+
+        TensorFlow would build the JVP of a traced call from its graph, where a cache hit has a
+        backward gradient only (and fails inside the cache's tf.cond; TensorFlow's forward-mode
+        function machinery also fails on zcache's Data reads); run eagerly, every cache read that an
+        accumulator watches is computed directly and carries TensorFlow's own JVP. Before the first
+        trace the reads are unknown, so every live input is asked.
+        """
+        if not tape_may_record():
+            return False
+        if not self._reads:  # never traced: every input may be read (asked once, at the first call)
+            variables = [backing_variable(o) for o in GRAPH.inputs()]
+        else:
+            uids: set[int] = set()
+            for uid in self._reads:
+                uids.update(GRAPH.ancestor_inputs(uid))
+                if isinstance(GRAPH.obj(uid), (Parameter, Data)):
+                    uids.add(uid)
+            variables = [backing_variable(o) for o in GRAPH.objects(uids)]
+        return bool(variables) and forward_accumulator_watches(variables)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tf.inside_function():  # inlined: the trace around it handles its writes
             return self.python_function(*args, **kwargs)
-        if not traces(self.wraps) or CONTEXT.eager:
+        if not traces(self.wraps) or CONTEXT.eager or self._forward_mode():
             return call_eagerly(self.python_function, *args, **kwargs)
         self._calls += 1
         if self._calls <= self.eager_calls and auto_decides(self.wraps) and not compiles(self.wraps):

@@ -32,6 +32,7 @@ __all__ = [
     "complex_gradients_fixed",
     "eager_variable",
     "failed_assertion_text",
+    "forward_accumulator_watches",
     "graph_key",
     "in_zcache_graphs",
     "users_tape_may_record",
@@ -48,6 +49,7 @@ __all__ = [
     "recording_resumed",
     "separately_compiled",
     "stop_recording",
+    "tape_may_record",
     "tie_gradient_to_graph",
     "without_grappler",
     "wrong_xla_gradient_ops",
@@ -836,3 +838,46 @@ def zcache_graphs() -> Iterator[None]:
                 _GRAPHS_DEPTH[0] -= 1
                 if _GRAPHS_DEPTH[0] == 0:
                     _swap_gradients(False)
+
+
+# 19. Whether a forward accumulator watches tensors ------------------------------------------------
+# tf.autodiff.ForwardAccumulator pushes Jacobian-vector products through the ops it sees. A cache
+# hit is a Variable read under a custom-gradient identity whose backward recomputes the cache:
+# TensorFlow gave no JVP through it (eagerly: None, silently wrong), and a tf.function traced under
+# an accumulator failed inside the cache's tf.cond. A read that an accumulator watches is therefore
+# computed directly (bypassed), so its JVP is TensorFlow's own. No public API says whether an
+# accumulator watches a tensor; forwardprop_util.pack_tangents (what function calls use to pass
+# tangents on) returns a tangent for every active accumulator that watches one of them.
+try:
+    from tensorflow.python.eager import forwardprop_util as _forwardprop_util
+
+    _PACK_TANGENTS: Callable[[list[Any]], Any] | None = _forwardprop_util.pack_tangents
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _PACK_TANGENTS = None
+    _missing("tensorflow.python.eager.forwardprop_util.pack_tangents",
+             "a cache read under tf.autodiff.ForwardAccumulator is always computed directly (uncached).")
+
+
+def tape_may_record() -> bool:
+    """Whether some gradient tape or forward accumulator is active on this thread (True if unknown)."""
+    return _TAPE_SET_EMPTY is None or not _TAPE_SET_EMPTY()
+
+
+def forward_accumulator_watches(variables: list[tf.Variable]) -> bool:
+    """Whether an active ``tf.autodiff.ForwardAccumulator`` gives any of ``variables`` a tangent.
+
+    False at once where no tape nor accumulator is active on this thread (the common case, no
+    TensorFlow call). True where the internals are missing and some tape is active (the safe answer:
+    the caller then computes without its cache). Eagerly the variables' handles are asked (no op
+    runs); in a trace their values are read, because an accumulator opened inside the function
+    watches the reads of its captured handles, not the handles.
+    """
+    if not tape_may_record():
+        return False
+    if _PACK_TANGENTS is None:  # pragma: no cover - another TensorFlow layout
+        return True
+    if tf.inside_function():
+        tensors = [v.value() for v in variables]
+    else:
+        tensors = [v.handle for v in variables]
+    return bool(_PACK_TANGENTS(tensors).tangents)
