@@ -1,7 +1,7 @@
 """Every use of TensorFlow internals, in one place.
 
 zcache needs a handful of things that TensorFlow's public API does not offer. Each is
-wrapped here, listed in ``design/architecture.md`` ("TensorFlow internals") with why it
+wrapped here, listed in ``design/invariants.md`` ("TensorFlow internals") with why it
 is needed and what breaks without it, and pinned by ``tests/test_tf_internals.py``, which
 fails loudly when a TensorFlow upgrade moves or changes it. No other zcache module
 imports ``tensorflow.python`` or reads a private TensorFlow attribute.

@@ -17,7 +17,7 @@ around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in
    3e-5 relative of the exact Hessian in the worst case measured, a Crystal Ball's tail),
    one Newton step from it and the final EDM. Second-order autodiff would
    be exact to rounding, but its trace costs seconds and each such Hessian more than the n
-   gradients of the differences (``design/architecture.md``, "Compiled fits"). By default
+   gradients of the differences (``design/decisions/0003-compiled-fit.md``). By default
    (``structured_hessian="auto"``) where the loss offers a block of its structured Hessian for
    some parameters but not all (:meth:`zcache.loss.BaseLoss.structured_hessian_block`: the
    couplings of an amplitude model whose line shapes float), both Hessians take that block
