@@ -24,7 +24,7 @@ $(STAMP): setup.cfg pyproject.toml
 # (single-threaded), so two processes take about 0.6x the time of one. CI's clean-clone run (install, `make test`,
 # `make docs`) must stay within 25 minutes: the full suite took 21 min here on 2026-11-26 (1,565 tests), so
 # `make test` leaves out the tests marked exhaustive (costlier repeats of a behaviour it checks in another mode
-# or combination, listed in tests/conftest.py) and the benchmark smoke runs (`make bench-smoke`);
+# or combination, marked where each test is defined) and the benchmark smoke runs (`make bench-smoke`);
 # `make test-all` runs everything.
 # --dist worksteal: an idle worker takes queued tests from the other, so a long test at the end is not waited on.
 test: $(STAMP)

@@ -2,7 +2,7 @@
 
 - ``save_modes``: the graph / autograd modes and TensorFlow's run_functions_eagerly, to put back;
 - ``GRAPH_MODES``, ``graph_mode_params``, ``slow_modes``: conftest's ``graph_mode`` / ``mode``
-  parameters, some marked slow;
+  parameters, some marked slow or exhaustive;
 - ``traced``: a function as a ``zcache.function`` of tensors;
 - numpy references of the Dalitz plot (test_amplitude_phasespace, test_amplitude_models);
 - the extended Gauss + Exponential NLL on [LO, HI] in numpy (test_minimize, test_properties_fit);
@@ -45,21 +45,27 @@ def save_modes() -> Callable[[], None]:
 GRAPH_MODES = {"graph": True, "eager": False, "auto": "auto"}
 
 
-def graph_mode_params(*slow: str) -> list:
-    """The ``graph_mode`` parameters, those named in ``slow`` marked slow. 'auto' always is: it is
-    the default mode, which every test without the fixture runs in (and traces like True but for
-    'model'), so ``-m "not slow"`` leaves out the [auto] copies."""
-    return [pytest.param(m, id=i, marks=[pytest.mark.slow] if i in {"auto", *slow} else []) for i, m in GRAPH_MODES.items()]
+def _marks(i: str, slow, exhaustive) -> list:
+    return [*([pytest.mark.slow] if i in slow else []), *([pytest.mark.exhaustive] if i in exhaustive else [])]
 
 
-def slow_modes(fixture: str, *slow: str) -> pytest.MarkDecorator:
+def graph_mode_params(*slow: str, exhaustive: tuple[str, ...] = ()) -> list:
+    """The ``graph_mode`` parameters, those named in ``slow`` marked slow and those named in ``exhaustive``
+    exhaustive (which conftest makes slow too). 'auto' always is slow: it is the default mode, which every
+    test without the fixture runs in (and traces like True but for 'model'), so ``-m "not slow"`` leaves out
+    the [auto] copies."""
+    return [pytest.param(m, id=i, marks=_marks(i, {"auto", *slow}, exhaustive)) for i, m in GRAPH_MODES.items()]
+
+
+def slow_modes(fixture: str, *slow: str, exhaustive: tuple[str, ...] = ()) -> pytest.MarkDecorator:
     """Parametrize conftest's ``graph_mode`` (or ``mode``) fixture with its own parameters and
-    ids, the modes named in ``slow`` (ids: "graph", "eager", "auto") marked slow."""
-    assert set(slow) <= set(GRAPH_MODES), slow
+    ids, the modes named in ``slow`` (ids: "graph", "eager", "auto") marked slow, those named in
+    ``exhaustive`` marked exhaustive (left out of `make test`: a costlier repeat of what another mode checks)."""
+    assert set(slow) | set(exhaustive) <= set(GRAPH_MODES), (slow, exhaustive)
     if fixture == "graph_mode":
-        params = graph_mode_params(*slow)
+        params = graph_mode_params(*slow, exhaustive=exhaustive)
     else:
-        params = [pytest.param(GRAPH_MODES[i], id=i, marks=[pytest.mark.slow] if i in slow else []) for i in ("graph", "eager")]
+        params = [pytest.param(GRAPH_MODES[i], id=i, marks=_marks(i, slow, exhaustive)) for i in ("graph", "eager")]
     return pytest.mark.parametrize(fixture, params, indirect=True)
 
 

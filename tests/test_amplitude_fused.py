@@ -128,6 +128,9 @@ def test_needs_a_value():
         fused_program(_line, SPEC, 0)
 
 
+# exhaustive (fused line shapes are opt-in; mostly second-order traces): make test keeps fused_program's own tests
+# (value, gradient, Hessian eager and traced, pfor and while-loop jacobians, paused tapes, vectorized_map)
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("mode", ["eager", "graph", "jit"])
 def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
     """SymbolicModel(fused=True) against fused=False (the default): value, gradient (caches valid, then

@@ -407,7 +407,10 @@ def test_jit_hessian_line_shapes_floating_small_bridge():
     _hessians_compiled_and_not(small_bridge_loss(), np.array([0.92, 0.11, 0.76, 0.16, 0.55, 0.45]))
 
 
-@pytest.mark.slow
+# exhaustive (issue 26; mostly second-order traces): make test keeps the same path on a line shape through complex
+# 1/z (test_jit's exact-caches case, eager, graph and XLA), a user's jacobian through a model's caches
+# (test_cached_tensor) and the FitMachine's exact compiled-Hessian draws
+@pytest.mark.exhaustive
 def test_exact_hessian_through_the_bridges_caches():
     """Issue 26: second-order autodiff through the bridge's valid caches (no precompute; group programs,
     data-only columns) equals numdifftools on the exact gradient, eagerly, traced and compiled with XLA.
@@ -432,7 +435,9 @@ def test_exact_hessian_through_the_bridges_caches():
     assert all(fn.jit_fallback is None for fn in loss.functions())
 
 
-@pytest.mark.slow
+# exhaustive (the 3-resonance bridge): make test keeps the 2-resonance bridge (the same XLA complex-gradient
+# regression) and the FitMachine's compiled_hessian rule on a bridged model
+@pytest.mark.exhaustive
 def test_jit_hessian_line_shapes_floating_bridge(dzero):
     """Issue 23: the ampform model (relativistic Breit-Wigners with form factors) with masses and
     widths floating (+-50 %): compiled Hessians (True, again, 'auto') equal the eager and

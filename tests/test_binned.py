@@ -395,7 +395,8 @@ def test_binned_nll_renormalizes_over_a_partial_histogram():
     assert 2.0 * (values[0][1] - values[1][1]) == pytest.approx(cost(*ya) - cost(*yb), rel=1e-9)
 
 
-@slow_modes("mode", "graph", "eager")  # graph: 8 s, two fits over toys
+# two fits over toys; eager is exhaustive: make test keeps the traced loss (graph)
+@slow_modes("mode", "graph", "eager", exhaustive=("eager",))
 def test_binned_nll_toy_loop_no_retrace(mode):
     """set_counts on a traced loss: the value follows the new counts, nothing retraces, fits too."""
     f = Fixture()

@@ -278,6 +278,9 @@ def test_fit_equals_the_unchunked_fit_and_runs_migrad() -> None:
         lam.floating = True
 
 
+# a chunked loss evaluated eagerly: make test keeps its traced calls (every other test here and the FitMachine's
+# chunked_fit) and the eager evaluation of chunk parts (the UnbinnedNLL's, test_loss)
+@pytest.mark.exhaustive
 def test_eager_mode_gives_the_same_numbers() -> None:
     x = _events(1200)
     model, _ = _gauss_exp("eager")

@@ -230,7 +230,13 @@ def compare(loss, params=None, ref_tol=1e-5, **options):
     return new, ref
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in ZOO])
+#: exhaustive models of test_compiled_fit_equals_migrad_hesse: make test keeps the other 12 (twenty_parameters is
+#: the costliest; Chebyshev stands for Bernstein; the amplitude model keeps its loss under XLA in test_jit)
+EXHAUSTIVE = {"twenty_parameters", "bernstein", "johnson_su", "amplitude"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FAST else [
+    pytest.mark.slow, *([pytest.mark.exhaustive] if n in EXHAUSTIVE else [])]) for n in ZOO])
 def test_compiled_fit_equals_migrad_hesse(name):
     loss, params = ZOO[name](f"zoo_{name}")
     new, _ = compare(loss, params)

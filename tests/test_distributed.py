@@ -114,6 +114,9 @@ def test_import_zcache_imports_no_dask():
     assert out.stdout.strip() == "False"
 
 
+# exhaustive (the cluster's start): make test keeps the distributed fit, whose values, errors (from the summed
+# Hessians) and fmin equal the in-process fit's, and the killed-worker fit
+@pytest.mark.exhaustive
 def test_value_gradient_and_hessian_equal_the_in_process_loss(loss, local):
     assert [p.name for p in loss.params] == [p.name for p in local.params]
     assert loss.datasets() == [] and loss.evaluates_in_parts and not local.evaluates_in_parts
@@ -329,7 +332,13 @@ def at_point(loss, **values):
                       "nside": 580.0, **values}[p.name] for p in loss.params])
 
 
+# the chunked, simultaneous and constrained kinds, traced and eager, are exhaustive: make test keeps the unbinned
+# kind traced and eager and the extended distributed fit of each kind (test_distributed_extended_fit_equals_...);
+# extended_pair's own parameters, in its order (so that the module-scoped losses are shared with that test)
 @pytest.mark.parametrize("graph", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["traced", "eager"])
+@pytest.mark.parametrize("extended_pair", ["unbinned", *(pytest.param(k, marks=pytest.mark.exhaustive)
+                                                         for k in ("chunked", "constrained", "simultaneous"))],
+                         indirect=True, scope="module")
 def test_distributed_extended_parts_count_the_yield_term_once(client, extended_pair, graph):
     """value, value_at, value_gradient_at, hessian_at and objective(...) equal the loss of all events in one
     process (the yields' Poisson term nu - N log nu once, not K nu - N log nu), with the parts' models traced

@@ -211,7 +211,8 @@ def test_same_seed_same_answer_whatever_the_batch_size(sb, tmp_path, monkeypatch
     np.testing.assert_array_equal(p3.expected_cls, p1.expected_cls)
 
 
-@pytest.mark.slow
+# exhaustive: make test keeps ToyCalculator.discovery's doctest and the asymptotic discovery against closed forms
+@pytest.mark.exhaustive
 def test_discovery_from_q0_of_background_only_toys(sb):
     loss, s, b, _ = sb
     calc = ToyCalculator(loss, s, n_toys=400, seed=2, batch=400)
@@ -286,7 +287,9 @@ def _dask_loss():
     return _signal_background("s_dask")[0]
 
 
-@pytest.mark.slow
+# exhaustive: make test keeps run_toys' Dask study
+# (test_a_dask_study_equals_the_one_in_process_and_survives_a_dead_worker), whose chunking the toys reuse
+@pytest.mark.exhaustive
 def test_toys_on_dask_are_the_toys_of_one_process():
     distributed = pytest.importorskip("distributed")
     loss, s, b, _ = _signal_background("s_dask")

@@ -258,8 +258,10 @@ def test_new_number_of_events_recompiles_without_retrace(fit):
 
 
 # -- refused inputs raise, and change nothing ------------------------------------------------
-@pytest.mark.parametrize("bad", [np.nan, 8.0, np.inf], ids=["nan", "above", "inf"])
-@pytest.mark.slow  # 16 s a case: XLA compiles the three functions (test_refused_write_... is the fast refusal under jit)
+# above and inf are exhaustive: make test keeps NaN (a third and second refused value under XLA)
+@pytest.mark.parametrize("bad", [np.nan, pytest.param(8.0, marks=pytest.mark.exhaustive),
+                                 pytest.param(np.inf, marks=pytest.mark.exhaustive)], ids=["nan", "above", "inf"])
+@pytest.mark.slow  # XLA compiles the three functions (test_refused_write_... is the fast refusal under jit)
 def test_value_at_refuses_bad_values_under_jit(fit, bad):
     loss, data, params = fit
     caches = zcache.precompute(loss).cached
@@ -566,7 +568,10 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
 
 
 # -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
-@pytest.mark.parametrize("exact", [False, "precompute", "caches"], ids=["differences", "exact", "exact-caches"])
+# differences is exhaustive: make test keeps the exact cases (after precompute and through valid caches), which
+# compile the same line shape, and the bridge's compiled Hessian by differences
+@pytest.mark.parametrize("exact", [pytest.param(False, marks=pytest.mark.exhaustive), "precompute", "caches"],
+                         ids=["differences", "exact", "exact-caches"])
 @pytest.mark.slow  # XLA compiles Hessians of line shapes
 def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
     """hessian_at with a mass and a width floating, through complex 1/z and sqrt: compiled (True and
@@ -695,8 +700,14 @@ def _shape_losses():
 SHAPE_LOSSES = _shape_losses()
 
 
-@pytest.mark.slow  # XLA compiles six losses (the Voigtian alone about 14 s)
-@pytest.mark.parametrize("which", list(SHAPE_LOSSES))
+#: exhaustive pairs of test_every_shape_and_binned_loss_compiles_to_the_same_numbers: make test keeps the other
+#: four shape pairs; voigt+argus is the Voigtian's XLA trace, johnson+kde (both shapes run in graph mode)
+SHAPE_LOSSES_EXHAUSTIVE = {"voigt+argus", "johnson+kde"}
+
+
+@pytest.mark.slow  # XLA compiles six losses (the Voigtian the longest)
+@pytest.mark.parametrize("which", [pytest.param(w, marks=pytest.mark.exhaustive if w in SHAPE_LOSSES_EXHAUSTIVE else ())
+                                   for w in SHAPE_LOSSES])
 def test_every_shape_and_binned_loss_compiles_to_the_same_numbers(which):
     """What a day-one user fits (zcache.shapes, zcache.binned) compiles under XLA (no fallback to
     the uncompiled graph) and gives the uncompiled value and gradient."""

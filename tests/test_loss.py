@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import tensorflow as tf
-from helpers import slow_modes
+from helpers import GRAPH_MODES, slow_modes
 
 import zcache
 from zcache.exceptions import DataRangeError, FitError, ModelError, ParameterValueError
@@ -303,7 +303,8 @@ def test_hessian_at_exact_with_precompute():
         report.undo()
 
 
-@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+# eager is exhaustive: make test keeps graph mode, the path that failed to build
+@pytest.mark.parametrize("graph", [pytest.param(False, marks=pytest.mark.exhaustive), True], ids=["eager", "graph"])
 def test_hessian_at_exact_through_valid_caches(graph):
     """hessian_at(exact=True) without precompute: second-order autodiff through the model's caches (valid
     ones: hits in the forward pass) equals numdifftools; traced, it failed to build before."""
@@ -668,10 +669,17 @@ def test_weighted_nll_value_and_gradient(mode, extended):
 
 
 # == padded data (shape buckets) ===============================================================
-# 4-6 s a case: the fast loop runs eager-unweighted-nll (test_parameter checks padded data in a traced function)
-@pytest.mark.parametrize("extended", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["nll", "extended"])
-@pytest.mark.parametrize("weighted", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unweighted", "weighted"])
-@slow_modes("graph_mode", "graph")
+#: the cases of test_padded_data_give_the_unpadded_loss that `make test` runs: every mode, weight and loss kind
+#: once; the other eight of the 12 (3 modes x weighted x extended) are exhaustive
+PADDED_KEPT = {"eager-unweighted-nll", "graph-weighted-extended", "auto-weighted-nll", "auto-unweighted-extended"}
+
+
+# costly cases (fits of padded data): the fast loop runs none (test_parameter checks padded data in a traced function)
+@pytest.mark.parametrize(("graph_mode", "weighted", "extended"), [
+    pytest.param(GRAPH_MODES[m], w, e, id=f"{m}-{wi}-{ei}",
+                 marks=() if f"{m}-{wi}-{ei}" in PADDED_KEPT else pytest.mark.exhaustive)
+    for m in GRAPH_MODES for w, wi in ((False, "unweighted"), (True, "weighted"))
+    for e, ei in ((False, "nll"), (True, "extended"))], indirect=["graph_mode"])
 @pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_padded_data_give_the_unpadded_loss(graph_mode, extended, weighted):
     """A padded dataset (capacity=) gives the loss, gradient and Hessian of the same events unpadded,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize
-from helpers import HI, LIMITS, LO, NAMES, np_extended_nll, slow_modes
+from helpers import GRAPH_MODES, HI, LIMITS, LO, NAMES, np_extended_nll, slow_modes
 
 import zcache
 from zcache.exceptions import FitError
@@ -28,10 +28,19 @@ def _gauss_fit(sample: np.ndarray, tag: str):
     return mu, sigma, UnbinnedNLL(Gaussian(SPACE, mu, sigma), zcache.Data(sample, obs="x"))
 
 
-@pytest.mark.parametrize("use_gradient, autograd", [  # the numerical gradients: 3-6 s each in graph mode
-    pytest.param(True, True, id="autodiff"), pytest.param(True, False, id="zcache-numerical", marks=pytest.mark.slow),
-    pytest.param(False, True, id="minuit-numerical", marks=pytest.mark.slow)])
-@slow_modes("graph_mode", "eager")  # eager: 3 s for the three
+#: the gradient kinds of test_gaussian_fit_finds_the_analytic_mle: id -> (use_gradient, autograd)
+GRADIENT_KINDS = {"autodiff": (True, True), "zcache-numerical": (True, False), "minuit-numerical": (False, True)}
+
+
+# 9 combinations of mode and gradient: the fast loop runs graph-autodiff (eager, auto and the numerical gradients
+# are slow); make test keeps every mode and every gradient kind once (graph-autodiff, eager-zcache-numerical,
+# eager-minuit-numerical, auto-autodiff, auto-minuit-numerical), the other four are exhaustive
+@pytest.mark.parametrize(("graph_mode", "use_gradient", "autograd"), [
+    pytest.param(GRAPH_MODES[m], *GRADIENT_KINDS[g], id=f"{m}-{g}", marks=[
+        *([pytest.mark.slow] if m != "graph" or g != "autodiff" else []),
+        *([pytest.mark.exhaustive] if (m, g) in {("graph", "zcache-numerical"), ("eager", "autodiff"),
+                                                 ("auto", "zcache-numerical"), ("graph", "minuit-numerical")} else [])])
+    for m in GRAPH_MODES for g in GRADIENT_KINDS], indirect=["graph_mode"])
 def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, autograd):
     """mu = mean, sigma = std (ddof 0), errors sigma/sqrt(n) and sigma/sqrt(2n), with every gradient kind."""
     mu, sigma, loss = _gauss_fit(sample, "g")
@@ -50,7 +59,8 @@ def test_gaussian_fit_finds_the_analytic_mle(sample, graph_mode, use_gradient, a
     assert (result.ngrad > 0) is use_gradient
 
 
-@slow_modes("graph_mode", "eager", "graph")  # eager: 3 s, graph: 5 s
+# eager is exhaustive: make test keeps the graph (and auto) modes of the traced fit
+@slow_modes("graph_mode", "eager", "graph", exhaustive=("eager",))
 def test_extended_fit_recovers_yields(graph_mode):
     """Extended Gauss + Exp: the yields sum to the number of events at the minimum (a property of the extended MLE)."""
     space = Space("x", 0.0, 10.0)
@@ -155,7 +165,8 @@ def test_fit_result_fields(sample):
     assert result.minuit.valid and "Minuit(" in repr(Minuit())
 
 
-@slow_modes("graph_mode", "eager", "graph")  # eager: 8 s, graph: 4.4 s
+# eager is exhaustive: make test keeps the graph (and auto) modes of the traced fits
+@slow_modes("graph_mode", "eager", "graph", exhaustive=("eager",))
 def test_scipy_agrees_with_minuit_and_the_analytic_mle(sample, graph_mode):
     """trust-constr with zcache's gradient and Hessian finds the same minimum and errors as Minuit."""
     from zcache.minimize import Scipy
@@ -512,9 +523,13 @@ def _np_logp(x, p):
     return scipy.stats.norm.logpdf(x, p[0], p[1]) - np.log(norm)
 
 
-@pytest.mark.parametrize("minimizer", ["Minuit", "Scipy"])
-@pytest.mark.parametrize("weightcorr", ["asymptotic", "sumw2", None])
-@pytest.mark.slow  # 3-5 s a fit
+# 6 combinations: make test keeps asymptotic-Minuit, sumw2-Scipy, None-Minuit and None-Scipy (every correction and
+# minimizer); asymptotic-Scipy and sumw2-Minuit are exhaustive
+@pytest.mark.parametrize(("weightcorr", "minimizer"), [
+    pytest.param(w, m, id=f"{w}-{m}", marks=pytest.mark.exhaustive if (w, m) in {
+        ("asymptotic", "Scipy"), ("sumw2", "Minuit")} else ())
+    for w in ("asymptotic", "sumw2", None) for m in ("Minuit", "Scipy")])
+@pytest.mark.slow  # a fit each
 def test_weighted_fit_errors_match_numpy_reference(weightcorr, minimizer):
     """Values equal iminuit on a numpy weighted NLL; corrected errors equal the sandwich formulas
     computed with numdifftools (asymptotic: H^-1 (sum w^2 g g^T) H^-1; sumw2: H^-1 H_w2 H^-1)."""
@@ -680,9 +695,11 @@ def _background_only(tag: str, nsig_upper: float):
     return loss, [sigma, lam, nsig, nbkg], nll
 
 
+# eager and jit are exhaustive: make test keeps both cases in graph mode
 @pytest.mark.parametrize(("mode", "nsig_upper"), [
-    pytest.param(m, u, id=f"{m}-{i}") for m in ("graph", "eager", "jit") for u, i in ((1e3, "near-limit"), (1e6, "at-limit"))])
-@pytest.mark.slow  # 4-8 s a fit
+    pytest.param(m, u, id=f"{m}-{i}", marks=() if m == "graph" else pytest.mark.exhaustive)
+    for m in ("graph", "eager", "jit") for u, i in ((1e3, "near-limit"), (1e6, "at-limit"))])
+@pytest.mark.slow  # a fit each
 def test_yield_fitted_at_its_lower_limit_is_a_valid_fit(nsig_upper, mode):
     """Issue 23.1: a yield that ends at its limit 0 gives a valid fit with finite errors, as iminuit does.
 

@@ -7,7 +7,7 @@ a missing record (young or old), half-written temporary files. The property: eve
 and returns the numbers numpy computes; an entry the next run finds must either match its writer's
 record or not be loaded (it is compiled anew). Not generated: a change that keeps an entry's size, mtime
 and inode (bit rot below the file system, or a deliberate write that resets the mtime), which the
-per-entry fast path does not see (design/architecture.md, "Compiled programs on disk").
+per-entry fast path does not see (design/invariants.md, "Compiled programs on disk").
 
 Costly (each run starts TensorFlow, 6-12 s here; 3 sequences of 4 steps: 40-60 s alone, 130 s beside other
 tests): marked slow, a few sequences in ``make test-all``;

@@ -899,7 +899,8 @@ TestFitMachine.settings = settings(  # the fast loop (profile dev, 2 examples) r
 )
 
 
-@pytest.mark.slow
+# exhaustive: make test runs TestFitMachine; `make stress` runs thousands of sequences
+@pytest.mark.exhaustive
 class TestFitMachineLong(FitMachine.TestCase):
     """Longer sequences (``-m slow``); ``make stress`` (``tests/stress.py``) runs thousands more."""
 

@@ -885,7 +885,9 @@ def test_toy_loop_never_retraces_and_memory_stays_bounded():
     assert growth < 25.0, f"RSS grew by {growth:.1f} MiB over 150 toys"
 
 
-@pytest.mark.slow  # memory growth, 5 s
+# exhaustive: make test keeps the superset with a new loss and a Minuit fit per toy
+# (test_new_fitted_model_per_toy_keeps_memory_bounded) and the toy-loop memory tests
+@pytest.mark.exhaustive
 def test_new_model_per_toy_keeps_memory_bounded():
     """The zfit #624 pattern: a new model, data and traced function per toy, all dropped."""
     def toy(i: int) -> None:

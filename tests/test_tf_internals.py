@@ -1,7 +1,7 @@
 """Every TensorFlow internal zcache relies on (zcache/_engine/tf_internals.py), one test each.
 
 These fail loudly when a TensorFlow upgrade moves or changes an internal; the list, with
-why each is needed and what breaks without it, is in design/architecture.md.
+why each is needed and what breaks without it, is in design/invariants.md.
 """
 
 from __future__ import annotations

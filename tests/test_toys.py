@@ -111,7 +111,9 @@ def _gauss_exp_study(tag: str, n: int = 1000):
     return model, loss
 
 
-@pytest.mark.slow  # 17 s: serial and batched studies
+# exhaustive (serial and batched studies): make test keeps serial against batched studies with one seed
+# (test_batched_and_serial_toys_agree_near_a_yield_limit, test_a_dask_study_equals_the_one_in_process...)
+@pytest.mark.exhaustive
 def test_the_same_seed_gives_the_same_datasets_whatever_the_batch():
     """8 toys of ~1k events (Poisson sizes), serial (tightly converged MIGRAD) and in batches of
     8 and 3 (a short last batch): the same datasets, values within 1e-3 of the error, fmin

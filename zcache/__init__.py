@@ -70,7 +70,7 @@ from . import minimize as minimize  # noqa: E402
 from . import models as models  # noqa: E402
 from . import toys as toys  # noqa: E402
 from . import types as types  # noqa: E402
-from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/architecture.md)
+from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/invariants.md)
 from ._engine.budget import cache_budget_info as cache_budget_info  # noqa: E402
 from ._engine.budget import set_cache_budget as set_cache_budget  # noqa: E402
 from ._engine.cachable import Cachable as Cachable  # noqa: E402

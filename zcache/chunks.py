@@ -591,8 +591,8 @@ class ChunkedLoss(BaseLoss):
 
         Precompute classifies the caches only after this evaluation: every cache it computes is
         stored until then, those a floating parameter reaches too (an amplitude model's (N, K)
-        matrix). For all chunks at once that was the peak of a 1e8-event fit (17 GiB, against
-        8 GiB of data and fixed columns), so the values are evicted as they are stored (a budget
+        matrix). For all chunks at once that was the peak of a 1e8-event fit (about twice its data
+        and fixed columns), so the values are evicted as they are stored (a budget
         of 0 bytes for the evaluation): the structure is what precompute needs, and the first
         call fills the caches that stay.
         """

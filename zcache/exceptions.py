@@ -259,7 +259,7 @@ class RetracingWarning(ZCacheWarning):
 
 
 class TensorFlowInternalsWarning(ZCacheWarning):
-    """A TensorFlow internal that zcache relies on is missing (see ``design/architecture.md``)."""
+    """A TensorFlow internal that zcache relies on is missing (see ``design/invariants.md``)."""
 
 
 class CompileCacheWarning(ZCacheWarning):

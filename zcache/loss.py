@@ -10,8 +10,8 @@ Sums run in float64. ``value()``, ``gradient()`` and ``value_gradient()`` are
 traced under the 'loss' identifier, once per loss: new parameter values or new
 data (``set_data``) never retrace. Under the default graph mode ``'auto'`` their first
 two calls run eagerly and the third traces (``Function(eager_calls=2)``): a look at the
-loss before and after a fit costs no trace (0.25-1.4 s for the bridged amplitude models,
-against 15-40 ms for an eager call), because the fit compiles a program of its own;
+loss before and after a fit costs no trace (for a large model a trace costs many eager
+calls), because the fit compiles a program of its own;
 ``zcache.set_graph_mode(True)`` traces from the first call. Gradients follow :func:`zcache.set_autograd_mode`:
 automatic through caches, or central differences.
 
@@ -71,8 +71,8 @@ __all__ = [
 ]
 
 #: Calls of ``value()`` / ``value_gradient()`` that run eagerly before they are traced: a look
-#: before and after a fit (15-40 ms each eagerly for the bridged amplitude models, against a
-#: 0.25-1.4 s trace) never pays a trace the fit's own compiled program would not use.
+#: before and after a fit never pays a trace the fit's own compiled program would not use
+#: (``design/invariants.md``, "Eager first calls").
 _EAGER_LOOKS = 2
 
 

@@ -393,7 +393,7 @@ class Scipy:
 
 
 class Minuit:
-    r"""Minimize a zcache loss with iminuit (MIGRAD, then HESSE).
+    r"""Minimize a zcache loss with iminuit (MIGRAD, then HESSE), by default in one compiled program first.
 
     Parameters
     ----------
@@ -404,65 +404,37 @@ class Minuit:
     use_gradient : bool
         Pass zcache's gradient to Minuit (``False``: Minuit's own).
     hesse : bool
-        Errors and covariance after a valid MIGRAD (always: MIGRAD's own covariance, even
-        flagged accurate, is its variable-metric estimate, several % off): ``2 errordef H^-1``
-        with ``H`` the exact Hessian of the loss in the parameters themselves at the minimum,
-        what HESSE gives without limits, also next to a limit (see ``FitResult.errors``).
+        Errors and covariance after a valid fit: ``2 errordef H^-1``, ``H`` the exact Hessian in the
+        parameters themselves at the minimum, also next to a limit (MIGRAD's own covariance is a
+        variable-metric estimate; see ``FitResult.errors``).
     precompute : bool
-        Apply :func:`zcache.precompute` for the fitted parameters and the kind of gradient
-        (once per loss and setting; a manual ``precompute`` with other options is replaced:
-        pass ``precompute=False`` to keep yours).
+        Apply :func:`zcache.precompute` for the fitted parameters (once per loss and setting; ``False``
+        keeps a manual ``precompute`` of yours).
     maxfcn : int, optional
-        The most calls of the loss one minimization may make, as iminuit's ``ncall``: MIGRAD's
-        function calls (its gradient calls counted apart, as in iminuit; MIGRAD checks the
-        budget between its steps, so it may end a few calls past it), and the compiled fit's
-        value + gradient evaluations (a Hessian by differences counts one per parameter
-        differenced), which it never exceeds. One budget per fit: calls of a compiled attempt
-        that falls back, and of a MIGRAD restarted from a limit, are taken from it. A fit that
-        reaches it is not valid (``FitResult.valid`` False; ``FitResult.calls[0]`` the calls
-        made). HESSE after a valid fit is not counted. ``None``: Minuit's default (and up to
-        500 BFGS steps compiled).
+        The most loss calls of one fit, counted as iminuit's ``ncall`` (MIGRAD may end a few past it;
+        the compiled fit never does; a fallback or restart takes what is left). A fit that reaches it
+        is not valid. ``None``: Minuit's default (up to 500 BFGS steps compiled).
     weightcorr : {"asymptotic", "sumw2", None}
-        The error correction of a fit to weighted events (``zcache.Data(..., weights=...)``),
-        as RooFit's ``AsymptoticError`` / ``SumW2Error`` and zfit's ``weightcorr``:
-        ``"asymptotic"`` (default; Langenbruch, EPJC 82 (2022) 393) gives the covariance
-        :math:`H^{-1} D H^{-1}`, :math:`D = \sum_i w_i^2 \nabla\ell_i\nabla\ell_i^T`, correct
-        for any weights (sWeights included, apart from the uncertainty of the weights
-        themselves); ``"sumw2"`` gives :math:`H^{-1} H_{w^2} H^{-1}` with :math:`H_{w^2}` the
-        Hessian of the loss with squared weights; None keeps the plain inverse Hessian, which
-        is wrong for weights other than 1. ``result.errors`` and ``result.covariance`` hold the
-        corrected numbers; ``result.minuit`` (MINOS, profiles) sees the weighted likelihood
-        as it is, uncorrected. Ignored for unweighted data, and for weighted data whose
-        weights are all 1 (e.g. a toy drawn into a weighted dataset).
+        The error correction of a fit to weighted events, as RooFit's ``AsymptoticError`` /
+        ``SumW2Error``: ``"asymptotic"`` (default; Langenbruch, EPJC 82 (2022) 393),
+        :math:`H^{-1} D H^{-1}` with :math:`D = \sum_i w_i^2 \nabla\ell_i\nabla\ell_i^T`; ``"sumw2"``,
+        :math:`H^{-1} H_{w^2} H^{-1}`; None, the plain inverse Hessian (wrong for weights other than
+        1). Ignored for unweighted data or weights all 1; ``result.minuit`` stays uncorrected.
     compiled : bool
-        Run the whole fit in one compiled program first (default), where it applies: zcache's
-        gradient (``use_gradient`` and :func:`zcache.set_autograd_mode` on) and the loss traced
-        (:func:`zcache.set_graph_mode`) in this process (not a loss with ``evaluates_in_parts``, such
-        as :class:`zcache.distributed.DistributedLoss`, whose parts are evaluated elsewhere); XLA
-        compiles it where :func:`zcache.set_jit_mode` compiles ``'loss'`` functions. The program is a
-        Hessian at the start, BFGS with limits to MIGRAD's EDM bound (``0.002 tol errordef``), the
-        Hessian at the minimum by forward differences of exact gradients (HESSE's definition of the
-        errors; within 3e-5 relative of the exact Hessian in the worst case measured, a Crystal
-        Ball's tail) and a last Newton step (``zcache._fitting.compiled_fit``); it is traced once per
-        loss and set of fitted parameters, so a loop of ``set_data`` + fit retraces nothing. A fit it
-        cannot take to a valid minimum (not converged, a parameter on a limit, a failed check) goes
-        on with MIGRAD from the start, and says so (``FitResult.path``, ``FitResult.fallback``).
-        MINOS, profiles and everything on ``result.minuit`` run on iminuit's Minuit, created when
-        first asked for at this fit's minimum and state. ``False``: MIGRAD + HESSE only.
+        Run the whole fit in one compiled program first (default) where zcache's gradient is in use
+        and the loss is traced in this process (not a loss with ``evaluates_in_parts``): BFGS with
+        limits to MIGRAD's EDM bound, HESSE's Hessian by forward differences of exact gradients and a
+        last Newton step (``zcache._fitting.compiled_fit``), traced once per loss and fitted set. A fit
+        it cannot take to a valid minimum goes on with MIGRAD from the start (``FitResult.path``,
+        ``FitResult.fallback``). ``False``: MIGRAD + HESSE only.
     structured_hessian : bool or "auto"
-        How the compiled fit's two Hessians are made. ``"auto"`` (default): where the loss offers
-        an exact block for some of the fitted parameters but not all
-        (:meth:`zcache.loss.BaseLoss.structured_hessian_block`: a bridged amplitude model's
-        couplings, its line shapes floating), that block exactly (one pass over the amplitudes) and
-        forward differences of exact gradients along the other parameters only; else differences
-        along every parameter (one gradient each). ``True``: the loss's whole structured Hessian
-        where it offers one (:meth:`zcache.loss.BaseLoss.structured_hessian`: exact, about two
-        passes over the data, line shapes' jets included). Measured on J/psi -> gamma pi0 pi0 with
-        18 parameters free at 1e5 + 1e5 events: ``True`` makes each warm fit 35-45 % faster (24
-        value + gradient calls instead of 60) and the first fit 3-4 s slower (the jet programs
-        traced and run once), so it pays from the third fit of a loss (a toy study, a scan); with
-        the couplings free only it is slower (each gradient is cheap there) (``benchmarks/RESULTS.md``,
-        "The structured Hessian"). ``False``: differences along every parameter.
+        How the compiled fit's Hessians are made. ``"auto"`` (default): the exact block the loss offers
+        for some fitted parameters (:meth:`zcache.loss.BaseLoss.structured_hessian_block`: a bridged
+        amplitude model's couplings with line shapes floating) and differences along the others;
+        ``True``: the loss's whole structured Hessian where offered
+        (:meth:`zcache.loss.BaseLoss.structured_hessian`), whose first fit costs more and later fits
+        less (it pays in toy studies and scans: ``design/decisions/0003-compiled-fit.md``);
+        ``False``: differences along every parameter.
 
     Raises
     ------

@@ -336,7 +336,7 @@ class Function:
                     collector_out_of_traces():  # this call may trace
                 return tf_function(*args, **kwargs)
         # A minimizer's hot path: call the concrete graph for these dtypes and shapes
-        # directly, skipping tf.function's argument binding and trace lookup (~0.1 ms).
+        # directly, skipping tf.function's argument binding and trace lookup.
         key = (autograd, jit, tuple((a.dtype, tuple(a.shape)) for a in args))
         concrete = self._concrete.get(key)
         if concrete is None:

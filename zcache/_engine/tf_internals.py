@@ -1,7 +1,7 @@
 """Every use of TensorFlow internals, in one place.
 
 zcache needs a handful of things that TensorFlow's public API does not offer. Each is
-wrapped here, listed in ``design/architecture.md`` ("TensorFlow internals") with why it
+wrapped here, listed in ``design/invariants.md`` ("TensorFlow internals") with why it
 is needed and what breaks without it, and pinned by ``tests/test_tf_internals.py``, which
 fails loudly when a TensorFlow upgrade moves or changes it. No other zcache module
 imports ``tensorflow.python`` or reads a private TensorFlow attribute.
@@ -327,7 +327,7 @@ def is_xla_shape_error(err: Exception) -> bool:
 # XLA's ConditionalSimplifier turns a conditional whose branches hold only element-wise ops
 # (after inlining the miss function: sin, exp, complex arithmetic, ... of every event) into a
 # select, which computes both branches on every call: under XLA every cache hit would pay for
-# its miss (measured: a hit of a 50-op cache on 1e5 events took 27 ms instead of 0.2 ms). A
+# its miss (a hit of an element-wise cache then costs what its computation costs). A
 # loop whose trip count XLA cannot know at compile time is not element-wise, so a miss branch
 # that holds one stays a conditional. It runs once, on scalars, on a miss only.
 def keep_conditional(count: tf.Tensor) -> tf.Tensor:
@@ -475,10 +475,9 @@ def wrong_xla_gradient_ops(graph: Any) -> list[str]:
 
 # 11. Calls of a function without Grappler -----------------------------------------------------
 # TensorFlow passes each function call the calling thread's FunctionCallOptions, whose config
-# decides whether Grappler rewrites the function when it is instantiated. Measured on a compiled
-# fit (BFGS in a while loop calling a value + gradient function, a Hessian loop; 50k events):
-# Grappler took 0.8 s of its 2.2 s first call and made every later call 1.5x slower; on a bridged
-# amplitude model's first value + gradient (a zcache.function), 0.7 s of 2.4 s. The public
+# decides whether Grappler rewrites the function when it is instantiated. On a compiled fit and on
+# a bridged model's first value + gradient Grappler took a large part of the first call and made no
+# later call faster (the compiled fit's slower) (design/decisions/0003-compiled-fit.md). The public
 # switch, ``tf.config.optimizer.set_experimental_options``, is process-wide; the options of one
 # thread are an eager-context attribute. Fallback: Grappler stays on.
 try:
@@ -600,7 +599,7 @@ def may_take_higher_order_gradient(tensors: list[tf.Tensor]) -> bool:
 # TensorFlow's C++ shape inference through the whole body of the function, and of every function it
 # calls, once per call site: a compiled fit calls its value + gradient function at six places (start,
 # seed Hessian, BFGS step, final Hessian, Newton step, flat directions), and for the J/psi amplitude
-# model each such op took ~95 ms to build, 0.75 s of a 1.6 s trace. Python sets every call output's
+# model these ops took about half of the program's trace. Python sets every call output's
 # static shape from the function's signature right after (atomic_function.call_flat), so the
 # inference buys nothing there. The node attribute "_disable_call_shape_inference" (what TensorFlow's
 # legacy Defun sets on its calls) skips it; the call op's attributes are fixed inside
@@ -679,8 +678,8 @@ def calls_without_body_shape_inference() -> Iterator[None]:
 
 # 17. The gradient of Complex under XLA -----------------------------------------------------------
 # TensorFlow differentiates tf.complex(re, im) by the Real and the Imag of the incoming gradient,
-# two ops that TensorFlow 2.21 converts to XLA through a per-op MLIR legalization, 3-4 ms each
-# (zcache._engine.xla_ops). A bridged model's fused backward programs held dozens of them (a
+# two ops that TensorFlow 2.21 converts to XLA through a per-op MLIR legalization, far slower
+# than the others (zcache._engine.xla_ops). A bridged model's fused backward programs held dozens of them (a
 # coupling, a Breit-Wigner's denominator, each real-to-complex promotion): most of their conversion
 # time, paid at each program's first call in every process, compile cache or not. Inside an XLA
 # context the gradient's parts are taken with Casts instead, whose conversion is direct: the real

@@ -101,8 +101,7 @@ class MissBranch:
         fill the hit branch's gradient of that Variable with zeros of its shape. Nor where the
         branch calls other functions (the caches below it, a fused amplitude program): its
         gradient then builds a forward and backward pair of each again, beside the backward
-        pass a hit needs anyway (a bridged J/psi model's first value + gradient took 1.5 s
-        longer through its normalization's branch).
+        pass a hit needs anyway (``design/invariants.md``, "Gradient rules").
         """
         if self._differentiable is None:
             concrete = self.concrete()

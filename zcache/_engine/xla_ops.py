@@ -1,13 +1,14 @@
 r"""Real and imaginary parts and reciprocals spelled so that TensorFlow converts them to XLA quickly.
 
 TensorFlow turns a graph into XLA's HLO op by op. Most ops have a converter of their own (Mul,
-Cast, Complex, Conj, Inv: 0.02-0.1 ms each), but TensorFlow 2.21 converts some through a separate
-MLIR legalization per op (``MlirXlaOpKernel``), which costs 3-4 ms each: Real, Imag, Reciprocal,
-Sqrt, Exp, Cos, Abs, IsFinite and more (:data:`SLOW_TO_CONVERT`, measured by
+Cast, Complex, Conj, Inv), but TensorFlow 2.21 converts some through a separate MLIR legalization
+per op (``MlirXlaOpKernel``), which costs tens of times more each: Real, Imag, Reciprocal, Sqrt,
+Exp, Cos, Abs, IsFinite and more (:data:`SLOW_TO_CONVERT`, measured by
 ``benchmarks/_xla_convert.py``). The conversion runs at the first call of each compiled program
 in every process, also when the persistent compile cache then finds the program, because the
-cache is keyed by the converted HLO. A bridged D0 model's four fused programs held 88 such ops,
-most of them Real and Imag (many from TensorFlow's gradient of ``tf.complex``): 0.4 s of its first call.
+cache is keyed by the converted HLO. A bridged model's fused programs held dozens of such ops,
+most of them Real and Imag (many from TensorFlow's gradient of ``tf.complex``): a large part of
+its first call (``design/decisions/0004-compile-cache.md``).
 
 Inside an XLA context (:func:`zcache._engine.tf_internals.xla_calling_graph`) the functions here
 spell each op with converters of the fast kind whose gradients use fast ones too, and XLA computes
@@ -32,8 +33,8 @@ from .tf_internals import leave_to_python, xla_calling_graph
 
 __all__ = ["SLOW_TO_CONVERT", "imag", "real", "reciprocal", "slow_to_convert"]
 
-#: Op types that TensorFlow 2.21 converts to XLA through a per-op MLIR legalization (3-4 ms
-#: each against 0.02-0.1 ms for the others; its ``unary_ops.cc`` registers them with
+#: Op types that TensorFlow 2.21 converts to XLA through a per-op MLIR legalization (tens of
+#: times slower than the others; its ``unary_ops.cc`` registers them with
 #: ``MlirXlaOpKernel``). Complex is not among them, but its gradient is (Real and Imag).
 SLOW_TO_CONVERT = frozenset({
     "Abs", "Acos", "Acosh", "Asin", "Atan", "Atanh", "Ceil", "Cos", "Cosh", "Exp", "Expm1", "Floor",

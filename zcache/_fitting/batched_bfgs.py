@@ -9,9 +9,9 @@ finite-difference rules of :mod:`zcache._engine.finite_differences`), one Newton
 MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g`.
 :func:`covariances` turns the Hessians into HESSE's :math:`2\,\mathrm{errordef}\,H^{-1}`.
 
-Why BFGS and not Newton on the exact Hessian: vectorized, a gradient of a 10k-event toy costs
-about 0.14 ms and an exact (second-order autodiff) Hessian about 2.9 ms; BFGS seeded with one
-exact Hessian converges in a handful of gradients (``design/architecture.md``, "Batched toys").
+Why BFGS and not Newton on the exact Hessian: vectorized, an exact (second-order autodiff) Hessian
+of a toy costs about twenty gradients, and BFGS seeded with one exact Hessian converges in a handful
+of gradients (``design/decisions/0008-fitting-decisions.md``).
 :class:`zcache.batch.BatchedLoss` supplies ``vg`` (a loss vectorized over toys) and compiles.
 
 Examples

@@ -1,8 +1,7 @@
 r"""A whole fit in one compiled program: the default path of :class:`zcache.minimize.Minuit`.
 
 A fit driven call by call from Python pays, per call, for the trip from the minimizer into
-TensorFlow and back (about half of a 0.9 ms value + gradient call at 10k events was Python
-around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in one
+TensorFlow and back, a large part of a small loss's call. :class:`CompiledFit` runs the whole minimization in one
 ``tf.function``:
 
 1. value and gradient at the start, and BFGS's first inverse Hessian: forward differences of
@@ -17,7 +16,7 @@ around the TensorFlow call). :class:`CompiledFit` runs the whole minimization in
    3e-5 relative of the exact Hessian in the worst case measured, a Crystal Ball's tail),
    one Newton step from it and the final EDM. Second-order autodiff would
    be exact to rounding, but its trace costs seconds and each such Hessian more than the n
-   gradients of the differences (``design/architecture.md``, "Compiled fits"). By default
+   gradients of the differences (``design/decisions/0003-compiled-fit.md``). By default
    (``structured_hessian="auto"``) where the loss offers a block of its structured Hessian for
    some parameters but not all (:meth:`zcache.loss.BaseLoss.structured_hessian_block`: the
    couplings of an amplitude model whose line shapes float), both Hessians take that block
@@ -83,10 +82,8 @@ SERIAL_HESSE_STEP = 1e-6
 
 #: The fewest parameters in a loss's exact Hessian block (``structured_hessian="auto"``) for which the
 #: compiled fit uses it. The block costs about two gradients' passes per Hessian and, in a first fit,
-#: its program's trace and first run: +0.3-0.4 s for the D0 -> K- pi+ pi0 model's block of 2 (one
-#: coupling; 22 calls instead of 26, warm fits 0.19-0.20 s against 0.21-0.23 s), none for J/psi's 12
-#: (36 calls instead of 60: warm fits 1.9-2.3 s against 2.6-3.6 s, first fits 4.7-5.4 s against
-#: 5.4-5.7 s), measured in fresh processes at 1e5 + 1e5 events.
+#: its program's trace and first run: a small block saves fewer calls than its trace costs
+#: (``design/decisions/0003-compiled-fit.md``, ``0009-numbers-from-the-code.md``).
 MIN_BLOCK = 4
 
 #: Smallest eigenvalue of the seed Hessian in units of its diagonal (which is 1): the seed's step
@@ -261,8 +258,8 @@ class CompiledFit:
         # Value + gradient is a function of its own, traced once and called wherever it is needed
         # (the start, every BFGS step, each Hessian column, the Newton step): the loss is traced
         # once per program. Under jit XLA compiles this function only, once: the whole program
-        # compiled took 40 s at 50k events (the loss inlined at five places), the loss alone a
-        # few, for most of the gain (the loop around it is a handful of small ops per step).
+        # compiled inlines the loss at every call site and takes many times longer, for little
+        # more gain (the loop around it is a handful of small ops per step).
         vg_fn = tf.function(self._value_gradient, autograph=False, jit_compile=jit)
 
         def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -381,7 +378,7 @@ class CompiledFit:
             self._invariants = (GRAPH.version, [weakref.ref(c) for c in {c.node_id: c for c in found}.values()])
         caches = [c for c in (ref() for ref in self._invariants[1]) if c is not None]
         # read without a gradient attached: they enter the program as inputs that nothing differentiates
-        # (an eager custom gradient per read cost ~1 ms, a tenth of a small warm fit)
+        # (an eager custom gradient per read is a noticeable part of a small warm fit)
         with differentiating(()):
             return {c.node_id: c.value() for c in caches}
 
@@ -428,8 +425,8 @@ class CompiledFit:
         served = self._served(x0)
         fn = self._program(served, jit, structured_hessian if structured_hessian == "auto" else bool(structured_hessian))
         # The program calls its value + gradient function at six places: built without shape
-        # inference through that function's body at each (tf_internals item 16; 0.75 s of the
-        # J/psi program's 1.6 s trace), since its outputs' shapes are the function's own.
+        # inference through that function's body at each (tf_internals item 16; about half of a
+        # large program's trace), since its outputs' shapes are the function's own.
         # compiling(): a fit is long, so every call lets the compile cache check its folder first
         # and record what XLA compiled (the program, its value + gradient function) after.
         first = fn.experimental_get_tracing_count() == 0

@@ -185,8 +185,8 @@ class CoherentIntensity(Cachable):
             float64, shape (N,).
         """
         amp = self._amplitudes(data)
-        # tf.square, not ** 2: TensorFlow's Pow kernel (and its gradient, which takes logs) cost
-        # 10-17 ms per call here at 1e5 events, half of a couplings fit's time without Grappler
+        # tf.square, not ** 2: TensorFlow's Pow kernel (and its gradient, which takes logs) was half
+        # of a couplings fit's time without Grappler (design/decisions/0003-compiled-fit.md)
         rows = tf.reduce_sum(tf.square(xla_ops.real(amp)) + tf.square(xla_ops.imag(amp)), axis=0)
         return rows if raw or not isinstance(data, Data) else data.unpadded(rows)
 
@@ -252,7 +252,7 @@ class CoherentIntensity(Cachable):
             return tf.reduce_sum(intensity) / tf.cast(tf.shape(intensity)[0], tf.float64)
         m = self.integral_matrix(mc)
         c = self.coupling_vector()
-        # reshapes, not c[:, None]: a slice's gradient is a StridedSliceGrad (~30 µs each in a fit's program)
+        # reshapes, not c[:, None]: a slice's gradient is a StridedSliceGrad, a new buffer per call
         return xla_ops.real(tf.reduce_sum(tf.reshape(c, [-1, 1]) * m * tf.reshape(tf.math.conj(c), [1, -1])))
 
     def fractions(self, mc: Data) -> np.ndarray:
@@ -540,7 +540,7 @@ class CoherentIntensity(Cachable):
             conj_s = tf.math.conj(s)
             # Memory: one helicity's (Q, N) columns at a time (H, the number of helicity terms, is
             # static), never the (Q, H, N) whole: products over it (conj(S) X, u conj(X), w X) each held
-            # one more copy of it (J/psi at 1e5 + 1e5 events: ~300 MiB more peak than a fit by differences)
+            # one more copy of it (its peak memory: design/decisions/0009)
             y = m = v = None  # (Q, N): dI/dX_q; (Q, Q): sum u conj(X_q) X_q'; (K,): sum w A_k
             for h in range(s.shape[0]):
                 x_h = tf.concat([a_g[h] for a_g in columns] + [d[h][None] for d in d_rows], axis=0)  # (Q, N)

@@ -18,15 +18,12 @@ events once, not once per use.
 Second derivatives stay exact: the backward program has a gradient of its own, reverse over reverse
 through the plain ``fn`` (what TensorFlow computes without fusing), so a Hessian costs what it did.
 
-Measured (``benchmarks/RESULTS.md``, "Fused line shapes"; J/psi model, every parameter free, after
-precompute, interleaved with the unfused model in one process, 2 cores): value + gradient 49.7 ms against
-59.6 ms at 2e4 + 2e4 events, but 233 ms against 216 ms at 1e5 + 1e5; the value alike (for the D0 model
-faster at both sizes: 6.2 against 9.2 ms and 25.9 against 29.6 ms). Per J/psi group at 1e5
-events the compiled forward pass was faster (4.7 ms against 9.0 ms for a two-parameter group) and the
-compiled backward pass slower (35 ms against 19 ms), until the parameters were widened over the events
-(above: the spin-2 group's backward program 25.6 ms -> 9.6 ms). Whole fits in fresh processes favour
-fusing wherever line shapes float ("Fused line shapes: fits"), so ``SymbolicModel``'s default
-``fused="auto"`` fuses exactly those groups. Tried and not kept:
+Per call, fusing wins at some sizes and models and loses at others (the compiled forward pass is
+faster, the compiled backward pass was slower until the parameters were widened over the events);
+whole fits in fresh processes favour fusing wherever line shapes float, so ``SymbolicModel``'s
+default ``fused="auto"`` fuses exactly those groups (the measurements: ``benchmarks/RESULTS.md``,
+"Fused line shapes" and "Fused line shapes: fits"; ``design/decisions/0007-fused-line-shapes.md``).
+Tried and not kept:
 derivatives in the forward pass by forward-mode accumulators (the backward pass a contraction), slower
 still; XLA on the forward pass alone with TensorFlow differentiating it, which must return every
 intermediate.
@@ -56,14 +53,13 @@ def fused_program(fn: Callable[[tf.Tensor, tf.Tensor, list[tf.Tensor]], Any],
     fn : callable
         ``fn(stack, events, values) -> A``: ``stack`` and ``events`` tensors (data; ``events`` the
         (N, columns) matrix as stored, sliced inside the program, where XLA reads each column in the
-        loops that use it: sliced outside, each column was a strided copy, 2 ms of a D0 value +
-        gradient call at 1e5 + 1e5 events), ``values`` a list of ``n_values`` real float64 scalars;
+        loops that use it: sliced outside, each column was a strided copy), ``values`` a list of
+        ``n_values`` real float64 scalars;
         ``A`` a tensor, or a list of tensors of one shape, which the program returns stacked along a new
         first axis. The stack is made outside
         XLA: XLA's CPU code for a concatenation of fused operands evaluates each operand's expression
-        per output element, without vectorizing, and recomputes what the operands share (measured on
-        the J/psi model's spin-2 group, 12 rows of 1e5 events: 20 ms as one (H, N, K) output, 5 ms as
-        a list, 8 ms with TensorFlow's stack after it).
+        per output element, without vectorizing, and recomputes what the operands share (slower
+        than a list of outputs stacked after: ``design/decisions/0009``).
     signature : sequence
         ``fn``'s input signature, ``[stack_spec, events_spec, [value_specs]]``.
     n_values : int

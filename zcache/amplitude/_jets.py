@@ -10,7 +10,7 @@ which holds for real and for holomorphic complex functions alike; the non-holomo
 
 Why by hand: :class:`zcache.amplitude.SymbolicModel`'s Hessian needs per-event second derivatives of
 each group's amplitudes by its line-shape parameters. SymPy's ``diff`` of ampform's spin-2 amplitude
-grows from ~600 to ~10,000 operations per row and takes 12 s (every product rule copies the
+grows by more than an order of magnitude in operations and is slow (every product rule copies the
 subtrees); TensorFlow's forward mode builds each JVP from a gradient of a gradient. A jet walks the
 expression's DAG once, each shared node once, and its derivatives are a few ops per node per
 parameter pair, in one ``tf.function`` per group with the values (without XLA: its compile cost

@@ -359,9 +359,8 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         """(N, columns): ``data``'s events with the space's columns in order, the group programs' input.
 
         The programs take the matrix as stored and slice their columns inside: in an XLA program
-        the slices are read in the loops that use them. Sliced outside, each column of the (N, 7)
-        D0 data was a strided copy: 1 ms per dataset and value + gradient call at 1e5 events, a
-        tenth of a warm fit. Reordered (a Data whose columns are in another order, or more of
+        the slices are read in the loops that use them; sliced outside, each column was a strided
+        copy per dataset and call. Reordered (a Data whose columns are in another order, or more of
         them) once per evaluation.
         """
         if not isinstance(data, Data):  # a tensor in the space's column order (see column)

@@ -88,8 +88,8 @@ class GroupPrograms:
         if fused:
             # each parameter as a per-event vector: in reverse mode a scalar that enters many
             # element-wise ops is reduced over the events once per use (~40 reductions in the
-            # J/psi model's spin-2 group), a widened one once. Measured on that group's XLA
-            # backward program at 1e5 events: 25.6 ms -> 9.6 ms. Fused programs only: in plain
+            # J/psi model's spin-2 group), a widened one once (its XLA backward program took less
+            # than half the time: design/decisions/0009). Fused programs only: in plain
             # TensorFlow the parameter-only sub-expressions (m**2, m**7) would become kernels
             # over the events.
             zeros = tf.zeros_like(events[:, 0])
