@@ -10,7 +10,7 @@ to save the imports). A spec says which loss to build (``kind``):
 - ``"distributed"``: ``zcache.distributed.DistributedLoss`` on ``zcache.toys.local_cluster(workers)``, one part
   of the file per worker (each part's loss built on its worker by :func:`build_part`).
 
-Every loss fits the demo's five-component model (``zcache.demos.amplitude.build_model``) with the couplings
+Every loss fits the demo's five-component model (``demos.amplitude.build_model``) with the couplings
 and the K*(892) mass and width free, normalized on the phase-space sample of ``mc_path``, from the same start
 (:func:`start_values`: the truth shifted by a fixed-seed amount), with ``Minuit(compiled=False)`` (MIGRAD +
 HESSE: the path the chunked and distributed losses take, so that every row runs the same algorithm).
@@ -63,8 +63,8 @@ def model_pdf(mc_path: str, free_mass: bool = True) -> Any:
     """The demo's AmplitudePdf on the phase-space sample of ``mc_path`` (K*(892) mass and width floating if
     ``free_mass``)."""
     import zcache
+    from demos.amplitude import build_model  # the repository root is on sys.path (_large_events)
     from zcache.amplitude import AmplitudePdf
-    from zcache.demos.amplitude import build_model
 
     model = build_model(1000)  # its own small phase-space sample is not used
     obs = model["pdf"].space.obs
