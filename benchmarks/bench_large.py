@@ -188,7 +188,7 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
     import _large_fit
 
     has = _large_fit.available()
-    api = {"chunks": "zcache.chunks", "budget": "zcache.set_cache_budget", "distributed": "zcache.distributed"}
+    api = {"chunks": "zcache.scale", "budget": "zcache.set_cache_budget", "distributed": "zcache.scale"}
     for what, name in api.items():
         if not has[what]:
             cfg.notes.append(f"`{name}` is not in this zcache (or dask is missing): its rows were not run.")

@@ -438,7 +438,7 @@ class Minuit:
         Run the whole fit in one compiled program first (default), where it applies: zcache's
         gradient (``use_gradient`` and :func:`zcache.set_autograd_mode` on) and the loss traced
         (:func:`zcache.set_graph_mode`) in this process (not a loss with ``evaluates_in_parts``, such
-        as :class:`zcache.distributed.DistributedLoss`, whose parts are evaluated elsewhere); XLA
+        as :class:`zcache.scale.DistributedLoss`, whose parts are evaluated elsewhere); XLA
         compiles it where :func:`zcache.set_jit_mode` compiles ``'loss'`` functions. The program is a
         Hessian at the start, BFGS with limits to MIGRAD's EDM bound (``0.002 tol errordef``), the
         Hessian at the minimum by forward differences of exact gradients (HESSE's definition of the

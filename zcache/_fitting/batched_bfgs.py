@@ -12,7 +12,7 @@ MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^
 Why BFGS and not Newton on the exact Hessian: vectorized, a gradient of a 10k-event toy costs
 about 0.14 ms and an exact (second-order autodiff) Hessian about 2.9 ms; BFGS seeded with one
 exact Hessian converges in a handful of gradients (``design/architecture.md``, "Batched toys").
-:class:`zcache.batch.BatchedLoss` supplies ``vg`` (a loss vectorized over toys) and compiles.
+:class:`zcache.scale.BatchedLoss` supplies ``vg`` (a loss vectorized over toys) and compiles.
 
 Examples
 --------

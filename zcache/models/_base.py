@@ -380,7 +380,7 @@ class Model(Cachable):
 
         True for a model that does not override how its density is put together (a single shape);
         False for mixtures and products, whose components are normalized one by one. A chunked
-        loss (:class:`zcache.chunks.ChunkedLoss`) then adds :math:`\sum_i w_i \log Z` once per
+        loss (:class:`zcache.scale.ChunkedLoss`) then adds :math:`\sum_i w_i \log Z` once per
         evaluation instead of once per chunk.
         """
         return type(self)._pdf is Model._pdf
