@@ -15,7 +15,7 @@ and the K*(892) mass and width free, normalized on the phase-space sample of ``m
 (:func:`start_values`: the truth shifted by a fixed-seed amount), with ``Minuit(compiled=False)`` (MIGRAD +
 HESSE: the path the chunked and distributed losses take, so that every row runs the same algorithm).
 
-The calls to the APIs of issue 28 (``zcache.scale``, ``set_cache_budget``, ``zcache.scale``) are the
+The calls to the APIs of issue 28 (``zcache.scale.ChunkedLoss``, ``set_cache_budget``, ``zcache.scale.DistributedLoss``) are the
 small functions :func:`chunked_loss`, :func:`budget_bytes_held`, :func:`distributed_loss`; :func:`available`
 says which of them this zcache has.
 """
@@ -47,11 +47,11 @@ def available() -> dict[str, bool]:
 
     def here(module: str) -> bool:  # in this zcache's folder (an editable install elsewhere may also offer it)
         spec = importlib.util.find_spec(module)
-        return spec is not None and Path(spec.origin).resolve().parent == Path(zcache.__file__).resolve().parent
+        return spec is not None and Path(zcache.__file__).resolve().parent in Path(spec.origin).resolve().parents
 
-    has = {"chunks": here("zcache.scale"),
+    has = {"chunks": here("zcache.scale._chunks"),
            "budget": hasattr(zcache, "set_cache_budget") and hasattr(zcache, "cache_budget_info"),
-           "distributed": here("zcache.scale")}
+           "distributed": here("zcache.scale._distributed")}
     try:
         import distributed  # noqa: F401
     except ImportError:

@@ -188,7 +188,8 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
     import _large_fit
 
     has = _large_fit.available()
-    api = {"chunks": "zcache.scale", "budget": "zcache.set_cache_budget", "distributed": "zcache.scale"}
+    api = {"chunks": "zcache.scale.ChunkedLoss", "budget": "zcache.set_cache_budget",
+           "distributed": "zcache.scale.DistributedLoss"}
     for what, name in api.items():
         if not has[what]:
             cfg.notes.append(f"`{name}` is not in this zcache (or dask is missing): its rows were not run.")
