@@ -1,4 +1,4 @@
-"""zcache.scale: a loss along a toy axis and the batched minimizer, against the serial loss,
+"""zcache.scale (BatchedLoss, BatchedFit): a loss along a toy axis and the batched minimizer, against the serial loss,
 MIGRAD and numdifftools."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""zcache.scale: events in chunks, a loss summed chunk by chunk, files read block by block.
+"""zcache.scale (Chunks, ChunkedLoss): events in chunks, a loss summed chunk by chunk, files read block by block.
 
 References: the unchunked :class:`zcache.loss.UnbinnedNLL` on all events (itself checked against
 scipy elsewhere), scipy.stats for a truncated normal NLL, numpy's own ``np.load`` for the

@@ -1,4 +1,4 @@
-"""zcache.scale (issue 28): a likelihood whose events live on Dask workers.
+"""zcache.scale.DistributedLoss (issue 28): a likelihood whose events live on Dask workers.
 
 One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
 part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
