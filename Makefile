@@ -45,12 +45,12 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m zcache.demos.amplitude
+	$(PY) -m demos.amplitude
 
 # A 1000-toy study (Gauss + Exp, 10k events per toy) in batches of 100 on a 2-worker Dask
 # LocalCluster: prints the pulls and coverage, writes demo_output/toys/pulls_*.png and toys.csv.
 toys: $(STAMP)
-	$(PY) -m zcache.demos.toys
+	$(PY) -m demos.toys
 
 # The documentation site (Sphinx + numpydoc + sphinx-gallery + MyST, the PyData theme): API reference from the
 # docstrings, the user guide, the migration pages and the example gallery, each example run at build time.
@@ -62,7 +62,7 @@ docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -j 2 -b html docs docs/_build/html
 
 lint: $(STAMP)
-	$(PY) -m ruff check zcache tests benchmarks docs
+	$(PY) -m ruff check zcache demos tests benchmarks docs
 	$(PY) -m pytest -q tests/test_docstrings.py
 	$(VENV)/bin/lint-imports
 

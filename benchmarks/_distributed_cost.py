@@ -120,7 +120,7 @@ def measure(client: Any, n: int, parts: int, repeats: int = 20, local: bool = Tr
     -------
     dict
     """
-    from zcache.distributed import DistributedLoss
+    from zcache.scale import DistributedLoss
 
     sizes = [10] * parts if n == 0 else [len(c) for c in np.array_split(np.arange(n), parts)]
     specs = [(size, 1000 + i) for i, size in enumerate(sizes)]

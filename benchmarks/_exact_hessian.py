@@ -3,17 +3,24 @@
 The demo's amplitude model, K*(892) mass and width floating, NOT precomputed: ``hessian_at`` exact (second-order
 autodiff through the valid caches) vs central differences of exact gradients; first call and warm calls.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/_exact_hessian.py 2e4     # prints one JSON line
+    .venv/bin/python benchmarks/_exact_hessian.py 2e4     # prints one JSON line
 """
 
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from zcache.demos.amplitude import build_model
 from zcache.loss import UnbinnedNLL
+
+# The demo model is the repository's demos/amplitude.py (demos/ is not installed with zcache).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from demos.amplitude import build_model  # noqa: E402
 
 n = int(float(sys.argv[1])) if len(sys.argv) > 1 else 20_000
 m = build_model(n)

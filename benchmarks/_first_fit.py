@@ -1,7 +1,7 @@
 """The first compiled fit of the demo's D+ -> K- pi+ pi+ model: where its time goes.
 
 ``python benchmarks/_first_fit.py N uncached|precompute [--profile]``: builds the demo's model
-(``zcache.demos.amplitude.build_model``, 2N phase-space events), draws N events, fits the 8
+(``demos.amplitude.build_model``, 2N phase-space events), draws N events, fits the 8
 couplings from a shifted start with ``Minuit()`` (the compiled fit; ``precompute``: the cached
 model, precompute on; ``uncached``: the model without caches, precompute off) twice, and prints the
 first fit's time, the part spent finding the served caches (``CompiledFit._served``) and the warm
@@ -14,15 +14,22 @@ import cProfile
 import pstats
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import zcache
 from zcache._fitting import compiled_fit
-from zcache.demos.amplitude import build_model
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.sampling import set_seed
+
+# The demo model is the repository's demos/amplitude.py (demos/ is not installed with zcache).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from demos.amplitude import build_model  # noqa: E402
 
 
 def main() -> None:

@@ -31,6 +31,10 @@ import numpy as np
 __all__ = ["BLOCK", "MAX_TRUE", "DATA", "events_file", "phasespace_file", "envelope_sample", "log"]
 
 HERE = Path(__file__).resolve().parent
+# The demo model is the repository's demos/amplitude.py (demos/ is not installed with zcache).
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 DATA = HERE / ".data"
 BLOCK = 1_000_000
 MAX_TRUE = 10_000_000
@@ -45,7 +49,7 @@ def log(text: str) -> None:
 
 
 def _model(n_mc: int = 1000) -> dict[str, Any]:
-    from zcache.demos.amplitude import build_model
+    from demos.amplitude import build_model
 
     return build_model(n_mc)
 

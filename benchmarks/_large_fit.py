@@ -5,17 +5,17 @@ one spec per process, so that each row's peak resident set is its own; quick run
 to save the imports). A spec says which loss to build (``kind``):
 
 - ``"unchunked"``: :class:`zcache.loss.UnbinnedNLL` on all events of the file, loaded whole;
-- ``"chunked"``: ``zcache.chunks.ChunkedLoss`` on ``Chunks.from_npy(file, chunk)`` (optionally under a cache
+- ``"chunked"``: ``zcache.scale.ChunkedLoss`` on ``Chunks.from_npy(file, chunk)`` (optionally under a cache
   budget of ``budget_fraction`` times the bytes its caches hold after the first call);
-- ``"distributed"``: ``zcache.distributed.DistributedLoss`` on ``zcache.toys.local_cluster(workers)``, one part
+- ``"distributed"``: ``zcache.scale.DistributedLoss`` on ``zcache.toys.local_cluster(workers)``, one part
   of the file per worker (each part's loss built on its worker by :func:`build_part`).
 
-Every loss fits the demo's five-component model (``zcache.demos.amplitude.build_model``) with the couplings
+Every loss fits the demo's five-component model (``demos.amplitude.build_model``) with the couplings
 and the K*(892) mass and width free, normalized on the phase-space sample of ``mc_path``, from the same start
 (:func:`start_values`: the truth shifted by a fixed-seed amount), with ``Minuit(compiled=False)`` (MIGRAD +
 HESSE: the path the chunked and distributed losses take, so that every row runs the same algorithm).
 
-The calls to the APIs of issue 28 (``zcache.chunks``, ``set_cache_budget``, ``zcache.distributed``) are the
+The calls to the APIs of issue 28 (``zcache.scale.ChunkedLoss``, ``set_cache_budget``, ``zcache.scale.DistributedLoss``) are the
 small functions :func:`chunked_loss`, :func:`budget_bytes_held`, :func:`distributed_loss`; :func:`available`
 says which of them this zcache has.
 """
@@ -47,11 +47,11 @@ def available() -> dict[str, bool]:
 
     def here(module: str) -> bool:  # in this zcache's folder (an editable install elsewhere may also offer it)
         spec = importlib.util.find_spec(module)
-        return spec is not None and Path(spec.origin).resolve().parent == Path(zcache.__file__).resolve().parent
+        return spec is not None and Path(zcache.__file__).resolve().parent in Path(spec.origin).resolve().parents
 
-    has = {"chunks": here("zcache.chunks"),
+    has = {"chunks": here("zcache.scale._chunks"),
            "budget": hasattr(zcache, "set_cache_budget") and hasattr(zcache, "cache_budget_info"),
-           "distributed": here("zcache.distributed")}
+           "distributed": here("zcache.scale._distributed")}
     try:
         import distributed  # noqa: F401
     except ImportError:
@@ -63,8 +63,8 @@ def model_pdf(mc_path: str, free_mass: bool = True) -> Any:
     """The demo's AmplitudePdf on the phase-space sample of ``mc_path`` (K*(892) mass and width floating if
     ``free_mass``)."""
     import zcache
+    from demos.amplitude import build_model  # the repository root is on sys.path (_large_events)
     from zcache.amplitude import AmplitudePdf
-    from zcache.demos.amplitude import build_model
 
     model = build_model(1000)  # its own small phase-space sample is not used
     obs = model["pdf"].space.obs
@@ -108,7 +108,7 @@ def unchunked_loss(pdf: Any, path: str) -> Any:
 def chunked_loss(pdf: Any, path: str, chunk: int, start: int = 0, stop: int | None = None) -> Any:
     """``ChunkedLoss`` on chunks of ``chunk`` events read from ``path`` (rows ``start:stop``), precomputed."""
     import zcache
-    from zcache.chunks import ChunkedLoss, Chunks
+    from zcache.scale import ChunkedLoss, Chunks
 
     loss = ChunkedLoss(pdf, Chunks.from_npy(path, chunk, name="data", obs=_obs(pdf), start=start, stop=stop))
     zcache.precompute(loss)
@@ -153,7 +153,7 @@ def distributed_loss(spec: dict[str, Any]) -> tuple[Any, Any]:
     """A ``DistributedLoss`` over ``spec['workers']`` parts of the file, and the client (to close)."""
     from distributed import Client
 
-    from zcache.distributed import DistributedLoss
+    from zcache.scale import DistributedLoss
     from zcache.toys import local_cluster
 
     client = Client(local_cluster(spec["workers"]))

@@ -1,6 +1,6 @@
 """One large Dalitz fit (issue 28): events from a file in chunks, a cache budget, a distributed loss, the GPU.
 
-The demo's five-component D+ -> K- pi+ pi+ model (``zcache.demos.amplitude.build_model``), the couplings and
+The demo's five-component D+ -> K- pi+ pi+ model (``demos.amplitude.build_model``), the couplings and
 the K*(892) mass and width free, normalized on a fixed phase-space sample, fitted to N events of the model
 read from ``benchmarks/.data/dalitz_<N>.npy`` (``_large_events.py`` makes the files). Every row runs in its
 own child process (``_large_fit.py``), which reports its times, its fit and its peak resident set (VmHWM):
@@ -188,7 +188,8 @@ def measure_rows(cfg: Config) -> tuple[list[dict[str, Any]], dict[str, bool]]:
     import _large_fit
 
     has = _large_fit.available()
-    api = {"chunks": "zcache.chunks", "budget": "zcache.set_cache_budget", "distributed": "zcache.distributed"}
+    api = {"chunks": "zcache.scale.ChunkedLoss", "budget": "zcache.set_cache_budget",
+           "distributed": "zcache.scale.DistributedLoss"}
     for what, name in api.items():
         if not has[what]:
             cfg.notes.append(f"`{name}` is not in this zcache (or dask is missing): its rows were not run.")
@@ -420,7 +421,7 @@ def gpu_section(cfg: Config) -> tuple[str, str]:
 def setup_text(cfg: Config) -> str:
     """The configuration and the event files' provenance."""
     lines = [
-        "The demo's five-component D+ → K- π+ π+ model (`zcache.demos.amplitude.build_model`: NR + K*(892), "
+        "The demo's five-component D+ → K- π+ π+ model (`demos.amplitude.build_model`: NR + K*(892), "
         "K0*(1430), K2*(1430), K*(1410)); free: the 8 coupling parameters"
         + (" and the K*(892) mass and width (10); " if cfg.free_mass else " (quick mode: the K*(892) mass and width fixed); ")
         + (f"fits up to N = {cfg.max_fit:,} (above: per call only); " if cfg.max_fit < max(cfg.sizes) else "")

@@ -47,12 +47,12 @@ def pytest_configure(config):
 #: doctests too costly for the fast loop (batched or toy fits, MINOS and profiles, ampform models): a doctest
 #: cannot carry a mark, so they are named here; the fast loop keeps each module's other examples
 SLOW_DOCTESTS = {f"zcache/{name}" for name in (
-    "batch.py::zcache.batch", "batch.py::zcache.batch.BatchedLoss", "toys.py::zcache.toys",
+    "scale/_batch.py::zcache.scale._batch", "scale/_batch.py::zcache.scale._batch.BatchedLoss", "toys.py::zcache.toys",
     "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
     "amplitude/_ampform.py::zcache.amplitude._ampform.from_helicity_model",
     "amplitude/_ampform.py::zcache.amplitude._ampform.phasespace_generator",
     "amplitude/_kinematics.py::zcache.amplitude._kinematics",
-    "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes.py::zcache.shapes",
+    "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes/__init__.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
     *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
 )}

@@ -111,7 +111,7 @@ def _close() -> None:
 
 def losses(parts: int, extended: bool) -> tuple[Any, Any]:
     """The DistributedLoss of ``parts`` parts of :func:`events` and the same loss of all events here."""
-    from zcache.distributed import DistributedLoss
+    from zcache.scale import DistributedLoss
 
     if (parts, extended) not in _LOSSES:
         _LOSSES[parts, extended] = DistributedLoss(

@@ -499,13 +499,13 @@ def test_compiled_mode_and_toys(dzero):
     set_seed(3)
     toys = run_toys(bridged, loss, n_toys=2, n_events=400, seed=3, minimizer=Minuit(tol=1e-5), progress=False)
     assert len(toys.table) == 2
-    # Batched (zcache.batch): the bridged graph vectorizes as it is; the phase-space integrals,
+    # Batched (zcache.scale): the bridged graph vectorizes as it is; the phase-space integrals,
     # which no toy input reaches, are served from their caches; the fits equal the serial ones.
     batched = run_toys(bridged, loss, n_toys=2, n_events=400, seed=3, batch=2, progress=False)
     assert batched.table["valid"].all() and not batched.table["refit"].any()
     for name in toys.names:
         assert np.max(np.abs(batched.table[name] - toys.table[name]) / toys.table[f"{name}_err"]) < 1e-3
-    from zcache.batch import BatchedLoss
+    from zcache.scale import BatchedLoss
 
     # the integral matrix over the phase-space sample, served whole (its group blocks are read through it)
     assert "I[phasespace]" in {c.name for c in BatchedLoss.of(loss, loss.params).served_caches}

@@ -1,4 +1,4 @@
-"""zcache.batch: a loss along a toy axis and the batched minimizer, against the serial loss,
+"""zcache.scale (BatchedLoss, BatchedFit): a loss along a toy axis and the batched minimizer, against the serial loss,
 MIGRAD and numdifftools."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import tensorflow as tf
 from helpers import gauss_exp_study
 
 import zcache
-from zcache.batch import BatchedLoss
 from zcache.exceptions import BatchingError, ModelError, WeightSumError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import FunctionPdf, Gaussian, Space
+from zcache.scale import BatchedLoss
 
 
 def _gauss_exp(tag: str, n: int = 1000):

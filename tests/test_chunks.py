@@ -1,4 +1,4 @@
-"""zcache.chunks: events in chunks, a loss summed chunk by chunk, files read block by block.
+"""zcache.scale (Chunks, ChunkedLoss): events in chunks, a loss summed chunk by chunk, files read block by block.
 
 References: the unchunked :class:`zcache.loss.UnbinnedNLL` on all events (itself checked against
 scipy elsewhere), scipy.stats for a truncated normal NLL, numpy's own ``np.load`` for the
@@ -16,13 +16,13 @@ import scipy.stats
 import tensorflow as tf
 
 import zcache
-import zcache.chunks
+import zcache.scale._chunks
 from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
-from zcache.chunks import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 from zcache.exceptions import DataError, DataRangeError, DataShapeError, IllegalInGraphModeError, ModelError
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.scale import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 
 SPACE = Space("x", -5.0, 5.0)
 
@@ -174,7 +174,7 @@ def test_each_chunk_returns_its_freed_memory(monkeypatch) -> None:
     """ChunkedLoss releases freed memory after every chunk (and the once-terms), value and gradient alike, and
     after each chunk of precompute's evaluation."""
     calls = []
-    monkeypatch.setattr(zcache.chunks, "release_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(zcache.scale._chunks, "release_freed_memory", lambda: calls.append(1) or True)
     mu = zcache.Parameter("mu_release", 0.1)
     model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
     loss = ChunkedLoss(model, Chunks.from_array(np.random.default_rng(3).normal(0.2, 1.0, 500), 200))
@@ -330,7 +330,7 @@ def test_bad_input_is_refused() -> None:
     chunks = Chunks.from_array(_events(300), 100)
     with pytest.raises(ModelError, match="Model"):
         ChunkedLoss("model", chunks)
-    with pytest.raises(ModelError, match="zcache.chunks.Chunks"):
+    with pytest.raises(ModelError, match="zcache.scale.Chunks"):
         ChunkedLoss(model, zcache.Data(_events(300)))
     with pytest.raises(ModelError, match="not extended"):
         ChunkedLoss(model, chunks, extended=True)

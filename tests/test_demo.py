@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zcache.demos import amplitude as demo
-from zcache.demos import basics as demo_basics
+from demos import amplitude as demo
+from demos import basics as demo_basics
 
 pytestmark = pytest.mark.slow  # the demos end to end: 35 s
 

@@ -1,4 +1,4 @@
-"""zcache.distributed (issue 28): a likelihood whose events live on Dask workers.
+"""zcache.scale.DistributedLoss (issue 28): a likelihood whose events live on Dask workers.
 
 One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
 part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
@@ -23,7 +23,7 @@ from zcache.minimize import Minuit
 
 distributed = pytest.importorskip("distributed")
 
-from zcache.distributed import DistributedLoss  # noqa: E402
+from zcache.scale import DistributedLoss  # noqa: E402
 
 START = {"mu": 5.2, "sigma": 0.8, "lam": -0.25, "frac": 0.35}
 NAMES = tuple(START)
@@ -41,7 +41,7 @@ def gauss_exp(events):
     frac = zcache.Parameter("frac", START["frac"], lower=0.0, upper=1.0)
     model = SumPdf([Gaussian(s, mu, sigma), Exponential(s, lam)], fracs=[frac])
     if isinstance(events, tuple):  # a range of the file, read on the worker in two chunks (the large-fit path)
-        from zcache.chunks import ChunkedLoss, Chunks
+        from zcache.scale import ChunkedLoss, Chunks
 
         path, start, stop = events
         # exact_hessian: the module compares Hessians with the in-process loss's exact one to 1e-10
@@ -109,7 +109,7 @@ def by_name(loss):
 
 
 def test_import_zcache_imports_no_dask():
-    code = "import sys, zcache, zcache.distributed; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
+    code = "import sys, zcache, zcache.scale; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -169,13 +169,13 @@ def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss,
 
 
 def test_close_drops_the_parts_from_the_workers(client, events):
-    from zcache import distributed as zd
+    from zcache.scale import _distributed as zd
 
     loss = DistributedLoss(gauss_exp, events[1][1:], client)
     token = loss._token
 
     def count(token):
-        from zcache import distributed as zd
+        from zcache.scale import _distributed as zd
 
         return sum(k[0] == token for k in zd._PARTS)
 
@@ -256,7 +256,7 @@ def extended_gauss_exp(spec):
     model = SumPdf([Gaussian(s, p["mu"], p["sigma"]), Exponential(s, p["lam"])], yields=[p["nsig"], p["nbkg"]])
     data = zcache.Data(np.array(events))
     if kind == "chunked":
-        from zcache.chunks import ChunkedLoss, Chunks
+        from zcache.scale import ChunkedLoss, Chunks
 
         return ChunkedLoss(model, Chunks.from_array(np.array(events), (len(events) + 1) // 2), extended=True,
                            exact_hessian=True)
@@ -415,7 +415,7 @@ def test_distributed_extended_parts_survive_the_loss_of_the_worker_holding_the_y
 
 
 def count_parts():
-    from zcache import distributed as zd
+    from zcache.scale import _distributed as zd
 
     return len(zd._PARTS)
 

@@ -30,9 +30,9 @@ def _api_entries() -> set[str]:
 
 
 def test_every_public_module_has_an_api_page():
-    public = {f"zcache.{p.stem}" for p in PACKAGE.glob("*.py") if not p.stem.startswith("_") and not p.stem.startswith("demo")}
+    public = {f"zcache.{p.stem}" for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")}
     public |= {f"zcache.{p.name}" for p in PACKAGE.iterdir()  # the public packages (zcache.amplitude, ...)
-               if p.is_dir() and (p / "__init__.py").exists() and not p.name.startswith("_") and p.name != "demos"}
+               if p.is_dir() and (p / "__init__.py").exists() and not p.name.startswith("_")}
     assert public - _api_entries() == set()
 
 

@@ -44,6 +44,7 @@ PUBLIC_MODULES = (
     "zcache.toys",
     "zcache.amplitude",
     "zcache.inference",
+    "zcache.scale",
     "zcache.types",
     "zcache.exceptions",
 )

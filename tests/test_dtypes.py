@@ -18,10 +18,10 @@ import tensorflow as tf
 
 import zcache
 from zcache.binned import BinnedData, BinnedNLL, Template
-from zcache.chunks import ChunkedLoss, Chunks
 from zcache.exceptions import DataDtypeError, DataError
 from zcache.loss import UnbinnedNLL
 from zcache.models import Gaussian, Space
+from zcache.scale import ChunkedLoss, Chunks
 
 N = 400
 X = np.random.default_rng(51).normal(0.3, 1.2, N)
@@ -307,7 +307,7 @@ def test_from_hist_and_templates_refuse_complex_values():
 # -- batched and toy losses, distributed parts ---------------------------------------------------
 @pytest.mark.parametrize("kind", ["complex", "bool", "string"])
 def test_batched_loss_refuses_events_weights_and_starts_that_are_not_real_numbers(kind):
-    from zcache.batch import BatchedLoss
+    from zcache.scale import BatchedLoss
 
     make, words = BAD[kind]
     data = zcache.Data(X, obs="x", name=f"x_b_{kind}")
@@ -339,7 +339,7 @@ def test_run_toys_refuses_complex_start_values():
 
 @pytest.mark.parametrize("kind", ["complex", "bool", "object"])
 def test_distributed_loss_refuses_array_parts_that_are_not_real_numbers_before_sending(kind):
-    from zcache.distributed import DistributedLoss
+    from zcache.scale import DistributedLoss
 
     make, words = BAD[kind]
 

@@ -2,8 +2,8 @@
 
 The folders show the layers: ``zcache/_engine/`` is the caching engine, the public modules at
 the top level are the fitting layer and its facades (``zcache/_fitting/`` holds the fitting
-layer's private parts; a public package such as ``zcache/amplitude/`` or ``zcache/inference/``
-holds its own private modules behind one re-export list), ``zcache/demos/`` the runnable demos. The same rules run as
+layer's private parts; a public package such as ``zcache/amplitude/``, ``zcache/models/`` or ``zcache/scale/``
+holds its own private modules behind one re-export list). The same rules run as
 import-linter contracts in ``make lint`` (``lint-imports``, contracts in setup.cfg); this test
 needs nothing beyond the standard library and networkx, and also sees imports inside functions.
 """
@@ -129,7 +129,7 @@ def test_the_layers_are_folders():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem.startswith("_") and p.stem != "__init__")
     assert top == []
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
-        "_engine", "_fitting", "amplitude", "demos", "inference"}
+        "_engine", "_fitting", "amplitude", "inference", "models", "scale", "shapes"}
 
 
 def test_no_private_names_across_modules():

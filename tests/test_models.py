@@ -764,7 +764,7 @@ def test_nearby_seeds_give_independent_samples():
 # narrower than the spacing (0.0024 on [0, 10]) between two grid points was cut at the envelope
 # and silently flattened (sigma 0.0008 sampled with std 0.00096).
 _AR_LO, _AR_HI = 0.0, 10.0
-_AR_SPACING = (_AR_HI - _AR_LO) / (zcache.models._FMAX_GRID - 1)
+_AR_SPACING = (_AR_HI - _AR_LO) / (zcache.models._numerics.FMAX_GRID - 1)
 
 
 def _narrow_gaussian(mu, sigma=0.0008, name="narrow"):
@@ -824,11 +824,11 @@ def test_spike_narrower_than_grid_raises_envelope_and_resamples(mode):
 
 @slow_modes("mode", "graph")  # graph: 2.7 s
 def test_envelope_raised_too_often_or_not_finite_is_refused(monkeypatch, mode):
-    """Past _FMAX_RAISES raises of the envelope, or a density that is NaN or zero everywhere:
+    """Past FMAX_RAISES raises of the envelope, or a density that is NaN or zero everywhere:
     sampling raises ModelError saying what to do, instead of a biased sample (or an endless loop)."""
-    monkeypatch.setattr(zcache.models, "_FMAX_RAISES", 0)
+    monkeypatch.setattr(zcache.models._base, "FMAX_RAISES", 0)
     set_seed(99)
-    quoted = re.escape(f"({zcache.models._FMAX_SAFETY:g} x its maximum")
+    quoted = re.escape(f"({zcache.models._numerics.FMAX_SAFETY:g} x its maximum")
     with pytest.raises(ModelError, match=rf"exceeded the envelope {quoted}.* override _fmax\(\)"):
         _spike(_AR_LO + 3000.5 * _AR_SPACING).sample(20_000)
     half_nan = FunctionPdf(lambda x: tf.sqrt(x - 5.0), Space("x", _AR_LO, _AR_HI), name="half_nan")

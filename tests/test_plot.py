@@ -8,6 +8,7 @@ the truncated densities, not with zcache.
 from __future__ import annotations
 
 import importlib
+import pathlib
 import subprocess
 import sys
 
@@ -507,7 +508,8 @@ def test_zcache_works_without_matplotlib():
     rather than looking for it in sys.modules.)
     """
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitude, zcache.demos.amplitude\n"
+            "import zcache, zcache.models, zcache.minimize, zcache.toys, zcache.amplitude, demos.amplitude\n"
             "try:\n    import zcache.plot\nexcept ImportError as err:\n    print(err)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          cwd=pathlib.Path(__file__).resolve().parents[1])  # demos/ is the repository's
     assert "pip install zcache[plot]" in done.stdout

@@ -29,7 +29,7 @@ model and data, minimized (and MINOS-ed) by iminuit.
   coupling toggled fixed), fitted by ``Minuit()`` (the compiled fit's Hessians: the couplings' block
   exact, differences along the line shapes) and with differences throughout, with or without XLA:
   the same minimum and errors, and 8 calls fewer where the block is taken;
-- a fit of the same model as a :class:`zcache.chunks.ChunkedLoss` over two chunks of the current
+- a fit of the same model as a :class:`zcache.scale.ChunkedLoss` over two chunks of the current
   events (split at a drawn point) passes every check of a fit of the whole loss, under whatever cache
   budget the sequence has set.
 
@@ -57,13 +57,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import zcache
 from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
 from zcache._engine.precompute import precomputed
-from zcache.batch import BatchedLoss
-from zcache.chunks import ChunkedLoss, Chunks
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
 from zcache.results import FitResult
+from zcache.scale import BatchedLoss, ChunkedLoss, Chunks
 
 TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 250.0, "nbkg": 450.0}
 #: values a fixed parameter may be moved to (near the truth, so that fits stay well defined)

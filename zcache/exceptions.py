@@ -165,7 +165,7 @@ class ModelError(ZCacheError, ValueError):
 class WholeSampleTermError(ModelError):
     """A loss cannot tell its whole-sample terms from its sum over events.
 
-    A loss split into parts (:class:`zcache.distributed.DistributedLoss`) adds its parts' sums
+    A loss split into parts (:class:`zcache.scale.DistributedLoss`) adds its parts' sums
     over events and counts the terms of the whole sample (an extended likelihood's expected
     yield, constraints) once; a loss whose value is not such a sum (a histogram's likelihood or
     chi-square, a template fit) cannot be split so.

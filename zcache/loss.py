@@ -293,7 +293,7 @@ class BaseLoss:
         The loss is the sum over its events plus these terms: the expected yield :math:`\nu` of
         an extended likelihood (its :math:`-N\log\nu` is :math:`-\log\nu` per event, so a sum
         over events) and the constraints. A loss cut into parts of its events
-        (:class:`zcache.distributed.DistributedLoss`) adds the parts' sums over events and these
+        (:class:`zcache.scale.DistributedLoss`) adds the parts' sums over events and these
         terms once: added once per part, an extended fit's yields would come out divided by the
         number of parts. The default is the constraints (a subclass whose value is a sum over
         events adds nothing); a loss with other such terms extends the list, and one whose terms

@@ -426,36 +426,60 @@ def plot_fit(
     if model.space.n_obs != 1:
         raise ValueError(f"plot_fit needs a one-dimensional model; {model.space!r} has {model.space.n_obs} "
                          "observables: use plot_projections.")
-    lo, hi = model.space.lower[0], model.space.upper[0]
-    obs = model.space.obs[0]
-    if _is_binned(data):
-        data_obs = _obs_tuple(getattr(data, "obs", None))
-        if data_obs is not None and data_obs != model.space.obs:
-            raise ValueError(f"The histogram's observable {data_obs} is not the model's {model.space.obs}.")
-        edges = np.asarray(data.edges, dtype=float).reshape(-1)
-        counts = np.asarray(data.counts, dtype=float).reshape(-1)
-        variances = np.asarray(data.variances, dtype=float).reshape(-1)
-        errors = np.sqrt(np.clip(variances, 0.0, None))
-        poisson = np.allclose(variances, counts)
-        prob = _bin_probabilities(model, edges)
-        nexp = float(model.get_yield()) if model.is_extended else float(counts.sum() / prob.sum())
-        steps = True
-    else:
-        x_data, weights = _events(model, data)
-        edges = _edges(bins, lo, hi)
-        counts, errors = _histogram(x_data, edges, weights)
-        poisson = weights is None
-        prob = _bin_probabilities(model, edges)
-        in_range = (x_data >= lo) & (x_data <= hi)
-        n_in = float(in_range.sum()) if weights is None else float(weights[in_range].sum())
-        nexp = float(model.get_yield()) if model.is_extended else n_in
-        steps = False
-    expected = nexp * prob
+    steps = _is_binned(data)  # a histogram is drawn as steps, events as points with error bars
+    edges, counts, errors, poisson, nexp = _binned_counts(model, data) if steps else _event_counts(model, data, bins)
+    expected = nexp * _bin_probabilities(model, edges)
     pulls_ = _pulls(counts, expected, np.sqrt(np.clip(expected, 0.0, None)) if poisson else errors)
+    x, curve, comps = _curves(model, edges, nexp, int(npoints), components)
+    fig, main, lower = _panels(ax, pulls)
+    return _draw(fig, main, lower, edges=edges, counts=counts, errors=errors, expected=expected, pulls=pulls_,
+                 nexpected=nexp, xlabel=model.space.obs[0], label=label, x=x, curve=curve, components=comps,
+                 steps=steps, data_label=data_label)
 
-    # The curve spans the histogram (the model's range clipped to the bins).
+
+def _binned_counts(model: Model, data: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, float]:
+    """A histogram's edges, counts and errors, whether the errors are Poisson, and the number the model expects.
+
+    An extended model expects its yield, any other the histogram's sum over the model's probability of its bins.
+    """
+    data_obs = _obs_tuple(getattr(data, "obs", None))
+    if data_obs is not None and data_obs != model.space.obs:
+        raise ValueError(f"The histogram's observable {data_obs} is not the model's {model.space.obs}.")
+    edges = np.asarray(data.edges, dtype=float).reshape(-1)
+    counts = np.asarray(data.counts, dtype=float).reshape(-1)
+    variances = np.asarray(data.variances, dtype=float).reshape(-1)
+    errors = np.sqrt(np.clip(variances, 0.0, None))
+    poisson = bool(np.allclose(variances, counts))
+    prob = _bin_probabilities(model, edges)
+    nexp = float(model.get_yield()) if model.is_extended else float(counts.sum() / prob.sum())
+    return edges, counts, errors, poisson, nexp
+
+
+def _event_counts(model: Model, data: Any, bins: int | Sequence[float] | np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, float]:
+    """Events histogrammed over the model's range: edges, counts, errors, whether unweighted, the number expected.
+
+    An extended model expects its yield, any other the events (sum of weights) in its range.
+    """
+    lo, hi = model.space.lower[0], model.space.upper[0]
+    x_data, weights = _events(model, data)
+    edges = _edges(bins, lo, hi)
+    counts, errors = _histogram(x_data, edges, weights)
+    in_range = (x_data >= lo) & (x_data <= hi)
+    n_in = float(in_range.sum()) if weights is None else float(weights[in_range].sum())
+    nexp = float(model.get_yield()) if model.is_extended else n_in
+    return edges, counts, errors, weights is None, nexp
+
+
+def _curves(model: Model, edges: np.ndarray, nexp: float, npoints: int, components: bool
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The smooth curve ``N w p(x)`` and, for a SumPdf with ``components``, its components ``N w f_k p_k(x)``.
+
+    The curve spans the histogram (the model's range clipped to the bins); ``w`` is the reference bin width.
+    """
+    lo, hi = model.space.lower[0], model.space.upper[0]
     _, ref_width, _ = _scale(edges)
-    x = np.linspace(max(lo, edges[0]), min(hi, edges[-1]), int(npoints))
+    x = np.linspace(max(lo, edges[0]), min(hi, edges[-1]), npoints)
     curve = nexp * ref_width * model.pdf(x).numpy()
     comps: dict[str, np.ndarray] = {}
     if components and isinstance(model, SumPdf):
@@ -463,10 +487,7 @@ def plot_fit(
         names = _unique_names([p.name for p in model.pdfs])
         comps = {name: nexp * ref_width * f * p.pdf(x).numpy()
                  for name, f, p in zip(names, fractions, model.pdfs, strict=True)}
-    fig, main, lower = _panels(ax, pulls)
-    return _draw(fig, main, lower, edges=edges, counts=counts, errors=errors, expected=expected, pulls=pulls_,
-                 nexpected=nexp, xlabel=obs, label=label, x=x, curve=curve, components=comps, steps=steps,
-                 data_label=data_label)
+    return x, curve, comps
 
 
 # -- plot_projections ------------------------------------------------------------------------
@@ -617,62 +638,75 @@ def plot_projections(
     inside = model.space.inside(x_data if model.space.n_obs > 1 else x_data[:, 0]).numpy()
     n_in = float(inside.sum()) if w_data is None else float(w_data[inside].sum())
     nexp = float(model.get_yield()) if model.is_extended else n_in
-    if variables is None:
-        projections: list[tuple[str, Callable[[np.ndarray], np.ndarray], Model | None]] = [
-            (o, (lambda v, k=k: v[:, k]), None if mc is not None else _factor_of(model, o))
-            for k, o in enumerate(model.space.obs)
-        ]
-    else:
-        projections = [(name, func, None) for name, func in variables.items()]
+    projections = _projections(model, variables, mc)
     if axes is not None and len(axes) != len(projections):
         raise ValueError(f"axes needs one entry per projection ({len(projections)}), got {len(axes)}.")
-
-    need_mc = any(factor is None for _, _, factor in projections)
-    if need_mc:
+    mc_parts = None  # (values, weights, component weights, total weight) of the sample that projects the model
+    if any(factor is None for _, _, factor in projections):
         if mc is None:
             mc = model.phasespace if isinstance(model, AmplitudePdf) else _uniform_sample(model, n_mc, seed)
         mc_values, mc_w, mc_comps = _mc_weights(model, mc, components)
-        mc_total = mc_w.sum()
-
-    if axes is None:
-        fig = plt.figure(figsize=(5.4 * len(projections), 5.4 if pulls else 4.4))
-        grid = fig.add_gridspec(2 if pulls else 1, len(projections), height_ratios=(3, 1) if pulls else None,
-                                hspace=0.05, wspace=0.3)
-        panels = []
-        for k in range(len(projections)):
-            main = fig.add_subplot(grid[0, k])
-            panels.append((fig, main, fig.add_subplot(grid[1, k], sharex=main) if pulls else None))
-    else:
-        panels = [_panels(a, pulls) for a in axes]
-
+        mc_parts = (mc_values, mc_w, mc_comps, mc_w.sum())
+    panels = _projection_panels(len(projections), pulls) if axes is None else [_panels(a, pulls) for a in axes]
     out = []
     for (name, func, factor), (fig, main, lower) in zip(projections, panels, strict=True):
         values = np.asarray(func(x_data), dtype=float)
-        if factor is not None:
-            k = model.space.obs.index(name)
-            edges = _edges(bins, model.space.lower[k], model.space.upper[k])
-        else:
-            mc_values_k = np.asarray(func(mc_values), dtype=float)
-            both = np.concatenate([values, mc_values_k[mc_w != 0]])
-            edges = _edges(bins, float(both.min()), float(both.max()))
+        edges, expected, x, curve, comps = _projected(model, name, func, factor, values, bins, nexp, mc_parts)
         counts, errors = _histogram(values, edges, w_data)
-        x = curve = None
-        comps: dict[str, np.ndarray] = {}
-        if factor is not None:
-            expected = nexp * _bin_probabilities(factor, edges)
-            _, ref_width, _ = _scale(edges)
-            x = np.linspace(edges[0], edges[-1], _CURVE_POINTS)
-            curve = nexp * ref_width * factor.pdf(x).numpy()
-        else:
-            expected = nexp * np.histogram(mc_values_k, bins=edges, weights=mc_w)[0] / mc_total
-            comps = {n: nexp * np.histogram(mc_values_k, bins=edges, weights=w)[0] / mc_total
-                     for n, w in mc_comps.items()}
         sigma = np.sqrt(np.clip(expected, 0.0, None)) if w_data is None else errors
         out.append(_draw(fig, main, lower, edges=edges, counts=counts, errors=errors, expected=expected,
                          pulls=_pulls(counts, expected, sigma), nexpected=nexp, xlabel=name, label=label, x=x,
                          curve=curve, components=comps,
                          data_label=data_label))
     return out
+
+
+def _projections(model: Model, variables: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None, mc: Any
+                 ) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], Model | None]]:
+    """(name, function of the events, the model's factor for it or None) per projection.
+
+    Without ``variables`` one per observable; the factor of a ProductPdf over that observable projects the model
+    exactly (unless ``mc`` is given), else (None) a weighted sample does.
+    """
+    if variables is not None:
+        return [(name, func, None) for name, func in variables.items()]
+    return [(o, (lambda v, k=k: v[:, k]), None if mc is not None else _factor_of(model, o))
+            for k, o in enumerate(model.space.obs)]
+
+
+def _projection_panels(n: int, pulls: bool) -> list[tuple[Figure, Axes, Axes | None]]:
+    """A new figure with ``n`` panels side by side, each with a pull panel below if ``pulls``."""
+    fig = plt.figure(figsize=(5.4 * n, 5.4 if pulls else 4.4))
+    grid = fig.add_gridspec(2 if pulls else 1, n, height_ratios=(3, 1) if pulls else None, hspace=0.05, wspace=0.3)
+    panels = []
+    for k in range(n):
+        main = fig.add_subplot(grid[0, k])
+        panels.append((fig, main, fig.add_subplot(grid[1, k], sharex=main) if pulls else None))
+    return panels
+
+
+def _projected(model: Model, name: str, func: Callable[[np.ndarray], np.ndarray], factor: Model | None,
+               values: np.ndarray, bins: int | Sequence[float] | np.ndarray, nexp: float, mc_parts: Any
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, dict[str, np.ndarray]]:
+    """One projection of the model: the bin edges, expected counts, the curve (a factor) or the components (a sample).
+
+    A factor is integrated over the bins of its observable's range and drawn as a curve; a sample's projection is
+    histogrammed over the range of the data and the sample, with its components.
+    """
+    if factor is not None:
+        k = model.space.obs.index(name)
+        edges = _edges(bins, model.space.lower[k], model.space.upper[k])
+        expected = nexp * _bin_probabilities(factor, edges)
+        _, ref_width, _ = _scale(edges)
+        x = np.linspace(edges[0], edges[-1], _CURVE_POINTS)
+        return edges, expected, x, nexp * ref_width * factor.pdf(x).numpy(), {}
+    mc_values, mc_w, mc_comps, mc_total = mc_parts
+    mc_values_k = np.asarray(func(mc_values), dtype=float)
+    both = np.concatenate([values, mc_values_k[mc_w != 0]])
+    edges = _edges(bins, float(both.min()), float(both.max()))
+    expected = nexp * np.histogram(mc_values_k, bins=edges, weights=mc_w)[0] / mc_total
+    comps = {n: nexp * np.histogram(mc_values_k, bins=edges, weights=w)[0] / mc_total for n, w in mc_comps.items()}
+    return edges, expected, None, None, comps
 
 
 # -- plot_profile ----------------------------------------------------------------------------

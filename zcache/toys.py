@@ -9,7 +9,7 @@ sampler call per block (not per toy) keeps generation far below the fit's cost.
 
 **Fits.** ``batch=None`` fits one toy after another with :class:`zcache.minimize.Minuit`
 (MIGRAD + HESSE). ``batch=B`` fits ``B`` toys in one XLA-compiled program
-(:class:`zcache.batch.BatchedLoss`: BFGS in lockstep, then HESSE by differences of exact
+(:class:`zcache.scale.BatchedLoss`: BFGS in lockstep, then HESSE by differences of exact
 gradients and a Newton step); a toy that does not converge there is refitted with MIGRAD on
 its own and flagged (column ``refit``). ``client=`` (a ``dask.distributed.Client``) runs
 chunks of toys on the cluster's workers, each of which builds the model once with the
@@ -52,12 +52,12 @@ from ._engine.data import Data, size_class
 from ._engine.parameter import Parameter, set_values
 from ._engine.tables import real_numbers
 from ._engine.trace import forbid_in_trace
-from .batch import BatchedLoss, padded_toys
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
 from .models import Model
 from .sampling import set_seed
+from .scale import BatchedLoss, padded_toys
 
 __all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK", "local_cluster"]
 
@@ -458,7 +458,7 @@ def run_toys(
     progress : bool, optional
         Show a tqdm bar (default: when stderr is a terminal and tqdm is installed).
     batch : int, optional
-        Fit this many toys per compiled call (:class:`zcache.batch.BatchedLoss`); ``None``
+        Fit this many toys per compiled call (:class:`zcache.scale.BatchedLoss`); ``None``
         (default): one by one with ``minimizer``.
     client : dask.distributed.Client, optional
         Run the study on this Dask cluster (``pip install zcache[dask]``), in chunks of

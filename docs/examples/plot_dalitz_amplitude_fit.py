@@ -6,7 +6,7 @@ Generate a small :math:`D^+ \to K^-\pi^+\pi^+` sample from a three-component iso
 complex couplings, and look at the result: the Dalitz plot, the invariant-mass projections of the data
 with the fitted model and its components, and the fit fractions with their errors.
 
-The model is the one of ``python -m zcache.demos.amplitude`` (``make demo``), cut down to three
+The model is the one of ``python -m demos.amplitude`` (``make demo``), cut down to three
 components and 5,000 events so that the page builds in seconds.
 """
 

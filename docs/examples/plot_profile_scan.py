@@ -8,7 +8,7 @@ every other parameter fitted again at each value; where it crosses 1 is MINOS's 
 contour answers the second: the closed curve where the profile in two parameters reaches 2.30
 (68 %) or 5.99 (95 %). :func:`zcache.inference.profile_scan` and :func:`zcache.inference.contour`
 fit all the points of an unbinned loss at once, in one compiled program
-(:class:`zcache.batch.BatchedLoss` with the tested values pinned per row).
+(:class:`zcache.scale.BatchedLoss` with the tested values pinned per row).
 """
 
 # %%

@@ -39,7 +39,7 @@ loss = ExtendedUnbinnedNLL(model, model.sample())  # the loss's dataset is refil
 # ---------
 # :func:`zcache.toys.run_toys` draws each toy's number of events from a Poisson distribution
 # (the model is extended) and its events from the model. With ``batch=100`` the loss is traced
-# for one toy and vectorized over 100 (:class:`zcache.batch.BatchedLoss`), BFGS runs for all
+# for one toy and vectorized over 100 (:class:`zcache.scale.BatchedLoss`), BFGS runs for all
 # of them in lockstep, then each gets HESSE errors. A toy that does not converge there is
 # refitted with MIGRAD (column ``refit``). The seed fixes every toy's dataset, whatever the
 # batch size: ``batch`` changes only the time taken.

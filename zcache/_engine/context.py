@@ -136,7 +136,7 @@ def substituted(values: dict[Any, Any]) -> Iterator[None]:
 def finding_invariants(varying: set[int]) -> Iterator[list[Any]]:
     """Inside a :func:`substituted` block: collect the caches that none of the inputs ``varying`` reaches.
 
-    A batched evaluation (:mod:`zcache.batch`) substitutes each toy's parameters and events
+    A batched evaluation (:mod:`zcache.scale`) substitutes each toy's parameters and events
     (``varying``; its fixed parameters are substituted too, but are the same for every toy):
     a cache that no varying input reaches has one value for every toy, so it is read once,
     outside the batch, and stands in for itself (see ``CachedTensor._recomputed``). Inside

@@ -12,7 +12,7 @@ MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^
 Why BFGS and not Newton on the exact Hessian: vectorized, an exact (second-order autodiff) Hessian
 of a toy costs about twenty gradients, and BFGS seeded with one exact Hessian converges in a handful
 of gradients (``design/decisions/0008-fitting-decisions.md``).
-:class:`zcache.batch.BatchedLoss` supplies ``vg`` (a loss vectorized over toys) and compiles.
+:class:`zcache.scale.BatchedLoss` supplies ``vg`` (a loss vectorized over toys) and compiles.
 
 Examples
 --------

@@ -1,6 +1,6 @@
 """Objects made once per loss and set of parameters, kept while the loss lives.
 
-A batched toy study (:class:`zcache.batch.BatchedLoss`) and a compiled fit
+A batched toy study (:class:`zcache.scale.BatchedLoss`) and a compiled fit
 (:class:`zcache._fitting.compiled_fit.CompiledFit`) each own compiled programs that are worth
 keeping across calls: a second study or fit on the same loss compiles nothing. They are kept in a
 registry keyed weakly by the loss (the registry must not keep the loss alive) and by the node ids

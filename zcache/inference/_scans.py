@@ -8,7 +8,7 @@ held, reaches a level (2.30 and 5.99 for 68 % and 95 % in two dimensions).
 How the conditional fits run:
 
 - **batched** (an :class:`~zcache.loss.UnbinnedNLL` or :class:`~zcache.loss.ExtendedUnbinnedNLL`):
-  every point in one compiled program, :meth:`zcache.batch.BatchedLoss.minimize` with the
+  every point in one compiled program, :meth:`zcache.scale.BatchedLoss.minimize` with the
   tested values *pinned* per row, each row starting from the best fit (a contour: from the
   row's previous step). A row that does not converge is fitted again on its own with the
   minimizer and flagged (``refit``).
@@ -40,10 +40,10 @@ import scipy.interpolate
 import scipy.stats
 
 from .._engine.parameter import Parameter, set_values
-from ..batch import BatchedLoss
 from ..exceptions import BatchingError, InferenceError
 from ..loss import BaseLoss, UnbinnedNLL
 from ..minimize import Minuit
+from ..scale import BatchedLoss
 from ._core import kept_parameters
 
 __all__ = ["Contour", "ProfileGrid", "ProfileScan", "contour", "profile_grid", "profile_scan"]
@@ -311,7 +311,7 @@ def _use_batched(loss: BaseLoss, batched: bool | None, who: str) -> bool:
     fits = isinstance(loss, UnbinnedNLL) and not getattr(loss, "evaluates_in_parts", False)
     if batched and not fits:
         raise InferenceError(f"{who}: batched=True needs an UnbinnedNLL or ExtendedUnbinnedNLL (what "
-                             f"zcache.batch.BatchedLoss fits), got {type(loss).__name__}; use batched=None or False.")
+                             f"zcache.scale.BatchedLoss fits), got {type(loss).__name__}; use batched=None or False.")
     return fits if batched is None else bool(batched)
 
 

@@ -77,7 +77,7 @@ class ToyCalculator:
         Seeds the toys (default: drawn at random, then kept in ``seed``); a toy depends only
         on the seed, its hypothesis and its number, not on the batch size or the chunking.
     batch : int or None
-        Toys per compiled fit (:class:`zcache.batch.BatchedLoss`); ``None``: one by one with
+        Toys per compiled fit (:class:`zcache.scale.BatchedLoss`); ``None``: one by one with
         ``minimizer``. Every toy of a batch takes BFGS steps until the slowest one has
         converged, so a moderate batch (the default) beats a huge one (benchmarks/RESULTS.md).
     client : dask.distributed.Client, optional

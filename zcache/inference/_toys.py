@@ -14,7 +14,7 @@ point is what makes the toy p-value depend little on the unknown nuisance values
 - each :class:`zcache.loss.GaussianConstraint`'s *global observables* (its ``observed``
   centre) are drawn per toy from the constraint's Gaussian around the profiled values, and the
   toy's constraint is centred on its own draw. In the batched fit the centres are Parameters
-  of a copy of the loss, pinned per toy (:meth:`zcache.batch.BatchedLoss.minimize`'s
+  of a copy of the loss, pinned per toy (:meth:`zcache.scale.BatchedLoss.minimize`'s
   ``pinned``): one program fits toys with different centres.
 
 Every toy is fitted twice, with the POI pinned at the tested value and with the POI free;
@@ -47,11 +47,11 @@ import tensorflow as tf
 
 from .._engine.data import Data, size_class
 from .._engine.parameter import Parameter, set_values
-from ..batch import BatchedLoss, padded_toys
 from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from ..minimize import Minuit
 from ..sampling import set_seed
+from ..scale import BatchedLoss, padded_toys
 from ..toys import GENERATION_BLOCK
 from ._core import conditional_fit, kept_parameters
 
@@ -673,7 +673,7 @@ def run_hypothesis_toys(
         Fit the toys of each tested value with the POI at ``alt_tested`` instead of at their
         own value (a discovery's signal toys, fitted at the null value).
     batch : int or None
-        Toys fitted per compiled program (:class:`zcache.batch.BatchedLoss`); None: one by one
+        Toys fitted per compiled program (:class:`zcache.scale.BatchedLoss`); None: one by one
         with ``minimizer``.
     bound : float, optional
         For ``ttilde`` / ``qtilde``: the minimum with the POI at ``bound`` is found for toys

@@ -42,7 +42,7 @@ pickled arguments and results; Dask's own framing comes on top) and the wall tim
 Examples
 --------
 >>> import numpy as np, distributed, zcache
->>> from zcache.distributed import DistributedLoss
+>>> from zcache.scale import DistributedLoss
 >>> from zcache.toys import local_cluster
 >>> def build(events):                               # runs on a worker, once per part
 ...     from zcache.models import Space, Gaussian
@@ -71,14 +71,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.parameter import Parameter, set_values
-from ._engine.precompute import ensure_precomputed
-from ._engine.tables import REAL_KINDS, dtype_advice
-from ._engine.tf_internals import leave_to_python
-from ._engine.trace import forbid_in_trace
-from .exceptions import DataDtypeError, ModelError, WholeSampleTermError
-from .loss import BaseLoss
-from .objective import Objective
+from .._engine.parameter import Parameter, set_values
+from .._engine.precompute import ensure_precomputed
+from .._engine.tables import REAL_KINDS, dtype_advice
+from .._engine.tf_internals import leave_to_python
+from .._engine.trace import forbid_in_trace
+from ..exceptions import DataDtypeError, ModelError, WholeSampleTermError
+from ..loss import BaseLoss
+from ..objective import Objective
 
 __all__ = ["DistributedLoss", "CallStats"]
 

@@ -6,7 +6,7 @@ toys per compiled call, on two worker processes (``dask.distributed.LocalCluster
 pulls, their Gaussian fits and the coverage come out as a table and as PNGs in
 ``demo_output/toys/``.
 
-Run ``python -m zcache.demos.toys [--toys N] [--batch B] [--workers W] [--no-cluster]``.
+Run ``python -m demos.toys [--toys N] [--batch B] [--workers W] [--no-cluster]``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ Examples
 >>> import numpy as np, zcache
 >>> from zcache.models import Space, Gaussian
 >>> from zcache.loss import UnbinnedNLL
->>> from zcache.chunks import Chunks, ChunkedLoss
+>>> from zcache.scale import Chunks, ChunkedLoss
 >>> mu = zcache.Parameter("mu_chunks", 0.2)
 >>> model = Gaussian(Space("x", -5.0, 5.0), mu, 1.0)
 >>> events = np.random.default_rng(1).normal(0.3, 1.0, 1000)
@@ -66,17 +66,17 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.budget import set_cache_budget
-from ._engine.cached_tensor import CachedTensor
-from ._engine.context import ENGINE_LOCK
-from ._engine.data import Data
-from ._engine.parameter import Parameter
-from ._engine.tables import REAL_KINDS, dtype_advice
-from ._engine.tf_internals import leave_to_python
-from ._engine.trace import forbid_in_trace
-from .exceptions import DataDtypeError, DataError, DataShapeError, ModelError
-from .loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
-from .models import Model, unique_parameters
+from .._engine.budget import set_cache_budget
+from .._engine.cached_tensor import CachedTensor
+from .._engine.context import ENGINE_LOCK
+from .._engine.data import Data
+from .._engine.parameter import Parameter
+from .._engine.tables import REAL_KINDS, dtype_advice
+from .._engine.tf_internals import leave_to_python
+from .._engine.trace import forbid_in_trace
+from ..exceptions import DataDtypeError, DataError, DataShapeError, ModelError
+from ..loss import BaseLoss, GaussianConstraint, UnbinnedNLL, model_parameters
+from ..models import Model, unique_parameters
 
 __all__ = ["Chunks", "ChunkedLoss", "npy_blocks", "release_freed_memory"]
 
@@ -178,7 +178,7 @@ def release_freed_memory() -> bool:
 
     Examples
     --------
-    >>> from zcache.chunks import release_freed_memory
+    >>> from zcache.scale import release_freed_memory
     >>> isinstance(release_freed_memory(), bool)
     True
     """
@@ -504,7 +504,7 @@ class ChunkedLoss(BaseLoss):
     --------
     >>> import numpy as np, zcache
     >>> from zcache.models import Space, Gaussian
-    >>> from zcache.chunks import Chunks, ChunkedLoss
+    >>> from zcache.scale import Chunks, ChunkedLoss
     >>> mu = zcache.Parameter("mu_chunked", 0.0)
     >>> loss = ChunkedLoss(Gaussian(Space("x", -5.0, 5.0), mu, 1.0), Chunks.from_array([0.5, 1.0, 1.5], 2))
     >>> value, grad = loss.value_gradient_at([0.0])
@@ -520,7 +520,7 @@ class ChunkedLoss(BaseLoss):
         if not isinstance(model, Model):
             raise ModelError(f"ChunkedLoss needs a zcache.models.Model, got {model!r}.")
         if not isinstance(chunks, Chunks):
-            raise ModelError(f"ChunkedLoss needs its events as zcache.chunks.Chunks, got {type(chunks).__name__}.")
+            raise ModelError(f"ChunkedLoss needs its events as zcache.scale.Chunks, got {type(chunks).__name__}.")
         if extended and not model.is_extended:
             raise ModelError(f"{model!r} is not extended: give it a yield (extended=...), or use extended=False.")
         self.model = model

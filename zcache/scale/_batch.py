@@ -29,7 +29,7 @@ Examples
 >>> import numpy as np, zcache
 >>> from zcache.models import Space, Gaussian
 >>> from zcache.loss import UnbinnedNLL
->>> from zcache.batch import BatchedLoss
+>>> from zcache.scale import BatchedLoss
 >>> mu = zcache.Parameter("mu_batch", 0.0, lower=-1.0, upper=1.0)
 >>> model = Gaussian(Space("x", -4.0, 4.0), mu, 1.0)
 >>> rng = np.random.default_rng(1)
@@ -51,18 +51,18 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.compile_cache import call_key, compiling, first_call
-from ._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
-from ._engine.dependencies import GRAPH
-from ._engine.parameter import Parameter, set_values
-from ._engine.tables import real_numbers
-from ._engine.tf_internals import zcache_graphs
-from ._engine.trace import forbid_in_trace
-from ._engine.traced_checks import calling_jit, collecting
-from ._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
-from ._fitting.per_loss import alive, kept
-from .exceptions import BatchingError, DataDtypeError, ModelError, WeightSumError
-from .loss import UnbinnedNLL
+from .._engine.compile_cache import call_key, compiling, first_call
+from .._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
+from .._engine.dependencies import GRAPH
+from .._engine.parameter import Parameter, set_values
+from .._engine.tables import real_numbers
+from .._engine.tf_internals import zcache_graphs
+from .._engine.trace import forbid_in_trace
+from .._engine.traced_checks import calling_jit, collecting
+from .._fitting.batched_bfgs import EDM_MAX_FACTOR, covariances, lockstep_bfgs
+from .._fitting.per_loss import alive, kept
+from ..exceptions import BatchingError, DataDtypeError, ModelError, WeightSumError
+from ..loss import UnbinnedNLL
 
 __all__ = ["BatchedFit", "BatchedLoss", "padded_toys"]
 
@@ -126,7 +126,7 @@ def padded_toys(datasets: Sequence[np.ndarray], rows: int) -> tuple[np.ndarray, 
     Examples
     --------
     >>> import numpy as np
-    >>> from zcache.batch import padded_toys
+    >>> from zcache.scale import padded_toys
     >>> events, weights = padded_toys([np.array([1.0, 2.0]), np.array([3.0])], 3)
     >>> events.tolist(), weights.tolist()
     ([[1.0, 2.0, 2.0], [3.0, 3.0, 3.0]], [[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])

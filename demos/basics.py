@@ -1,4 +1,4 @@
-"""``python -m zcache.demos.basics``: the engine on a small model, end to end (the main demo is ``zcache.demos.amplitude``).
+"""``python -m demos.basics``: the engine on a small model, end to end (the main demo is ``demos.amplitude``).
 
 Part 1: a signal line shape times an efficiency (data-only) plus a background;
 the demo changes parameters and data and prints, per cache, hits and misses, then

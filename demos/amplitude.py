@@ -1,4 +1,4 @@
-r"""``python -m zcache.demos.amplitude`` (``make demo``): an amplitude fit of a three-body decay, end to end.
+r"""``python -m demos.amplitude`` (``make demo``): an amplitude fit of a three-body decay, end to end.
 
 A :math:`D^+ \to K^-\pi^+\pi^+`-like decay with five components (non-resonant,
 :math:`K^*(892)`, :math:`K_0^*(1430)`, :math:`K_2^*(1430)`, :math:`K^*(1410)`, all in
@@ -17,8 +17,8 @@ the two :math:`K\pi` channels with Bose symmetry): the demo
    the data's invariant-mass projections with the fitted model, its components and pulls)
    and ``dependency_graph.dot`` / ``.png`` into ``demo_output/``.
 
-``python -m zcache.demos.amplitude --events 20000`` runs a smaller version; ``python -m
-zcache.demos.basics`` is the engine's tour on a small Gauss + Exponential model.
+``python -m demos.amplitude --events 20000`` runs a smaller version; ``python -m
+demos.basics`` is the engine's tour on a small Gauss + Exponential model.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 import zcache
+from demos.basics import median_ms
 from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance, fit_fractions
-from zcache.demos.basics import median_ms
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.sampling import set_seed
