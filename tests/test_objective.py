@@ -171,3 +171,60 @@ def test_forward_point_steps_down_where_there_is_no_room_up():
     h = np.array([[0.0, 0.1], [0.0, 0.1]])
     point = forward_point(x, h, np.array([0.0, 0.0]), np.array([1.0, 1.0]), axis=1)
     np.testing.assert_allclose(point, [[0.5, 0.9], [0.5, 0.3]])
+
+
+# -- the errors at the minimum: what the minimizer asks the objective (issue 53) -------------------------
+WIDE = Space("x", -30.0, 30.0)  # 20 sigma and more from every event: the truncation is far below the tolerances
+
+
+def test_covariance_is_two_errordef_over_the_curvature_and_none_without_a_minimum():
+    mu = zcache.Parameter("mu_ocov", 0.2)
+    obj = UnbinnedNLL(Gaussian(WIDE, mu, 1.5), zcache.Data(X)).objective(precompute=False)  # differences: no 2nd-order trace
+    # -sum log N(x; mu, 1.5) has the curvature n / 1.5^2 in mu; errordef 1/2: covariance 1.5^2 / n
+    np.testing.assert_allclose(obj.covariance_at(np.array([0.2])), [[1.5**2 / len(X)]], rtol=1e-6)
+    np.testing.assert_allclose(obj.covariance(np.array([[4.0, 1.0], [1.0, 3.0]])),
+                               np.array([[3.0, -1.0], [-1.0, 4.0]]) / 11.0, rtol=1e-14)  # the 2x2 inverse
+    assert obj.covariance(np.array([[1.0, 2.0], [2.0, 1.0]])) is None  # a saddle: no minimum, no errors
+
+
+def test_the_weight_corrections_match_the_closed_forms_of_a_gaussian_mean():
+    w = np.random.default_rng(12).uniform(0.2, 2.0, len(X))
+    m = float(np.sum(w * X) / np.sum(w))  # the weighted fit's minimum in mu
+    mu = zcache.Parameter("mu_ow", 0.0)
+    obj = UnbinnedNLL(Gaussian(WIDE, mu, 1.5), zcache.Data(X, weights=w)).objective(precompute=False)
+    best = np.array([m])
+    plain = obj.covariance_at(best)
+    np.testing.assert_allclose(plain, [[1.5**2 / w.sum()]], rtol=1e-6)
+    # sumw2: H^-1 H_w2 H^-1 = 1.5^2 sum w^2 / (sum w)^2; asymptotic: H^-1 D H^-1 with
+    # D = sum w^2 ((x - m) / 1.5^2)^2, i.e. sum w^2 (x - m)^2 / (sum w)^2
+    sumw2, how = obj.corrected(best, plain, "sumw2")
+    assert how == "sumw2"
+    np.testing.assert_allclose(sumw2, [[1.5**2 * np.sum(w**2) / w.sum() ** 2]], rtol=1e-6)
+    asymptotic, how = obj.corrected(best, plain, "asymptotic")
+    assert how == "asymptotic"
+    np.testing.assert_allclose(asymptotic, [[np.sum(w**2 * (X - m) ** 2) / w.sum() ** 2]], rtol=1e-5)
+    assert float(mu) == m  # left at the minimum
+    none, how = obj.corrected(best, plain, None)
+    assert how is None and none is plain
+    # weights all 1 need no correction, and say so
+    ones = UnbinnedNLL(Gaussian(WIDE, mu, 1.5), zcache.Data(X, weights=np.ones(len(X)))).objective()
+    same, how = ones.corrected(best, plain, "asymptotic")
+    assert how is None and same is plain
+
+
+def test_settled_offset_is_the_loss_at_the_start_when_no_call_set_it():
+    obj, params, _ = _objective()
+    assert obj.offset is None
+    assert obj.settled_offset(np.array([0.3, 1.1])) == pytest.approx(_nll(0.1, 1.0), rel=1e-12)
+    assert [float(p) for p in params] == [0.3, 1.1]  # left where the minimizer ended
+    obj.offset = 5.0  # set by a call: kept
+    assert obj.settled_offset(np.array([0.3, 1.1])) == 5.0
+
+
+def test_a_loss_evaluated_in_parts_is_not_traced_whole():
+    from zcache.scale import ChunkedLoss, Chunks
+
+    obj, (mu, sigma), _ = _objective()
+    assert obj.traces_whole
+    chunked = ChunkedLoss(Gaussian(SPACE, mu, sigma), Chunks.from_array(X, 100))
+    assert not chunked.objective(precompute=False).traces_whole

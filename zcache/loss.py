@@ -54,14 +54,10 @@ import tensorflow as tf
 from ._engine.cached_tensor import CachedTensor
 from ._engine.context import evaluation
 from ._engine.data import Data
-from ._engine.dependencies import GRAPH
-from ._engine.finite_differences import central_differences, default_step
-from ._engine.function import Function, function
-from ._engine.gradient import value_and_gradient
-from ._engine.parameter import Parameter, set_values, set_vector_in_graph
-from ._engine.precompute import precomputed
-from ._engine.tf_internals import zcache_graphs
+from ._engine.function import Function
+from ._engine.parameter import Parameter
 from ._engine.traced_checks import require
+from ._fitting.loss_programs import LossPrograms
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters
 from .objective import Objective
@@ -69,19 +65,6 @@ from .objective import Objective
 __all__ = [
     "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
 ]
-
-#: Calls of ``value()`` / ``value_gradient()`` that run eagerly before they are traced: a look
-#: before and after a fit never pays a trace the fit's own compiled program would not use
-#: (``design/invariants.md``, "Eager first calls").
-_EAGER_LOOKS = 2
-
-
-def _set(params: tuple[Parameter, ...], x: tf.Tensor) -> None:
-    if tf.inside_function():
-        set_vector_in_graph(params, x)
-    else:
-        set_values(params, x.numpy())
-
 
 class GaussianConstraint:
     r"""A Gaussian penalty on parameters: independent widths or a covariance matrix.
@@ -226,9 +209,10 @@ class BaseLoss:
         # A Python float, passed to the traced calls as a tensor argument: a minimizer passes its
         # own offset, so this default is only what value_at uses when none is given.
         self._offset = 0.0
-        self._value_fn = Function(self._checked_value, wraps="loss", eager_calls=_EAGER_LOOKS)
-        self._gradient_fns: dict[tuple[Parameter, ...], Function] = {}
-        self._at_fns: dict[tuple[Parameter, ...], tuple[Function, Function, Function]] = {}
+        # The traced functions, by composition (zcache._fitting.loss_programs): kept per parameter tuple.
+        self._programs = LossPrograms(self)
+        self._value_fn = self._programs.value_fn
+        self._gradient_fns, self._at_fns = self._programs.gradient_fns, self._programs.at_fns
 
     # -- to implement --------------------------------------------------------------------
     def _loss_params(self) -> list[Parameter]:
@@ -265,7 +249,6 @@ class BaseLoss:
         """Whether any dataset of the loss carries event weights."""
         return any(d.is_weighted for d in self.datasets())
 
-    # -- to implement --------------------------------------------------------------------
     def _value(self) -> tf.Tensor:
         raise NotImplementedError
 
@@ -308,17 +291,6 @@ class BaseLoss:
         ------
         WholeSampleTermError
             The loss is not a sum over events plus such terms (a binned loss, a template fit).
-
-        Examples
-        --------
-        >>> import numpy as np, zcache
-        >>> from zcache.models import Space, Gaussian
-        >>> from zcache.loss import ExtendedUnbinnedNLL
-        >>> nu = zcache.Parameter("nu_wst", 3.0)
-        >>> loss = ExtendedUnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), 0.0, 1.0, extended=nu),
-        ...                            zcache.Data(np.array([-0.5, 0.5])))
-        >>> [float(term()) for term in loss.whole_sample_terms()]     # the expected yield
-        [3.0]
         """
         return [c.value for c in self.constraints]
 
@@ -365,18 +337,6 @@ class BaseLoss:
             raise FitError(f"the loss offset must be finite, got {value}.")
         self._offset = value
 
-    def _checked_value(self) -> tf.Tensor:
-        value = self._total()
-        checks = require(
-            tf.math.is_finite(value), FitError,
-            f"the loss of '{type(self).__name__}' is NaN or infinite at the current parameter values: a "
-            "width may be <= 0 or the model zero at an event. Check the parameters and their limits.",
-        )
-        if checks:
-            with tf.control_dependencies(checks):
-                return tf.identity(value)
-        return value
-
     def value(self) -> tf.Tensor:
         """The loss at the current parameter values.
 
@@ -413,13 +373,7 @@ class BaseLoss:
         gradient : tf.Tensor
             float64, one entry per parameter.
         """
-        params = self._param_list(params)
-        fn = self._gradient_fns.get(params)
-        if fn is None:
-            fn = self._gradient_fns[params] = Function(
-                lambda: value_and_gradient(self._total, params), wraps="loss", eager_calls=_EAGER_LOOKS
-            )
-        return fn()
+        return self._programs.value_gradient(self._param_list(params))()
 
     def gradient(self, params: Sequence[Parameter] | None = None) -> tf.Tensor:
         """The gradient of the loss.
@@ -437,32 +391,7 @@ class BaseLoss:
         return self.value_gradient(params)[1]
 
     def _at(self, params: tuple[Parameter, ...]) -> tuple[Function, Function, Function]:
-        fns = self._at_fns.get(params)
-        if fns is None:
-            # The offset is an argument, not loss state: each minimization owns its offset, and
-            # as a tensor it changes without a retrace.
-            def value_at(x: tf.Tensor, offset: tf.Tensor) -> tf.Tensor:
-                _set(params, x)
-                return self._total() - offset
-
-            def value_gradient_at(x: tf.Tensor, offset: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-                _set(params, x)
-                value, grad = value_and_gradient(self._total, params)
-                return value - offset, grad
-
-            def hessian_at(x: tf.Tensor) -> tf.Tensor:
-                _set(params, x)
-                return self._hessian(params)
-
-            fns = self._at_fns[params] = (
-                function(value_at, wraps="loss"),
-                function(value_gradient_at, wraps="loss"),
-                function(hessian_at, wraps="loss"),
-            )
-        return fns
-
-    def _offset_tensor(self, offset: float | None) -> tf.Tensor:
-        return tf.constant(self._offset if offset is None else float(offset), tf.float64)
+        return self._programs.at(params)
 
     def _structured_parts(self, params: Sequence[Parameter]) -> list[Callable[[], tf.Tensor]] | None:
         """The terms whose sum is the structured Hessian (each built when called), or None (default)."""
@@ -535,32 +464,8 @@ class BaseLoss:
             return None
         return tf.add_n([part() for part in parts])
 
-    def _hessian(self, params: tuple[Parameter, ...]) -> tf.Tensor:
-        if self.supports_structured_hessian(params):
-            return self.structured_hessian(params)
-        # Exact second derivatives, vectorized over the parameters (pfor): through bypassed
-        # caches, or valid ones, whose backward pass then recomputes inside the vectorized loop
-        # at its forward values (cache_gradient).
-        variables = [p.variable for p in params]
-        with zcache_graphs():  # zcache's gradients (tf_internals items 10, 17) in both passes
-            with tf.GradientTape(watch_accessed_variables=False) as outer:
-                outer.watch(variables)
-                _, grad = value_and_gradient(self._total, params, numerical=False)
-            rows = outer.jacobian(grad, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        hess = tf.stack([tf.cast(r, tf.float64) for r in rows], axis=1)
-        return 0.5 * (hess + tf.transpose(hess))
-
     def _exact_hessian_ok(self, params: tuple[Parameter, ...]) -> bool:
-        report = precomputed(self)
-        if report is None:  # caches not yet created or classified: play safe
-            return False
-        ids = {p.node_id for p in params}
-        # The caches this loss reads (those precompute classified); others, e.g. a sampler's
-        # envelope, do not enter the loss.
-        for cache in report.caches:
-            if not cache.always_dirty and ids.intersection(GRAPH.ancestor_parameters(cache.node_id)):
-                return False
-        return True
+        return self._programs.exact_hessian_ok(params)
 
     def value_at(self, x: Any, params: Sequence[Parameter] | None = None, offset: float | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the loss minus ``offset``, in one traced call.
@@ -582,8 +487,7 @@ class BaseLoss:
         tf.Tensor
             float64 scalar.
         """
-        params = self._param_list(params)
-        return self._at(params)[0](tf.constant(x, tf.float64), self._offset_tensor(offset))
+        return self._programs.call_at(0, x, self._param_list(params), offset)
 
     def value_gradient_at(self, x: Any, params: Sequence[Parameter] | None = None,
                           offset: float | None = None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -605,8 +509,7 @@ class BaseLoss:
         gradient : tf.Tensor
             float64, one entry per parameter.
         """
-        params = self._param_list(params)
-        return self._at(params)[1](tf.constant(x, tf.float64), self._offset_tensor(offset))
+        return self._programs.call_at(1, x, self._param_list(params), offset)
 
     def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None, *, exact: bool | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the Hessian of the loss.
@@ -635,24 +538,7 @@ class BaseLoss:
         tf.Tensor
             float64, shape (n, n), symmetric.
         """
-        params = self._param_list(params)
-        structured = exact is not False and self.supports_structured_hessian(params)
-        if structured or (self._exact_hessian_ok(params) if exact is None else exact):
-            return self._at(params)[2](tf.constant(x, tf.float64))
-        x = np.array(x, dtype=np.float64).reshape(-1)
-        at, zero = self._at(params)[1], tf.constant(0.0, tf.float64)
-
-        def gradient_at(k: int, v: float) -> np.ndarray:
-            point = x.copy()
-            point[k] = v
-            return at(tf.constant(point), zero)[1].numpy()
-
-        lower = [-np.inf if p.lower is None else p.lower for p in params]
-        upper = [np.inf if p.upper is None else p.upper for p in params]
-        rows = central_differences(gradient_at, x, default_step(x), lower, upper)
-        at(tf.constant(x), zero)  # leave the parameters at x, as the exact path does
-        hess = np.array(rows).reshape(len(params), len(params))
-        return tf.constant(0.5 * (hess + hess.T))
+        return self._programs.hessian_at(x, self._param_list(params), exact)
 
     def objective(self, params: Sequence[Parameter] | None = None, *, precompute: bool = True,
                   keep_floating: bool = False, who: str = "minimize") -> Objective:
@@ -687,7 +573,7 @@ class BaseLoss:
         -------
         list of zcache.types.Function
         """
-        return [self._value_fn, *self._gradient_fns.values(), *(f for pair in self._at_fns.values() for f in pair)]
+        return self._programs.functions()
 
     def __add__(self, other: BaseLoss) -> SimultaneousLoss:
         if not isinstance(other, BaseLoss):
@@ -773,6 +659,17 @@ class UnbinnedNLL(BaseLoss):
         -------
         list of callable
             See :meth:`BaseLoss.whole_sample_terms`.
+
+        Examples
+        --------
+        >>> import numpy as np, zcache
+        >>> from zcache.models import Space, Gaussian
+        >>> from zcache.loss import ExtendedUnbinnedNLL
+        >>> nu = zcache.Parameter("nu_wst", 3.0)
+        >>> loss = ExtendedUnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), 0.0, 1.0, extended=nu),
+        ...                            zcache.Data(np.array([-0.5, 0.5])))
+        >>> [float(term()) for term in loss.whole_sample_terms()]     # the expected yield
+        [3.0]
         """
         return [*([self.model.get_yield] if self.extended else []), *super().whole_sample_terms()]
 

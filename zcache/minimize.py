@@ -50,120 +50,17 @@ import iminuit
 import numpy as np
 import tensorflow as tf
 
-from ._engine.finite_differences import central_differences
-from ._engine.inputs import backing_variable
 from ._engine.mode import compiles, get_autograd_mode, traces
-from ._engine.parameter import Parameter, set_values
-from ._engine.tf_internals import zcache_graphs
+from ._engine.parameter import Parameter
 from ._fitting import minuit2
 from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
+from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
 from .exceptions import ZCacheError
 from .loss import BaseLoss
 from .objective import LossState, Objective
 from .results import FitMinuit, FitResult
 
 __all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS"]
-
-#: The error corrections of weighted fits (``Minuit(weightcorr=...)``).
-WEIGHT_CORRECTIONS = ("asymptotic", "sumw2", None)
-
-
-def corrected_covariance(loss: BaseLoss, params: Sequence[Parameter], best: np.ndarray, covariance: np.ndarray,
-                         method: str, lower: np.ndarray | None = None, upper: np.ndarray | None = None) -> np.ndarray:
-    r"""The covariance of a fit to weighted events, corrected for the weights.
-
-    With :math:`C` the inverse Hessian of the weighted loss at the minimum (what HESSE gives):
-
-    - ``"asymptotic"``: :math:`C D C`, :math:`D = \sum_i w_i^2 \nabla\ell_i \nabla\ell_i^T + H_c`
-      (:math:`\ell_i` from :meth:`zcache.loss.BaseLoss.weighted_event_terms`, :math:`H_c` the
-      Hessian of the constraints). The per-event gradients are central differences with
-      steps of 1e-3 of each parameter's uncorrected error (the error of such a difference is
-      ~1e-7 relative, far below what an error needs); a step that would cross a limit is
-      one-sided.
-    - ``"sumw2"``: :math:`C H_{w^2} C`, :math:`H_{w^2}` the Hessian of the loss with every
-      weight squared (the weights are put back afterwards).
-
-    Parameters
-    ----------
-    loss : zcache.loss.BaseLoss
-        The fitted loss.
-    params : sequence of Parameter
-        The fitted parameters, at ``best``.
-    best : ndarray
-        Their values at the minimum.
-    covariance : ndarray
-        The uncorrected covariance, :math:`2\,\mathrm{errordef}\,H^{-1}`.
-    method : {"asymptotic", "sumw2"}
-        The correction.
-    lower, upper : ndarray, optional
-        The parameters' limits (default: none).
-
-    Returns
-    -------
-    ndarray
-        The corrected covariance.
-
-    Raises
-    ------
-    ValueError
-        An unknown ``method``.
-    """
-    params = tuple(params)
-    scale = 2.0 * loss.errordef  # covariance = scale * H^-1, with H the Hessian of the loss
-    if method == "sumw2":
-        restorers = [d.set_data(d.numpy(), weights=d.weights_data.numpy() ** 2) for d in loss.datasets() if d.is_weighted]
-        try:
-            h2 = loss.hessian_at(best, params).numpy()
-        finally:
-            for r in reversed(restorers):
-                r.restore()
-        return covariance @ h2 @ covariance / scale**2  # H^-1 H_w2 H^-1, with H^-1 = C / scale
-    if method != "asymptotic":
-        raise ValueError(f"method must be 'asymptotic' or 'sumw2', got {method!r}.")
-    n = len(params)
-    lower = np.full(n, -np.inf) if lower is None else np.asarray(lower, float)
-    upper = np.full(n, np.inf) if upper is None else np.asarray(upper, float)
-    errors = np.sqrt(np.abs(np.diag(covariance)))
-    steps = 1e-3 * np.where(errors > 0, errors, np.maximum(np.abs(best), 1.0) * 1e-3)
-
-    weights: list[np.ndarray] = []  # the events' weights, read with the terms (they do not depend on x)
-
-    def terms_at(k: int, v: float) -> np.ndarray:
-        set_values(params, np.where(np.arange(n) == k, v, best))
-        pairs = loss.weighted_event_terms()
-        weights[:] = [np.concatenate([w.numpy() for _, w in pairs])]
-        return np.concatenate([t.numpy() for t, _ in pairs])
-
-    try:
-        columns = central_differences(terms_at, best, steps, lower, upper)
-    finally:
-        set_values(params, best)
-    grads = np.stack(columns, axis=1)  # (N, n)
-    d = (grads * (weights[0] ** 2)[:, None]).T @ grads
-    if loss.constraints:
-        d = d + _constraint_hessian(loss, params)
-    return covariance @ d @ covariance / scale**2  # H^-1 D H^-1, with H^-1 = C / scale
-
-
-def _has_weights(loss: BaseLoss) -> bool:
-    """Whether a dataset of ``loss`` has a weight other than 1 (all 1: plain HESSE is right)."""
-    return any(d.is_weighted and not np.all(d.weights_data.numpy() == 1.0) for d in loss.datasets())
-
-
-def _constraint_hessian(loss: BaseLoss, params: tuple[Parameter, ...]) -> np.ndarray:
-    """The Hessian of the loss's constraint terms with respect to ``params`` (exact: they are quadratic)."""
-    variables = [backing_variable(p) for p in params]
-    with zcache_graphs(), tf.GradientTape() as outer:
-        outer.watch(variables)
-        with tf.GradientTape() as inner:
-            inner.watch(variables)
-            total = tf.add_n([c.value() for c in loss.constraints])
-        grads = inner.gradient(total, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        grads = tf.stack(grads)
-    with zcache_graphs():
-        rows = outer.jacobian(grads, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    return tf.stack(rows, axis=1).numpy()
-
 
 _HUGE = 1e30
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
@@ -180,18 +77,14 @@ def _objective(loss: BaseLoss, params: Sequence[Parameter] | None, precompute: b
 def _result(obj: Objective, best: np.ndarray, covariance: np.ndarray | None, weightcorr: str | None, *, valid: bool,
             fmin: float, edm: float, calls: tuple[int, int, int], start: float) -> FitResult:
     """The FitResult of a minimization of ``obj`` that ended at ``best`` (fmin relative to the offset)."""
-    if obj.offset is None:  # the minimizer made no call (they always do; kept for safety)
-        obj.value(obj.start)
-        obj.finish(best)
-    weightcorr = weightcorr if _has_weights(obj.loss) else None
-    if covariance is not None and weightcorr is not None:
-        covariance = corrected_covariance(obj.loss, obj.params, best, covariance, weightcorr, obj.lower, obj.upper)
+    offset = obj.settled_offset(best)
+    covariance, weightcorr = obj.corrected(best, covariance, weightcorr)  # what the loss's weights ask for
     errors = np.sqrt(np.diag(covariance)) if covariance is not None else np.full(len(best), np.nan)
     return FitResult(
         values=dict(zip(obj.names, map(float, best), strict=True)),
         errors=dict(zip(obj.names, map(float, errors), strict=True)),
         valid=valid,
-        fmin=fmin + obj.offset,
+        fmin=fmin + offset,
         edm=edm,
         nfcn=calls[0],
         ngrad=calls[1],
@@ -253,16 +146,6 @@ class _MinuitFunction:
         m.strategy = self.minimizer.strategy
         self._caller = weakref.ref(m)
         return m
-
-
-def _curvature_covariance(hessian: np.ndarray, errordef: float) -> np.ndarray | None:
-    """``2 errordef H^-1`` for a positive definite ``H`` (None otherwise): the HESSE errors' definition."""
-    try:
-        np.linalg.cholesky(hessian)
-    except np.linalg.LinAlgError:
-        return None
-    covariance = 2.0 * errordef * np.linalg.inv(hessian)
-    return 0.5 * (covariance + covariance.T)
 
 
 class Scipy:
@@ -381,7 +264,7 @@ class Scipy:
         covariance, valid = None, bool(res.success)
         if self.hesse:
             nhessian += 1
-            covariance = _curvature_covariance(obj.hessian(best), obj.errordef)
+            covariance = obj.covariance_at(best)
             valid = valid and covariance is not None  # not positive definite: no minimum with finite errors
         grad = obj.gradient(best)
         edm = float(0.5 * grad @ (covariance / (2.0 * obj.errordef)) @ grad) if covariance is not None else float("nan")
@@ -504,25 +387,31 @@ class Minuit:
         numerical = not self.use_gradient or not get_autograd_mode()
         # MIGRAD's first call is at the start and sets the objective's offset (one call fewer per fit).
         obj = _objective(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
-        fallback = None
-        if self.compiled and not numerical and traces("loss") \
-                and not getattr(obj.loss, "evaluates_in_parts", False):
-            outcome = self._compiled(obj)
-            if outcome is not None and outcome.reason is None:
-                return self._compiled_result(obj, outcome, start)
-            if outcome is not None and self.maxfcn is not None and outcome.nfcn >= self.maxfcn - 1:
-                # BFGS used every step the budget left it (fixed_calls reserves one for a flat direction's
-                # check): the compiled fit's last point, not valid, as a MIGRAD at its call limit
-                result = self._compiled_result(obj, outcome, start, valid=False)
-                result.fallback = f"compiled fit: {outcome.reason}; the call limit maxfcn={self.maxfcn} is reached"
+        fallback, spent = None, 0
+        if self.compiled and not numerical and traces("loss") and obj.traces_whole:
+            result, fallback, spent = self._try_compiled(obj, start)
+            if result is not None:
                 return result
-            refused = CompiledFit.of(obj.loss, obj.params).refused
-            why = outcome.reason if outcome is not None else (
-                f"refused ({refused})" if refused is not None else f"maxfcn={self.maxfcn} leaves it no BFGS step")
-            fallback = f"compiled fit: {why}"
-            spent = 0 if outcome is None else outcome.nfcn
-        else:
-            spent = 0
+        return self._migrad_result(obj, start, fallback, spent)
+
+    def _try_compiled(self, obj: Objective, start: float) -> tuple[FitResult | None, str | None, int]:
+        """The compiled fit's result, or None with why it falls back and the calls it spent."""
+        fit = CompiledFit.of(obj.loss, obj.params)  # the loss's own program, kept per loss and parameters
+        outcome = self._compiled(obj, fit)
+        if outcome is not None and outcome.reason is None:
+            return self._compiled_result(obj, outcome, start), None, 0
+        if outcome is not None and self.maxfcn is not None and outcome.nfcn >= self.maxfcn - 1:
+            # BFGS used every step the budget left it (fixed_calls reserves one for a flat direction's
+            # check): the compiled fit's last point, not valid, as a MIGRAD at its call limit
+            result = self._compiled_result(obj, outcome, start, valid=False)
+            result.fallback = f"compiled fit: {outcome.reason}; the call limit maxfcn={self.maxfcn} is reached"
+            return result, None, 0
+        why = outcome.reason if outcome is not None else (
+            f"refused ({fit.refused})" if fit.refused is not None else f"maxfcn={self.maxfcn} leaves it no BFGS step")
+        return None, f"compiled fit: {why}", 0 if outcome is None else outcome.nfcn
+
+    def _migrad_result(self, obj: Objective, start: float, fallback: str | None, spent: int) -> FitResult:
+        """MIGRAD + HESSE from the start, after ``spent`` calls of a compiled attempt (``fallback`` says why)."""
         # With zcache's gradient, zcache's Hessian too: Minuit seeds MIGRAD and runs HESSE
         # with one call each instead of O(n^2) function calls.
         fcn = _MinuitFunction(obj, self, with_gradient=self.use_gradient)
@@ -553,7 +442,7 @@ class Minuit:
             # limit 0: 12.7 or 11.5 where the curvature gives 5.33).
             covariance = None
             if self.hesse and m.valid:
-                covariance = _curvature_covariance(obj.hessian(best), obj.errordef)
+                covariance = obj.covariance_at(best)
                 if covariance is None and m.covariance is not None:
                     # Not positive definite: possible only with a parameter on a limit the loss
                     # falls beyond (sigma of a spike at one event, say); no curvature error exists
@@ -579,9 +468,8 @@ class Minuit:
             result._make_minuit = functools.partial(self._minuit_after, fcn, best, errors, state)
         return result
 
-    def _compiled(self, obj: Objective) -> CompiledOutcome | None:
-        """The compiled fit of ``obj`` (None where the loss cannot be traced that way: refused once)."""
-        fit = CompiledFit.of(obj.loss, obj.params)
+    def _compiled(self, obj: Objective, fit: CompiledFit) -> CompiledOutcome | None:
+        """The compiled fit ``fit`` of ``obj`` (None where the loss cannot be traced that way: refused once)."""
         if fit.refused is not None:
             return None
         maxiter = 500
@@ -606,7 +494,7 @@ class Minuit:
         """The FitResult of a compiled fit (``result.minuit`` made when asked for): converged, or at the call limit."""
         best = obj.clip(outcome.x)
         obj.finish(best)
-        covariance = _curvature_covariance(outcome.hessian, obj.errordef) if self.hesse else None
+        covariance = obj.covariance(outcome.hessian) if self.hesse else None
         fval = outcome.fmin - obj.offset
         result = _result(obj, best, covariance, self.weightcorr, valid=valid, fmin=fval, edm=outcome.edm,
                          calls=(outcome.nfcn, outcome.nfcn, 2), start=start)

@@ -15,8 +15,15 @@ as pyhf's optimizers see ``(func, x0, do_grad, bounds)``: a function of one floa
 - a **memo** (:meth:`Objective.remembering`): a minimizer that asks for a gradient only where it
   has just had the value (MIGRAD does) gets it from the value's call, and a Hessian asked for
   twice at the same point (MIGRAD's last, HESSE's first) is computed once;
+- the **errors at the minimum**: the curvature covariance :math:`2\,\mathrm{errordef}\,H^{-1}`
+  (:meth:`Objective.covariance`) and what belongs to the loss on top of it, the correction of a
+  fit to weighted events (:meth:`Objective.corrected`, from the loss's per-event terms and its
+  constraints' Hessian; ``zcache._fitting.corrections``);
 - the **state a result keeps** (:meth:`Objective.snapshot`): every parameter's value and every
   dataset, put back while MINOS or a profile of that fit runs.
+
+A fit thus goes down once: the minimizer asks the objective, the objective asks the loss; the
+minimizer only minimizes and assembles the :class:`zcache.results.FitResult`.
 
 Before the first step the objective checks the parameters (at least one, unique names) and
 applies :func:`zcache.precompute` for them, as the minimizer asks.
@@ -48,6 +55,7 @@ import tensorflow as tf
 from ._engine.parameter import Parameter, set_values
 from ._engine.precompute import PrecomputeReport, ensure_precomputed
 from ._engine.trace import forbid_in_trace
+from ._fitting.corrections import corrected_covariance, has_weights
 from .exceptions import FitError
 from .models import unique_parameters
 
@@ -304,6 +312,88 @@ class Objective:
             self._kept_hessian.clear()
             self._kept_hessian[x.tobytes()] = hessian
         return hessian.copy()
+
+    @property
+    def traces_whole(self) -> bool:
+        """Whether the loss runs as one program in this process (not part by part: chunks, workers)."""
+        return not getattr(self.loss, "evaluates_in_parts", False)
+
+    # -- errors at the minimum ---------------------------------------------------------------
+    def covariance(self, hessian: np.ndarray) -> np.ndarray | None:
+        r"""``2 errordef H^-1`` for a positive definite ``hessian``: the HESSE errors' definition.
+
+        Parameters
+        ----------
+        hessian : ndarray
+            (n, n), the Hessian of the loss at the minimum.
+
+        Returns
+        -------
+        ndarray or None
+            Symmetric; None where ``hessian`` is not positive definite.
+        """
+        try:
+            np.linalg.cholesky(hessian)
+        except np.linalg.LinAlgError:
+            return None
+        covariance = 2.0 * self.errordef * np.linalg.inv(hessian)
+        return 0.5 * (covariance + covariance.T)
+
+    def covariance_at(self, x: np.ndarray) -> np.ndarray | None:
+        """:meth:`covariance` of the loss's Hessian at ``x`` (:meth:`hessian`, from the memo where kept).
+
+        Parameters
+        ----------
+        x : ndarray
+            One value per parameter.
+
+        Returns
+        -------
+        ndarray or None
+        """
+        return self.covariance(self.hessian(x))
+
+    def corrected(self, best: np.ndarray, covariance: np.ndarray | None,
+                  weightcorr: str | None) -> tuple[np.ndarray | None, str | None]:
+        """The covariance at the minimum corrected for the loss's event weights, and the correction applied.
+
+        Parameters
+        ----------
+        best : ndarray
+            The minimum (the parameters are left there).
+        covariance : ndarray or None
+            The uncorrected covariance (:meth:`covariance`); None: nothing to correct.
+        weightcorr : {"asymptotic", "sumw2", None}
+            The correction asked for (:func:`zcache.minimize.corrected_covariance`).
+
+        Returns
+        -------
+        covariance : ndarray or None
+        weightcorr : str or None
+            None where the loss has no weight other than 1 (the correction is then not applied).
+        """
+        weightcorr = weightcorr if has_weights(self.loss) else None
+        if covariance is not None and weightcorr is not None:
+            covariance = corrected_covariance(self.loss, self.params, best, covariance, weightcorr, self.lower,
+                                              self.upper)
+        return covariance, weightcorr
+
+    def settled_offset(self, best: np.ndarray) -> float:
+        """The offset, computed at the start if no call has set it yet (the parameters left at ``best``).
+
+        Parameters
+        ----------
+        best : ndarray
+            Where the parameters are left.
+
+        Returns
+        -------
+        float
+        """
+        if self.offset is None:  # the minimizer made no call (they always do; kept for safety)
+            self.value(self.start)
+            self.finish(best)
+        return self.offset
 
     def _relative(self, value: float) -> float:
         if self.offset is not None:

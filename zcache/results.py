@@ -353,24 +353,7 @@ class FitResult:
         >>> list(df.columns), len(df)
         (['mu_pd', 'mu_pd_err', 'fmin', 'edm', 'valid', 'nfcn', 'time'], 1)
         """
-        pd = _pandas("FitResult.to_pandas")
-        row: dict[str, Any] = {}
-        minos = self.minos_errors
-        for n in self.names:
-            row[n], row[f"{n}_err"] = float(self.values[n]), float(self.errors[n])
-            if n in minos:
-                row[f"{n}_minos_lower"], row[f"{n}_minos_upper"] = minos[n].lower, minos[n].upper
-        row.update(fmin=float(self.fmin), edm=float(self.edm), valid=bool(self.valid), nfcn=int(self.nfcn),
-                   time=float(self.time))
-        return pd.DataFrame([row])
-
-    def _check_names(self, names: Sequence[str], what: str) -> None:
-        bad = [n for n in names if not isinstance(n, str)]
-        if bad:
-            raise FitError(f"{what}: parameter names must be strings, got {bad[0]!r}.")
-        unknown = [n for n in names if n not in self.values]
-        if unknown:
-            raise FitError(f"{what}: {unknown} were not fitted; the fitted parameters are {list(self.values)}.")
+        return _pandas("FitResult.to_pandas").DataFrame([_pandas_row(self)])
 
     def minos(self, *names: str | Sequence[str], cl: float | None = None) -> dict[str, MinosError]:
         """MINOS intervals for ``names`` (default: every fitted parameter).
@@ -418,7 +401,7 @@ class FitResult:
         """
         m = self._fit_minuit("FitResult.minos")
         names = _flat_names(names, f"FitResult.minos{names!r}")
-        self._check_names(names, "FitResult.minos")
+        _check_names(self, names, "FitResult.minos")
         try:
             m.minos(*names, cl=cl)
         except RuntimeError as err:  # iminuit: the minimum is not valid
@@ -477,7 +460,7 @@ class FitResult:
         True
         """
         m = self._fit_minuit("FitResult.profile")
-        self._check_names([name], "FitResult.profile")
+        _check_names(self, [name], "FitResult.profile")
         if int(bins) < 2:
             raise ValueError(f"bins must be >= 2, got {bins!r}.")
         if np.ndim(bound) == 0:
@@ -506,43 +489,64 @@ class FitResult:
         new.__dict__.update(self.__dict__)
         return new
 
-    def _rows(self) -> list[tuple[str, str, str, str, str]]:
-        """Per parameter: name, value, error, MINOS lower, MINOS upper (formatted)."""
-        minos = self.minos_errors
-        rows = []
-        for n in self.names:
-            e = minos.get(n)
-            rows.append((n, f"{self.values[n]:.6g}", f"{self.errors[n]:.3g}",
-                         "" if e is None else f"{e.lower:.3g}", "" if e is None else f"{e.upper:+.3g}"))
-        return rows
-
     def __str__(self) -> str:
-        head = (f"FitResult ({self.minimizer}): valid={self.valid}  fmin={self.fmin:.6f}  edm={self.edm:.2e}  "
-                f"nfcn={self.nfcn}  ngrad={self.ngrad}  nhessian={self.nhessian}  time={self.time:.3f}s")
-        rows = self._rows()
-        has_minos = any(r[3] for r in rows)
-        header = ("parameter", "value", "error", "minos lower", "minos upper")[:5 if has_minos else 3]
-        table = [header] + [r[:len(header)] for r in rows]
-        widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-        lines = [head]
-        for k, r in enumerate(table):
-            cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
-            lines.append("  " + "  ".join(cells).rstrip())
-            if k == 0:
-                lines.append("  " + "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return _text(self)
 
     def _repr_html_(self) -> str:
         """An HTML table for Jupyter (as iminuit shows its Minuit objects)."""
-        esc = html.escape
-        ok = "#c6efce" if self.valid else "#ffc7ce"
-        status = (f"<tr><td colspan='5' style='background-color:{ok}; text-align:left'>"
-                  f"<b>{esc(self.minimizer)}</b>: {'valid' if self.valid else 'INVALID'} minimum, "
-                  f"FCN = {self.fmin:.6g}, EDM = {self.edm:.3g}, nfcn = {self.nfcn}, "
-                  f"time = {self.time:.3g} s</td></tr>")
-        header = "<tr><th>parameter</th><th>value</th><th>error</th><th>MINOS lower</th><th>MINOS upper</th></tr>"
-        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in self._rows())
-        return f"<table>{status}{header}{body}</table>"
+        return _html(self)
+
+
+def _rows(result: FitResult) -> list[tuple[str, str, str, str, str]]:
+    """A result's table, per parameter: name, value, error, MINOS lower, MINOS upper (formatted)."""
+    minos = result.minos_errors
+    rows = []
+    for n in result.names:
+        e = minos.get(n)
+        rows.append((n, f"{result.values[n]:.6g}", f"{result.errors[n]:.3g}",
+                     "" if e is None else f"{e.lower:.3g}", "" if e is None else f"{e.upper:+.3g}"))
+    return rows
+
+
+def _text(result: FitResult) -> str:
+    """A result as a text table (``str(result)``)."""
+    head = (f"FitResult ({result.minimizer}): valid={result.valid}  fmin={result.fmin:.6f}  edm={result.edm:.2e}  "
+            f"nfcn={result.nfcn}  ngrad={result.ngrad}  nhessian={result.nhessian}  time={result.time:.3f}s")
+    rows = _rows(result)
+    has_minos = any(r[3] for r in rows)
+    header = ("parameter", "value", "error", "minos lower", "minos upper")[:5 if has_minos else 3]
+    table = [header] + [r[:len(header)] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = [head]
+    for k, r in enumerate(table):
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
+        lines.append("  " + "  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _html(result: FitResult) -> str:
+    """A result as an HTML table (``result._repr_html_()``)."""
+    esc = html.escape
+    ok = "#c6efce" if result.valid else "#ffc7ce"
+    status = (f"<tr><td colspan='5' style='background-color:{ok}; text-align:left'>"
+              f"<b>{esc(result.minimizer)}</b>: {'valid' if result.valid else 'INVALID'} minimum, "
+              f"FCN = {result.fmin:.6g}, EDM = {result.edm:.3g}, nfcn = {result.nfcn}, "
+              f"time = {result.time:.3g} s</td></tr>")
+    header = "<tr><th>parameter</th><th>value</th><th>error</th><th>MINOS lower</th><th>MINOS upper</th></tr>"
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in _rows(result))
+    return f"<table>{status}{header}{body}</table>"
+
+
+def _check_names(result: FitResult, names: Sequence[str], what: str) -> None:
+    """A FitError naming ``what`` for a name that is not a string or was not fitted."""
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise FitError(f"{what}: parameter names must be strings, got {bad[0]!r}.")
+    unknown = [n for n in names if n not in result.values]
+    if unknown:
+        raise FitError(f"{what}: {unknown} were not fitted; the fitted parameters are {list(result.values)}.")
 
 
 def _flat_names(names: tuple[Any, ...], call: str) -> tuple[str, ...]:
@@ -554,6 +558,19 @@ def _flat_names(names: tuple[Any, ...], call: str) -> tuple[str, ...]:
     if bad:
         raise FitError(f"{call}: parameter names must be strings (given one by one or as one list), got {bad[0]!r}.")
     return tuple(flat)
+
+
+def _pandas_row(result: FitResult) -> dict[str, Any]:
+    """The one row of :meth:`FitResult.to_pandas`."""
+    row: dict[str, Any] = {}
+    minos = result.minos_errors
+    for n in result.names:
+        row[n], row[f"{n}_err"] = float(result.values[n]), float(result.errors[n])
+        if n in minos:
+            row[f"{n}_minos_lower"], row[f"{n}_minos_upper"] = minos[n].lower, minos[n].upper
+    row.update(fmin=float(result.fmin), edm=float(result.edm), valid=bool(result.valid), nfcn=int(result.nfcn),
+               time=float(result.time))
+    return row
 
 
 def _pandas(what: str) -> Any:

@@ -158,6 +158,41 @@ def adaptive_batch(n: tf.Tensor, accepted: tf.Tensor, proposed: tf.Tensor) -> tf
     return tf.cast(tf.clip_by_value(guess, _AR_MIN_BATCH, _AR_MAX_BATCH), tf.int64)
 
 
+def _proposals(gen: tf.random.Generator, size: tf.Tensor, lows: list[float], highs: list[float], columns: bool,
+               propose: Callable[[tf.Tensor], tf.Tensor] | None,
+               inside: Callable[[tf.Tensor], tf.Tensor] | None) -> tf.Tensor:
+    """One batch of :func:`accept_reject`'s proposals: ``size`` drawn, those outside ``inside`` dropped."""
+    if propose is None:
+        draws = [gen.uniform([size], lo, hi, dtype=tf.float64) for lo, hi in zip(lows, highs, strict=True)]
+        x = tf.stack(draws, axis=1) if columns else draws[0]
+    else:
+        x = tf.reshape(tf.convert_to_tensor(propose(size), tf.float64), [-1, len(lows)] if columns else [-1])
+    if inside is not None:
+        x = tf.boolean_mask(x, inside(x))
+    return x
+
+
+def _accepted(gen: tf.random.Generator, x: tf.Tensor, density: Callable[[tf.Tensor], tf.Tensor], fmax: tf.Tensor,
+              raises: tf.Tensor, raise_factor: float, max_raises: int, over_message: str,
+              nonfinite_message: str | None) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """The proposals ``x`` that :func:`accept_reject` keeps under the envelope ``fmax``.
+
+    Returns ``(keep, over, fmax, raises)``: ``over`` where the batch's largest density is above
+    the envelope (or NaN; nothing is kept then), the envelope raised to ``raise_factor`` times
+    it, and the raises counted (checked against ``max_raises``).
+    """
+    u = gen.uniform(tf.shape(x)[:1], 0.0, 1.0, dtype=tf.float64) * fmax
+    f = tf.broadcast_to(tf.convert_to_tensor(density(x), tf.float64), tf.shape(x)[:1])  # a constant: a scalar
+    top = tf.reduce_max(tf.concat([f, tf.zeros([1], tf.float64)], 0))  # an empty batch: 0
+    over = tf.logical_not(top <= fmax)  # NaN counts as over: refused below
+    new_raises = raises + tf.cast(over, tf.int32)
+    checks = [] if nonfinite_message is None else require(tf.math.is_finite(top), ModelError, nonfinite_message)
+    checks = checks + require(new_raises <= max_raises, ModelError, over_message)
+    with tf.control_dependencies(checks):
+        keep = tf.boolean_mask(x, tf.logical_and(tf.logical_not(over), u < f))
+    return keep, over, tf.where(over, raise_factor * top, fmax), new_raises
+
+
 def accept_reject(
     n: Any,
     lower: float | Sequence[float],
@@ -263,28 +298,14 @@ def accept_reject(
 
     def body(count, parts, i, offset, written, proposed, fmax, raises):
         size = batch(n, count, proposed)
-        if propose is None:
-            draws = [gen.uniform([size], lo, hi, dtype=tf.float64) for lo, hi in zip(lows, highs, strict=True)]
-            x = tf.stack(draws, axis=1) if columns else draws[0]
-        else:
-            x = tf.reshape(tf.convert_to_tensor(propose(size), tf.float64), [-1, len(lows)] if columns else [-1])
-        if inside is not None:
-            x = tf.boolean_mask(x, inside(x))
+        x = _proposals(gen, size, lows, highs, columns, propose, inside)
         over = tf.constant(False)
         new_raises = raises
         if density is None:
             keep = x
         else:
-            u = gen.uniform(tf.shape(x)[:1], 0.0, 1.0, dtype=tf.float64) * fmax
-            f = tf.broadcast_to(tf.convert_to_tensor(density(x), tf.float64), tf.shape(x)[:1])  # a constant: a scalar
-            top = tf.reduce_max(tf.concat([f, tf.zeros([1], tf.float64)], 0))  # an empty batch: 0
-            over = tf.logical_not(top <= fmax)  # NaN counts as over: refused below
-            new_raises = raises + tf.cast(over, tf.int32)
-            checks = [] if nonfinite_message is None else require(tf.math.is_finite(top), ModelError, nonfinite_message)
-            checks = checks + require(new_raises <= max_raises, ModelError, over_message)
-            with tf.control_dependencies(checks):
-                keep = tf.boolean_mask(x, tf.logical_and(tf.logical_not(over), u < f))
-            fmax = tf.where(over, raise_factor * top, fmax)
+            keep, over, fmax, new_raises = _accepted(gen, x, density, fmax, raises, raise_factor, max_raises,
+                                                     over_message, nonfinite_message)
         taken = tf.shape(keep, out_type=tf.int64)[0]
         # above the envelope: discard everything accepted so far, raise it, start again
         return (

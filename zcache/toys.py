@@ -494,53 +494,70 @@ def run_toys(
         Called while a graph is traced (inside a ``tf.function`` or ``zcache.function``).
     """
     forbid_in_trace("run_toys")
+    n_toys, batch = _checked_study(loss, n_toys, batch, client, factory, chunk)
+    params = list(loss.params if params is None else params)
+    minimizer = minimizer or Minuit()
+    truth = np.array([float(p) for p in params])
+    start_values = _start_values(start, truth)
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))
+    # The loss's dataset is refilled for every toy: keep the user's events (and weights) to put back.
+    data = loss.data
+    events, weights = data.numpy(), data.weights_data.numpy() if data.is_weighted else None
+    t0 = time.perf_counter()
+    try:
+        if client is not None:
+            table = _study_on_cluster(model, loss, params, n_toys, n_events, minimizer, truth, start_values, seed,
+                                      batch, client, factory, chunk, progress)
+        else:
+            table, _ = _run_local(model, loss, params, range(n_toys), n_events, minimizer, truth, start_values,
+                                  seed, batch, None, progress)
+    finally:
+        set_values(params, truth)
+        data.set_data(events, weights=weights)
+    info = {"batch": batch, "wall_s": time.perf_counter() - t0, "distributed": client is not None}
+    truth_by_name = {p.name: float(v) for p, v in zip(params, truth, strict=True)}
+    return ToyResult(table=table, truth=truth_by_name, seed=seed, info=info)
+
+
+def _checked_study(loss: Any, n_toys: Any, batch: Any, client: Any, factory: Any, chunk: Any) -> tuple[int, int | None]:
+    """``run_toys``'s arguments checked: ``(n_toys, batch)`` as integers, or the named error."""
     if not isinstance(loss, UnbinnedNLL):
         raise ModelError("run_toys needs a single-dataset loss (UnbinnedNLL or ExtendedUnbinnedNLL).")
     if int(n_toys) < 1:
         raise ValueError(f"n_toys must be >= 1, got {n_toys!r}.")
-    n_toys = int(n_toys)
     if batch is not None and (not float(batch).is_integer() or int(batch) < 1):
         raise ToyStudyError(f"batch must be a whole number >= 1 (or None: one toy at a time), got {batch!r}.")
-    batch = None if batch is None else int(batch)
     if client is not None and factory is None:
         raise ToyStudyError(
             "run_toys(client=...) needs factory=: a picklable function that builds (model, loss) on each worker."
         )
     if chunk is not None and (not float(chunk).is_integer() or int(chunk) < 1):
         raise ToyStudyError(f"chunk must be a whole number >= 1, got {chunk!r}.")
-    params = list(loss.params if params is None else params)
-    minimizer = minimizer or Minuit()
-    truth = np.array([float(p) for p in params])
+    return int(n_toys), None if batch is None else int(batch)
+
+
+def _start_values(start: Sequence[float] | None, truth: np.ndarray) -> np.ndarray:
+    """Each fit's starting values: ``start`` checked (one real number per parameter), default the truth."""
     start_values = truth if start is None else real_numbers(start, "run_toys: start").astype(np.float64)
     if start_values.shape != truth.shape:
-        raise ModelError(f"run_toys: start needs one value per fitted parameter ({len(params)}), got shape "
+        raise ModelError(f"run_toys: start needs one value per fitted parameter ({len(truth)}), got shape "
                          f"{start_values.shape}.")
-    if seed is None:
-        seed = int(np.random.SeedSequence().entropy % (2**63))
-    names = [p.name for p in params]
-    # The loss's dataset is refilled for every toy: keep the user's events (and weights) to put back.
-    data = loss.data
-    events = data.numpy()
-    weights = data.weights_data.numpy() if data.is_weighted else None
-    t0 = time.perf_counter()
+    return start_values
+
+
+def _study_on_cluster(model: Model, loss: UnbinnedNLL, params: list[Parameter], n_toys: int, n_events: int | None,
+                      minimizer: Minuit, truth: np.ndarray, start_values: np.ndarray, seed: int, batch: int | None,
+                      client: Any, factory: Callable[[], Any], chunk: int | None, progress: bool | None) -> Any:
+    """``run_toys`` on a Dask cluster: the table of every chunk."""
     hinv = None
-    try:
-        if client is not None:
-            if batch is not None:  # every worker starts BFGS from the same inverse Hessian: identical results
-                first = _Generator(model, seed, n_events, params, truth).dataset(0)
-                hinv = BatchedLoss.of(loss, params).start_hinv(start_values, first)
-            # Default chunk: one generation block, rounded up to whole batches.
-            size = chunk or (batch * math.ceil(GENERATION_BLOCK / batch) if batch else GENERATION_BLOCK)
-            table = _run_on_cluster(client, factory, names, truth, start_values, n_toys, n_events, seed, batch,
-                                    hinv, minimizer, int(size), progress)
-        else:
-            table, hinv = _run_local(model, loss, params, range(n_toys), n_events, minimizer, truth, start_values,
-                                     seed, batch, None, progress)
-    finally:
-        set_values(params, truth)
-        data.set_data(events, weights=weights)
-    info = {"batch": batch, "wall_s": time.perf_counter() - t0, "distributed": client is not None}
-    return ToyResult(table=table, truth=dict(zip(names, map(float, truth), strict=True)), seed=seed, info=info)
+    if batch is not None:  # every worker starts BFGS from the same inverse Hessian: identical results
+        first = _Generator(model, seed, n_events, params, truth).dataset(0)
+        hinv = BatchedLoss.of(loss, params).start_hinv(start_values, first)
+    # Default chunk: one generation block, rounded up to whole batches.
+    size = chunk or (batch * math.ceil(GENERATION_BLOCK / batch) if batch else GENERATION_BLOCK)
+    return _run_on_cluster(client, factory, [p.name for p in params], truth, start_values, n_toys, n_events, seed,
+                           batch, hinv, minimizer, int(size), progress)
 
 
 def local_cluster(workers: int) -> Any:

@@ -317,20 +317,7 @@ def precompute(
 
     floating_of = {c.node_id: [GRAPH.name(n) for n in GRAPH.ancestor_parameters(c.node_id) if n in floating_ids]
                    for c in caches}
-    constant = {uid for uid, names in floating_of.items() if not names}
-    highest = {uid for uid in constant
-               if not any(d in constant for d in g.successors(uid))}
-    status: dict[int, str] = {}
-    for c in caches:
-        uid = c.node_id
-        if uid in highest:
-            status[uid] = CACHED
-        elif uid in constant:
-            status[uid] = INNER if keep_inner else DIRTY
-        elif keep_floating and len(set(floating_of[uid])) < len(floating_ids):
-            status[uid] = FLOATING  # misses only when one of *its* parameters moves
-        else:
-            status[uid] = DIRTY  # changes on every call of a fit
+    status = _statuses(g, caches, floating_of, len(floating_ids), keep_floating, keep_inner)
 
     previous = {c.node_id: (c, c.always_dirty) for c in caches}
     changed = []
@@ -347,6 +334,38 @@ def precompute(
             # inside the first timed call; a precompute that only bypasses caches has nothing to fill
             _evaluate(target)
 
+    report = _report(g, uids, caches, status, floating_of, floating, previous)
+    try:
+        _REPORTS[target] = (_key(target, floating, keep_floating, keep_inner), report)
+    except TypeError:  # not weakly referenceable (or not hashable): nothing to remember
+        pass
+    return report
+
+
+def _statuses(g: nx.DiGraph, caches: list[CachedTensor], floating_of: dict[int, list[str]], n_floating: int,
+              keep_floating: bool, keep_inner: bool) -> dict[int, str]:
+    """Each cache's status (node id -> CACHED, INNER, FLOATING or DIRTY), by the rules of :func:`precompute`."""
+    constant = {uid for uid, names in floating_of.items() if not names}
+    highest = {uid for uid in constant
+               if not any(d in constant for d in g.successors(uid))}
+    status: dict[int, str] = {}
+    for c in caches:
+        uid = c.node_id
+        if uid in highest:
+            status[uid] = CACHED
+        elif uid in constant:
+            status[uid] = INNER if keep_inner else DIRTY
+        elif keep_floating and len(set(floating_of[uid])) < n_floating:
+            status[uid] = FLOATING  # misses only when one of *its* parameters moves
+        else:
+            status[uid] = DIRTY  # changes on every call of a fit
+    return status
+
+
+def _report(g: nx.DiGraph, uids: set[int], caches: list[CachedTensor], status: dict[int, str],
+            floating_of: dict[int, list[str]], floating: list[Any],
+            previous: dict[int, tuple[CachedTensor, bool]]) -> PrecomputeReport:
+    """:func:`precompute`'s report: the caches from the top of the graph down, and what it changed."""
     order = {uid: i for i, uid in enumerate(_topological(g, uids))}
     nodes = []
     for c in sorted(caches, key=lambda c: -order[c.node_id]):
@@ -363,10 +382,6 @@ def precompute(
     # caches of a dropped model alive, nor delay their collection.
     report._previous = {uid: (weakref.ref(c), dirty) for uid, (c, dirty) in previous.items()}
     report._caches = [weakref.ref(c) for c in caches]
-    try:
-        _REPORTS[target] = (_key(target, floating, keep_floating, keep_inner), report)
-    except TypeError:  # not weakly referenceable (or not hashable): nothing to remember
-        pass
     return report
 
 

@@ -567,6 +567,45 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
     """
     who = "contour"
     loss = _loss(loss, who)
+    px, py, level_list = _contour_arguments(loss, names, levels, cl, points, tol, who)
+    use_batched = _use_batched(loss, batched, who)
+    minimizer = _minimizer(minimizer)
+    with kept_parameters(loss):
+        best, errors, result, fmin = _best_fit(loss, minimizer, who)
+        nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
+        center = np.array([best[px.name], best[py.name]])
+        scale = _ellipse(result, px.name, py.name, errors)
+        phi = 2.0 * np.pi * np.arange(int(points)) / int(points)
+        unit = np.stack([np.cos(phi), np.sin(phi)], axis=1)
+        levels_arr = np.repeat(np.array(level_list), int(points))          # (R,) one row per ray and level
+        direction = np.tile(unit @ scale.T, (len(level_list), 1))          # (R, 2)
+        t_max = _ray_limits(center, direction, [px, py])
+        target = np.sqrt(levels_arr)
+        t = np.minimum(target, t_max)     # exact for a Gaussian likelihood: the HESSE ellipse
+        fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
+        low, high = np.array([_limits(px), _limits(py)]).T
+
+        def at(t: np.ndarray) -> np.ndarray:  # the points of the rays (a point at a limit by rounding: on it)
+            return np.clip(center + t[:, None] * direction, low, high)
+
+        start = _linear_start(result, best, [px, py], nuisances, at(t))
+        t, delta, ok, at_limit, steps = _walk_rays(fits, at, t, start, t_max, levels_arr, fmin, float(loss.errordef),
+                                                   tol, int(maxsteps))
+        converged = ok & (np.abs(delta - levels_arr) <= tol)
+        P = int(points)
+        points_xy = at(t)
+        return Contour(
+            names=(px.name, py.name), levels=level_list,
+            curves={lv: points_xy[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
+            delta={lv: delta[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
+            converged={lv: converged[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
+            at_limit={lv: at_limit[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
+            best=best, errordef=float(loss.errordef), path=fits.path, steps=steps)
+
+
+def _contour_arguments(loss: Any, names: Sequence[str], levels: Any, cl: Any, points: Any, tol: Any,
+                       who: str) -> tuple[Parameter, Parameter, tuple[float, ...]]:
+    """:func:`contour`'s arguments checked: the two parameters and the levels (-2 Delta ln L)."""
     if isinstance(names, str) or len(names) != 2:
         raise InferenceError(f"{who}: names must be two parameter names (x, y), got {names!r}.")
     px, py = (_parameter(loss, n, who) for n in names)
@@ -586,61 +625,43 @@ def contour(loss: BaseLoss, names: Sequence[str], levels: Any = None, *, cl: Any
         raise InferenceError(f"{who}: points must be a whole number >= 4, got {points!r}.")
     if not (np.isfinite(tol) and tol > 0):
         raise InferenceError(f"{who}: tol must be positive, got {tol!r}.")
-    use_batched = _use_batched(loss, batched, who)
-    minimizer = _minimizer(minimizer)
-    with kept_parameters(loss):
-        best, errors, result, fmin = _best_fit(loss, minimizer, who)
-        nuisances = [p for p in loss.get_params(True) if p is not px and p is not py]
-        center = np.array([best[px.name], best[py.name]])
-        scale = _ellipse(result, px.name, py.name, errors)
-        phi = 2.0 * np.pi * np.arange(int(points)) / int(points)
-        unit = np.stack([np.cos(phi), np.sin(phi)], axis=1)
-        levels_arr = np.repeat(np.array(level_list), int(points))          # (R,) one row per ray and level
-        direction = np.tile(unit @ scale.T, (len(level_list), 1))          # (R, 2)
-        t_max = _ray_limits(center, direction, [px, py])
-        target = np.sqrt(levels_arr)
-        t = np.minimum(target, t_max)     # exact for a Gaussian likelihood: the HESSE ellipse
-        fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
-        history: list[tuple[np.ndarray, np.ndarray]] = []
-        rows = len(t)
-        done = np.zeros(rows, bool)
-        at_limit = np.zeros(rows, bool)
-        delta = np.full(rows, np.nan)
-        ok = np.zeros(rows, bool)
-        steps = 0
-        low, high = np.array([_limits(px), _limits(py)]).T
+    return px, py, level_list
 
-        def at(t: np.ndarray) -> np.ndarray:  # the points of the rays (a point at a limit by rounding: on it)
-            return np.clip(center + t[:, None] * direction, low, high)
 
-        start = _linear_start(result, best, [px, py], nuisances, at(t))
-        for _ in range(int(maxsteps)):
-            steps += 1
-            out = fits.fit(at(t), start)
-            d = (out.fmin - fmin) / loss.errordef
-            # rows already on the curve keep their point (refitted at the same place: one compiled shape)
-            keep = done
-            delta = np.where(keep, delta, d)
-            ok = np.where(keep, ok, out.converged)
-            start = np.where(keep[:, None], start, out.values)
-            history.append((t.copy(), delta.copy()))
-            close = np.abs(delta - levels_arr) <= tol
-            short = (t >= t_max) & (delta < levels_arr)     # the limit comes before the level
-            at_limit |= short & ~done
-            done = done | close | short | ~np.isfinite(delta)
-            if done.all():
-                break
-            t = np.where(done, t, _secant(history, target, t_max))
-        converged = ok & (np.abs(delta - levels_arr) <= tol)
-        P = int(points)
-        points_xy = at(t)
-        return Contour(
-            names=(px.name, py.name), levels=level_list,
-            curves={lv: points_xy[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
-            delta={lv: delta[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
-            converged={lv: converged[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
-            at_limit={lv: at_limit[k * P:(k + 1) * P] for k, lv in enumerate(level_list)},
-            best=best, errordef=float(loss.errordef), path=fits.path, steps=steps)
+def _walk_rays(fits: Any, at: Any, t: np.ndarray, start: np.ndarray, t_max: np.ndarray, levels_arr: np.ndarray,
+               fmin: float, errordef: float, tol: float,
+               maxsteps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`contour`'s secant search along every ray at once, from ``t`` (a ray's distance, in ellipse units).
+
+    Returns ``(t, delta, ok, at_limit, steps)``: each ray's last distance, its -2 Delta ln L there,
+    whether its conditional fit converged, whether a limit came before the level, and the steps.
+    """
+    target = np.sqrt(levels_arr)
+    history: list[tuple[np.ndarray, np.ndarray]] = []
+    rows = len(t)
+    done = np.zeros(rows, bool)
+    at_limit = np.zeros(rows, bool)
+    delta = np.full(rows, np.nan)
+    ok = np.zeros(rows, bool)
+    steps = 0
+    for _ in range(maxsteps):
+        steps += 1
+        out = fits.fit(at(t), start)
+        d = (out.fmin - fmin) / errordef
+        # rows already on the curve keep their point (refitted at the same place: one compiled shape)
+        keep = done
+        delta = np.where(keep, delta, d)
+        ok = np.where(keep, ok, out.converged)
+        start = np.where(keep[:, None], start, out.values)
+        history.append((t.copy(), delta.copy()))
+        close = np.abs(delta - levels_arr) <= tol
+        short = (t >= t_max) & (delta < levels_arr)     # the limit comes before the level
+        at_limit |= short & ~done
+        done = done | close | short | ~np.isfinite(delta)
+        if done.all():
+            break
+        t = np.where(done, t, _secant(history, target, t_max))
+    return t, delta, ok, at_limit, steps
 
 
 def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimizer: Any = None,

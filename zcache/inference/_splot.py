@@ -303,25 +303,7 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
         raise SPlotError(f"covariance must be one of {', '.join(SWEIGHTS_COVARIANCES)}, got {covariance!r}.")
     model, yields = _yields_of(loss)
     index = _pick(yields, yields if species is None else species, "species")
-    fixed = [y.name for y in yields if not y.floating]
-    if fixed:
-        raise SPlotError(
-            f"sWeights need every yield of the sum floating in the fit; {', '.join(fixed)} "
-            f"{'is' if len(fixed) == 1 else 'are'} fixed: float {'it' if len(fixed) == 1 else 'them'} "
-            "(param.floating = True) and fit again.")
-    if result is not None and not isinstance(result, FitResult):
-        raise SPlotError(f"result must be the FitResult of the discriminating fit, got {type(result).__name__}.")
-    if result is not None and result.params is None:
-        raise SPlotError("this FitResult was unpickled and no longer knows its parameters; fit again.")
-    if result is not None:
-        missing = [y.name for y in yields if y.name not in result.names]
-        if missing:
-            raise SPlotError(f"the result did not fit {', '.join(missing)}; pass the result of the discriminating "
-                             "fit, Minuit().minimize(loss).")
-    if covariance == "fit":
-        if result is None or result.covariance is None:
-            raise SPlotError('covariance="fit" takes the yields\' covariance from the fit: pass its FitResult '
-                             "(fitted with HESSE).")
+    _check_discriminating_fit(yields, result, covariance)
     fitted = (*yields, *(p for p in loss.get_params(floating=True) if not any(p is y for y in yields)))
     restore = None
     try:
@@ -340,24 +322,7 @@ def sweights(loss: UnbinnedNLL, result: FitResult | None = None, *, species: Seq
         raise SPlotError("the sum's density is zero or not finite at some events; sWeights need it positive "
                          "at every event (check the fit).")
     w_matrix = (g / total**2) @ g.T
-    try:
-        inverse = np.linalg.inv(np.linalg.cholesky(w_matrix))
-    except np.linalg.LinAlgError:
-        raise SPlotError(
-            "the W matrix of the species is singular: two components have (nearly) the same shape in the "
-            "discriminating variable, and the data cannot tell them apart.") from None
-    v_events = inverse.T @ inverse
-    v_events = 0.5 * (v_events + v_events.T)
-    # W N = 1 at the minimum in the yields (the extended NLL's gradient in N_k is 1 - (W N)_k and
-    # its Hessian W): the Newton step -W^-1 (1 - W N) = N - W^-1 1 says how far the yields are from it.
-    step = n - v_events.sum(axis=1)
-    sigmas = np.abs(step) / np.sqrt(np.diag(v_events))
-    worst = int(np.argmax(sigmas))
-    if not sigmas[worst] <= tol:
-        raise SPlotError(
-            f"the yields are not at the minimum of the loss: a Newton step moves {yields[worst].name} by "
-            f"{step[worst]:+.6g} ({sigmas[worst]:.3g} of its error; tol={tol}). Fit first "
-            "(Minuit().minimize(loss)), or pass the fit's result if the parameters moved since.")
+    v_events = _yields_covariance(w_matrix, n, yields, tol)
     if covariance == "fit":
         rows = [result.names.index(y.name) for y in yields]
         used = np.asarray(result.covariance, dtype=np.float64)[np.ix_(rows, rows)]
@@ -496,6 +461,72 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
     >>> cov.shape, bool(0 < cov[0, 0] < 1)
     ((1, 1), True)
     """
+    method = _check_sweighted_fit(sw, loss, result, method)
+    data = loss.data
+    weights = data.weights_data.numpy() if data.is_weighted else None
+    row = _species_row(sw, data, weights, species)
+    params = tuple(result.params)
+    best = np.array([result.values[p.name] for p in params])
+    saved = [float(p) for p in params]
+    try:
+        hessian = loss.hessian_at(best, params, exact=True).numpy() * (0.5 / loss.errordef)
+        scores = _event_scores(loss.model, data, params)
+    finally:
+        set_values(params, saved)
+    h_inv = _inverse_hessian(hessian)
+    middle = _sandwich_middle(sw, row, scores, weights, method)
+    corrected = h_inv @ middle @ h_inv
+    return 0.5 * (corrected + corrected.T)
+
+
+def _check_discriminating_fit(yields: Sequence[Parameter], result: Any, covariance: str) -> None:
+    """:func:`sweights`'s checks of the yields and the result: a named SPlotError, or nothing."""
+    fixed = [y.name for y in yields if not y.floating]
+    if fixed:
+        raise SPlotError(
+            f"sWeights need every yield of the sum floating in the fit; {', '.join(fixed)} "
+            f"{'is' if len(fixed) == 1 else 'are'} fixed: float {'it' if len(fixed) == 1 else 'them'} "
+            "(param.floating = True) and fit again.")
+    if result is not None and not isinstance(result, FitResult):
+        raise SPlotError(f"result must be the FitResult of the discriminating fit, got {type(result).__name__}.")
+    if result is not None and result.params is None:
+        raise SPlotError("this FitResult was unpickled and no longer knows its parameters; fit again.")
+    if result is not None:
+        missing = [y.name for y in yields if y.name not in result.names]
+        if missing:
+            raise SPlotError(f"the result did not fit {', '.join(missing)}; pass the result of the discriminating "
+                             "fit, Minuit().minimize(loss).")
+    if covariance == "fit":
+        if result is None or result.covariance is None:
+            raise SPlotError('covariance="fit" takes the yields\' covariance from the fit: pass its FitResult '
+                             "(fitted with HESSE).")
+
+
+def _yields_covariance(w_matrix: np.ndarray, n: np.ndarray, yields: Sequence[Parameter], tol: float) -> np.ndarray:
+    """W^-1 from the events, after checking that the yields ``n`` are at the loss's minimum (within ``tol``)."""
+    try:
+        inverse = np.linalg.inv(np.linalg.cholesky(w_matrix))
+    except np.linalg.LinAlgError:
+        raise SPlotError(
+            "the W matrix of the species is singular: two components have (nearly) the same shape in the "
+            "discriminating variable, and the data cannot tell them apart.") from None
+    v_events = inverse.T @ inverse
+    v_events = 0.5 * (v_events + v_events.T)
+    # W N = 1 at the minimum in the yields (the extended NLL's gradient in N_k is 1 - (W N)_k and
+    # its Hessian W): the Newton step -W^-1 (1 - W N) = N - W^-1 1 says how far the yields are from it.
+    step = n - v_events.sum(axis=1)
+    sigmas = np.abs(step) / np.sqrt(np.diag(v_events))
+    worst = int(np.argmax(sigmas))
+    if not sigmas[worst] <= tol:
+        raise SPlotError(
+            f"the yields are not at the minimum of the loss: a Newton step moves {yields[worst].name} by "
+            f"{step[worst]:+.6g} ({sigmas[worst]:.3g} of its error; tol={tol}). Fit first "
+            "(Minuit().minimize(loss)), or pass the fit's result if the parameters moved since.")
+    return v_events
+
+
+def _check_sweighted_fit(sw: Any, loss: Any, result: Any, method: str) -> str:
+    """:func:`sweighted_covariance`'s checks of its arguments; the method (``"auto"`` resolved)."""
     if not isinstance(sw, SWeights):
         raise SPlotError(f"sw must be the SWeights of the discriminating fit, got {type(sw).__name__}.")
     if method not in ("auto", "langenbruch", "sandwich"):
@@ -516,8 +547,11 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
     if strangers:
         raise SPlotError(f"the result fitted {', '.join(strangers)}, which the sWeighted loss does not have; "
                          "pass the result of Minuit().minimize(loss).")
-    data = loss.data
-    weights = data.weights_data.numpy() if data.is_weighted else None
+    return method
+
+
+def _species_row(sw: Any, data: Any, weights: np.ndarray | None, species: Any) -> int:
+    """The row of ``sw`` whose sWeights weight ``data`` (``species``, or found from the weights)."""
     if weights is None or weights.shape[0] != sw.weights.shape[1]:
         raise SPlotError(
             f"the sWeighted fit's data '{data.name}' must be the discriminating fit's events weighted with "
@@ -535,20 +569,11 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
         row = sw.names.index(name)
         if not np.allclose(weights, sw.weights[row], rtol=1e-9, atol=1e-12):
             raise SPlotError(f"the weights of '{data.name}' are not the sWeights of {name!r}.")
-    params = tuple(result.params)
-    best = np.array([result.values[p.name] for p in params])
-    saved = [float(p) for p in params]
-    try:
-        hessian = loss.hessian_at(best, params, exact=True).numpy() * (0.5 / loss.errordef)
-        scores = _event_scores(loss.model, data, params)
-    finally:
-        set_values(params, saved)
-    try:
-        h_inv = np.linalg.inv(np.linalg.cholesky(hessian))
-    except np.linalg.LinAlgError:
-        raise SPlotError("the Hessian of the sWeighted fit is not positive definite at the result's minimum; "
-                         "it has no covariance to correct (check the fit).") from None
-    h_inv = h_inv.T @ h_inv
+    return row
+
+
+def _sandwich_middle(sw: SWeights, row: int, scores: np.ndarray, weights: np.ndarray, method: str) -> np.ndarray:
+    """The middle of :func:`sweighted_covariance`'s sandwich ``H^-1 M H^-1``, by ``method``."""
     g = sw._densities
     total = sw.yields @ g
     a = np.linalg.inv(sw.W)
@@ -563,8 +588,18 @@ def sweighted_covariance(result: FitResult, loss: UnbinnedNLL, sw: SWeights,
     else:
         u = _influences(sw, s, pairs, q, weights[:, None] * scores, scores, e)
         middle = u.T @ u
-    corrected = h_inv @ middle @ h_inv
-    return 0.5 * (corrected + corrected.T)
+    return middle
+
+
+def _inverse_hessian(hessian: np.ndarray) -> np.ndarray:
+    """The inverse of the sWeighted fit's Hessian (from its Cholesky factor), or a named SPlotError."""
+    try:
+        h_inv = np.linalg.inv(np.linalg.cholesky(hessian))
+    except np.linalg.LinAlgError:
+        raise SPlotError("the Hessian of the sWeighted fit is not positive definite at the result's minimum; "
+                         "it has no covariance to correct (check the fit).") from None
+    h_inv = h_inv.T @ h_inv
+    return h_inv
 
 
 def _influences(sw: SWeights, s: int, pairs: list[tuple[int, int]], q: np.ndarray, weighted: np.ndarray,

@@ -711,53 +711,70 @@ def run_hypothesis_toys(
     >>> fits.rows(0, 10.0).shape, float(fits.rows(1, 10.0)["generated"][0])
     ((8,), 0.0)
     """
-    if int(n_toys) < 1:
-        raise InferenceError(f"n_toys must be >= 1, got {n_toys!r}.")
-    if batch is not None and int(batch) < 1:
-        raise InferenceError(f"batch must be >= 1 (or None: one toy at a time), got {batch!r}.")
-    if client is not None and factory is None:
-        raise InferenceError("toys on a Dask client need factory=: a picklable function that builds the loss.")
+    _check_toy_study(n_toys, batch, client, factory)
     minimizer = minimizer or Minuit()
     values = [float(v) for v in values]
     nuisances = [p for p in loss.params if p is not poi]
     t0 = time.perf_counter()
     with kept_parameters(loss):
         engine = _Engine(loss, poi, nuisances, minimizer, None if batch is None else int(batch))
-        profiled: dict[float, np.ndarray] = {}
-        extra = [float(v) for v in (bound, alt_tested) if v is not None]
-        for mu in sorted({*values, float(null_value), *extra}):
-            profiled[mu] = _profile(loss, poi, nuisances, mu, minimizer)
-
-        def point(kind: int, mu: float, key: tuple[int, ...]) -> _Point:
-            set_values([poi], [mu])
-            set_values(nuisances, profiled[mu]) if nuisances else None
-            values_now = np.array([float(p) for p in engine.model_params])
-            centre = np.array([float(p) for p in engine.constrained])
-            return _Point(kind, key, mu, values_now, centre, profiled[mu])
-
-        points, tested = [], []
-        if alt:
-            for mu in values:
-                points.append(point(ALT, mu, (0, *_value_key(mu))))
-                tested.append([mu if alt_tested is None else float(alt_tested)])
-        if null:
-            points.append(point(NULL, float(null_value), (1, 0, 0)))
-            tested.append(values)
+        profiled, points, tested = _hypothesis_points(engine, loss, poi, nuisances, minimizer, values, null_value,
+                                                      bound, alt_tested, alt, null)
         toys = range(int(first_toy), int(first_toy) + int(n_toys))
         if client is None:
             table = _run_points(engine, seed, points, tested, profiled, toys, bound)
         else:
             table = _on_cluster(client, factory, poi, nuisances, minimizer, batch, seed, points, tested, profiled,
                                 toys, bound, chunk)
-        empty = engine.empty_toys(seed, points, toys)
-        if empty:
-            # never silently: a toy of 0 events has no unbinned likelihood here, so it was given one
-            warnings.warn(f"{empty} toys drew 0 events (expected yields this small make empty toys likely) and were "
-                          "given one event each: zcache has no unbinned likelihood of an empty dataset. Their "
-                          "p-values are slightly off; a binned (counting) model has no such toys.", ZCacheWarning,
-                          stacklevel=3)
+        _warn_empty_toys(engine.empty_toys(seed, points, toys))
     info = {"batch": batch, "distributed": client is not None, "wall_s": time.perf_counter() - t0}
     return ToyFits(table=table, poi=poi.name, seed=int(seed), errordef=float(loss.errordef), info=info)
+
+
+def _check_toy_study(n_toys: Any, batch: Any, client: Any, factory: Any) -> None:
+    """:func:`run_hypothesis_toys`'s checks of the study's size and where it runs."""
+    if int(n_toys) < 1:
+        raise InferenceError(f"n_toys must be >= 1, got {n_toys!r}.")
+    if batch is not None and int(batch) < 1:
+        raise InferenceError(f"batch must be >= 1 (or None: one toy at a time), got {batch!r}.")
+    if client is not None and factory is None:
+        raise InferenceError("toys on a Dask client need factory=: a picklable function that builds the loss.")
+
+
+def _hypothesis_points(engine: _Engine, loss: Any, poi: Parameter, nuisances: list[Parameter], minimizer: Minuit,
+                       values: list[float], null_value: float, bound: float | None, alt_tested: float | None,
+                       alt: bool, null: bool) -> tuple[dict[float, np.ndarray], list[_Point], list[list[float]]]:
+    """The profiled nuisances at every value, and the points toys are drawn at with the values each tests."""
+    profiled: dict[float, np.ndarray] = {}
+    extra = [float(v) for v in (bound, alt_tested) if v is not None]
+    for mu in sorted({*values, float(null_value), *extra}):
+        profiled[mu] = _profile(loss, poi, nuisances, mu, minimizer)
+
+    def point(kind: int, mu: float, key: tuple[int, ...]) -> _Point:
+        set_values([poi], [mu])
+        set_values(nuisances, profiled[mu]) if nuisances else None
+        values_now = np.array([float(p) for p in engine.model_params])
+        centre = np.array([float(p) for p in engine.constrained])
+        return _Point(kind, key, mu, values_now, centre, profiled[mu])
+
+    points, tested = [], []
+    if alt:
+        for mu in values:
+            points.append(point(ALT, mu, (0, *_value_key(mu))))
+            tested.append([mu if alt_tested is None else float(alt_tested)])
+    if null:
+        points.append(point(NULL, float(null_value), (1, 0, 0)))
+        tested.append(values)
+    return profiled, points, tested
+
+
+def _warn_empty_toys(empty: int) -> None:
+    """Never silently: a toy of 0 events has no unbinned likelihood here, so it was given one."""
+    if empty:
+        warnings.warn(f"{empty} toys drew 0 events (expected yields this small make empty toys likely) and were "
+                      "given one event each: zcache has no unbinned likelihood of an empty dataset. Their "
+                      "p-values are slightly off; a binned (counting) model has no such toys.", ZCacheWarning,
+                      stacklevel=4)
 
 
 def _on_cluster(client: Any, factory: Callable[[], Any], poi: Parameter, nuisances: list[Parameter],
