@@ -1753,6 +1753,34 @@ class CacheMachine(RuleBasedStateMachine):
         assert (zcache.get_graph_mode(), tf.config.functions_run_eagerly()) == modes, "threads changed the modes"
 
     # -- temporary models, dropped ---------------------------------------------------------
+    @precondition(lambda self: self.world.caches)
+    @rule(data=st.data(), how=st.sampled_from(["eager", "zcache.function traced before"]))
+    def forward_accumulator_jvp(self, data, how):
+        """tf.autodiff.ForwardAccumulator around reads of every cache: the JVP is the uncached gradient . tangent.
+
+        A hit once gave no JVP (silently wrong); the reads of this rule are hits or misses as the sequence left them.
+        """
+        w = self.world
+        variables = [p.obj.variable for p in w.params]
+        tangent = [data.draw(st.floats(-1.0, 1.0, **FLOATS), label=f"tangent {p.label}") for p in w.params]
+
+        def total():
+            return _sum_all([c.read() for c in w.caches])
+
+        fn = total
+        if how != "eager":
+            fn = zcache.function(total)
+            fn()  # traced outside the accumulator: its reads are known, so under one it runs eagerly
+        with tf.autodiff.ForwardAccumulator(variables, [tf.constant(t, tf.float64) for t in tangent]) as acc:
+            out = fn()
+        jvp = acc.jvp(out)
+        exact = w.reference_gradient()
+        expected = float(np.dot(exact, tangent))
+        assert jvp is not None or not np.any(exact), f"no JVP through the caches ({how}); params {w.params}"
+        got = 0.0 if jvp is None else float(jvp)
+        scale = max(1.0, float(np.sum(np.abs(exact))))
+        assert abs(got - expected) <= 1e-9 * scale, f"JVP {got} != {expected} ({how}); params {w.params}"
+
     @rule(a=params, b=params, x=data, how=st.sampled_from(["eager", "traced", "traced gradient"]))
     def temporary_model(self, a, b, x, how):
         """A model and a cache of its cache, used eagerly or traced, then dropped (a toy loop)."""
