@@ -369,3 +369,23 @@ def test_a_toy_fitted_beyond_the_limit_stops_on_it_at_the_conditional_minimum():
         values = np.array([r.values[p.name] for p in (nbkg, lam)])
         assert np.max(np.abs(fit.values[b, 1:] - values) / errors) < 2e-3
         assert fit.fmin[b] == pytest.approx(r.fmin, rel=1e-9)
+
+
+def test_covariances_of_a_stack_equal_each_rows_inverse_and_flag_the_indefinite():
+    """HESSE's 2 errordef H^-1 row by row (numpy's inverse of each matrix alone), all rows
+    positive definite (one call for the stack) and with an indefinite row (NaN there)."""
+    from zcache._fitting.batched_bfgs import covariances
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(5, 3, 3))
+    hess = a @ np.transpose(a, (0, 2, 1)) + 0.1 * np.eye(3)
+    for stack, bad in ((hess, []), (np.concatenate([hess, [np.diag([1.0, -1.0, 1.0])]]), [5])):
+        cov, errors, posdef = covariances(stack, 0.5)
+        assert posdef.tolist() == [b not in bad for b in range(len(stack))]
+        for b in range(len(stack)):
+            if b in bad:
+                assert np.isnan(cov[b]).all() and np.isnan(errors[b]).all()
+                continue
+            want = np.linalg.inv(stack[b])  # errordef 0.5: 2 * 0.5 * H^-1
+            np.testing.assert_allclose(cov[b], want, rtol=1e-12)
+            np.testing.assert_allclose(errors[b], np.sqrt(np.diag(want)), rtol=1e-12)

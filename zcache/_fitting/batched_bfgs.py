@@ -262,7 +262,16 @@ def covariances(hess: np.ndarray, errordef: float) -> tuple[np.ndarray, np.ndarr
     cov = np.full_like(hess, np.nan)
     errors = np.full(hess.shape[:2], np.nan)
     posdef = np.zeros(len(hess), bool)
-    for b in range(len(hess)):
+    if len(hess):
+        try:  # every row positive definite (the rule): one call for the stack, the same LAPACK per matrix
+            np.linalg.cholesky(hess)
+        except np.linalg.LinAlgError:
+            pass
+        else:
+            cov = 2.0 * errordef * np.linalg.inv(hess)
+            errors = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))
+            return cov, errors, np.ones(len(hess), bool)
+    for b in range(len(hess)):  # some row is not: row by row
         try:
             np.linalg.cholesky(hess[b])
         except np.linalg.LinAlgError:
