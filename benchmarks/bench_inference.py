@@ -183,6 +183,36 @@ def hepstats_loop(n_toys: int, values: np.ndarray, full: bool = False) -> dict[s
     return {"per_toy_s": seconds / toys, "toys": toys, "load": load()}
 
 
+# -- zcache and numpy interleaved ---------------------------------------------------------------
+def interleaved(n_toys: int = 512, batch: int = 128, reps: int = 3, numpy_toys: int = 300) -> dict[str, Any]:
+    """5 tested values: a warm zcache study and the numpy loop in turns, wall and CPU time, medians.
+
+    The busy shared machine changes speed from minute to minute; taking the two side by side,
+    several times, and the process CPU time as well as the wall time, gives a ratio that
+    does not follow the load. The numpy loop's time is scaled to the study's toys.
+    """
+    from zcache.inference import ToyCalculator
+
+    values = VALUES[::4][:5]
+    toys = 2 * len(values) * n_toys
+    loss = build()
+    ToyCalculator(loss, "inf_nsig", n_toys=n_toys, seed=1, batch=batch).p_values(values)  # traces, compiles
+    runs = []
+    for r in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ToyCalculator(loss, "inf_nsig", n_toys=n_toys, seed=2 + r, batch=batch).p_values(values)
+        z = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
+        done = numpy_loop(numpy_toys, values, seed=3 + r)["toys"]
+        npy = (time.perf_counter() - t0) * toys / done, (time.process_time() - c0) * toys / done
+        runs.append((*z, *npy, load()))
+        print(f"run {r}: zcache {z[0]:.2f} s (CPU {z[1]:.2f} s), numpy + iminuit {npy[0]:.2f} s (CPU {npy[1]:.2f} s), "
+              f"load {load():.1f}", file=sys.stderr, flush=True)
+    zw, zc, nw, nc, loads = (np.median(c) for c in zip(*runs, strict=True))
+    return {"zcache_s": zw, "zcache_cpu_s": zc, "numpy_s": nw, "numpy_cpu_s": nc, "ratio_wall": nw / zw,
+            "ratio_cpu": nc / zc, "load": loads}
+
+
 # -- 4. Dask -----------------------------------------------------------------------------------
 def bench_dask(n_toys: int, values: np.ndarray, batch: int, workers: int = 2) -> dict[str, Any]:
     try:
@@ -277,7 +307,11 @@ def main() -> None:
     parser.add_argument("--numpy-toys", type=int, default=200)
     parser.add_argument("--hepstats-toys", type=int, default=25, help="toys per hypothesis at 4 tested values")
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--interleaved", action="store_true", help="5 values: zcache and numpy in turns, medians")
     args = parser.parse_args()
+    if args.interleaved:
+        print(interleaved(args.toys, min(BATCH, args.toys), numpy_toys=args.numpy_toys))
+        return
     if args.quick:
         for title, body in run(True):
             print(f"## {title}\n\n{body}")
