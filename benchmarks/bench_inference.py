@@ -147,8 +147,12 @@ def numpy_loop(n_toys: int, values: np.ndarray, seed: int = 3) -> dict[str, Any]
 
 
 # -- 3. hepstats + zfit ------------------------------------------------------------------------
-def hepstats_loop(n_toys: int, values: np.ndarray) -> dict[str, Any]:
-    """hepstats' FrequentistCalculator on zfit's model: a few toys per tested value, timed (``.venv-bench`` only)."""
+def hepstats_loop(n_toys: int, values: np.ndarray, full: bool = False) -> dict[str, Any]:
+    """hepstats' FrequentistCalculator on zfit's model: a few toys per tested value, timed (``.venv-bench`` only).
+
+    ``full``: the whole ``UpperLimit(...).upperlimit`` (the values must bracket the limit);
+    otherwise the calculator's p-values at ``values``, the toys and fits the limit is made of.
+    """
     try:
         import zfit
         from hepstats.hypotests import UpperLimit
@@ -168,10 +172,45 @@ def hepstats_loop(n_toys: int, values: np.ndarray) -> dict[str, Any]:
     loss = zfit.loss.ExtendedUnbinnedNLL(model=model, data=data)
     calc = FrequentistCalculator(loss, zfit.minimize.Minuit(), ntoysnull=n_toys, ntoysalt=n_toys)
     t0 = time.perf_counter()
-    UpperLimit(calc, POIarray(nsig, values), POI(nsig, 0.0)).upperlimit(alpha=0.05, CLs=True)
+    if full:
+        UpperLimit(calc, POIarray(nsig, values), POI(nsig, 0.0)).upperlimit(alpha=0.05, CLs=True)
+    else:
+        # The p-values UpperLimit interpolates (its toys and fits); upperlimit() itself refuses a
+        # few tested values that do not bracket the limit (POIRangeError).
+        calc.pvalue(POIarray(nsig, values), POI(nsig, 0.0), qtilde=True, onesided=True)
     seconds = time.perf_counter() - t0
     toys = 2 * n_toys * len(values)
     return {"per_toy_s": seconds / toys, "toys": toys, "load": load()}
+
+
+# -- zcache and numpy interleaved ---------------------------------------------------------------
+def interleaved(n_toys: int = 512, batch: int = 128, reps: int = 3, numpy_toys: int = 300) -> dict[str, Any]:
+    """5 tested values: a warm zcache study and the numpy loop in turns, wall and CPU time, medians.
+
+    The busy shared machine changes speed from minute to minute; taking the two side by side,
+    several times, and the process CPU time as well as the wall time, gives a ratio that
+    does not follow the load. The numpy loop's time is scaled to the study's toys.
+    """
+    from zcache.inference import ToyCalculator
+
+    values = VALUES[::4][:5]
+    toys = 2 * len(values) * n_toys
+    loss = build()
+    ToyCalculator(loss, "inf_nsig", n_toys=n_toys, seed=1, batch=batch).p_values(values)  # traces, compiles
+    runs = []
+    for r in range(reps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        ToyCalculator(loss, "inf_nsig", n_toys=n_toys, seed=2 + r, batch=batch).p_values(values)
+        z = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
+        done = numpy_loop(numpy_toys, values, seed=3 + r)["toys"]
+        npy = (time.perf_counter() - t0) * toys / done, (time.process_time() - c0) * toys / done
+        runs.append((*z, *npy, load()))
+        print(f"run {r}: zcache {z[0]:.2f} s (CPU {z[1]:.2f} s), numpy + iminuit {npy[0]:.2f} s (CPU {npy[1]:.2f} s), "
+              f"load {load():.1f}", file=sys.stderr, flush=True)
+    zw, zc, nw, nc, loads = (np.median(c) for c in zip(*runs, strict=True))
+    return {"zcache_s": zw, "zcache_cpu_s": zc, "numpy_s": nw, "numpy_cpu_s": nc, "ratio_wall": nw / zw,
+            "ratio_cpu": nc / zc, "load": loads}
 
 
 # -- 4. Dask -----------------------------------------------------------------------------------
@@ -216,14 +255,14 @@ N_TOYS = 2000
 BATCH = 128
 
 
-def study(n_toys: int = N_TOYS, batch: int = BATCH, numpy_toys: int = 200, hepstats_toys: int = 2,
+def study(n_toys: int = N_TOYS, batch: int = BATCH, numpy_toys: int = 200, hepstats_toys: int = 25,
           dask: bool = True) -> tuple[dict[str, Any], ...]:
     """Run every row; each is a dict of numbers (or a status)."""
     z = bench_zcache(n_toys, VALUES, batch)
     print("zcache", {k: v for k, v in z.items() if k != "cls"}, file=sys.stderr, flush=True)
     npy = numpy_loop(numpy_toys, VALUES)
     print("numpy", npy, file=sys.stderr, flush=True)
-    hs = hepstats_loop(hepstats_toys, VALUES[:3])
+    hs = hepstats_loop(hepstats_toys, VALUES[:4])
     print("hepstats", hs, file=sys.stderr, flush=True)
     dk = bench_dask(n_toys, VALUES, batch) if dask else {"status": "not run"}
     print("dask", {k: v for k, v in dk.items() if k != "cls"}, file=sys.stderr, flush=True)
@@ -266,13 +305,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--toys", type=int, default=N_TOYS)
     parser.add_argument("--numpy-toys", type=int, default=200)
+    parser.add_argument("--hepstats-toys", type=int, default=25, help="toys per hypothesis at 4 tested values")
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--interleaved", action="store_true", help="5 values: zcache and numpy in turns, medians")
     args = parser.parse_args()
+    if args.interleaved:
+        print(interleaved(args.toys, min(BATCH, args.toys), numpy_toys=args.numpy_toys))
+        return
     if args.quick:
         for title, body in run(True):
             print(f"## {title}\n\n{body}")
         return
-    print(report(*study(args.toys, min(BATCH, args.toys), args.numpy_toys, dask=not args.no_dask)))
+    print(report(*study(args.toys, min(BATCH, args.toys), args.numpy_toys, args.hepstats_toys,
+                        dask=not args.no_dask)))
 
 
 if __name__ == "__main__":

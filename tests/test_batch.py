@@ -288,3 +288,104 @@ def test_bad_pinned_values_are_named_errors_and_change_nothing():
     with pytest.raises(ModelError, match="one value per toy"):
         batched.value_and_gradient(x, events, pinned={mu: [5.0, 5.1, 5.2]})
     assert float(mu) == 5.0
+
+
+# == the active set: a toy whose minimum lies beyond a limit ===================================
+def test_reduced_inverse_hessian_is_the_inverse_of_the_other_parameters_block():
+    """Against numpy: the inverse of the Hessian without the held rows and columns, zeros there;
+    a row with nothing held keeps its inverse Hessian bit for bit."""
+    from zcache._fitting.batched_bfgs import reduced_inverse_hessian
+
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(6, 4, 4))
+    hess = a @ np.transpose(a, (0, 2, 1)) + 0.5 * np.eye(4)
+    held = np.array([[True, False, False, False], [False, True, False, True], [False] * 4,
+                     [True, True, True, False], [False, False, True, False], [True] * 4])
+    hinv = np.linalg.inv(hess)
+    out = reduced_inverse_hessian(tf.constant(hinv), tf.constant(held)).numpy()
+    for b in range(6):
+        free = ~held[b]
+        want = np.zeros((4, 4))
+        if free.any():
+            want[np.ix_(free, free)] = np.linalg.inv(hess[b][np.ix_(free, free)])
+        np.testing.assert_allclose(out[b], want, rtol=1e-10, atol=1e-12)
+    assert np.array_equal(out[2], hinv[2])
+
+
+def test_active_set_holds_a_parameter_on_its_limit_and_leaves_other_rows_alone():
+    """Two correlated bowls, one centred beyond the lower limit of x0: with the active set that
+    row ends on the limit at the analytic constrained minimum (x1 = 1.5) in a few steps; the
+    row inside the limits takes the same steps with and without it."""
+    from zcache._fitting.batched_bfgs import lockstep_bfgs
+
+    a = tf.constant([[2.0, 1.0], [1.0, 2.0]], tf.float64)
+    centre = tf.constant([[1.0, -2.0], [-1.0, 2.0]], tf.float64)
+
+    def vg(x):
+        d = x - centre
+        ad = tf.einsum("ij,bj->bi", a, d)
+        return tf.reduce_sum(d * ad, axis=1), 2.0 * ad, tf.ones([2], tf.bool)
+
+    args = (tf.constant([[0.5, 0.5], [0.5, 0.5]], tf.float64), tf.eye(2, batch_shape=[2], dtype=tf.float64),
+            tf.constant([0.0, -10.0], tf.float64), tf.constant([10.0, 10.0], tf.float64), tf.constant(200),
+            tf.constant(1e-5, tf.float64))
+    held = [t.numpy() for t in lockstep_bfgs(vg, *args, active_set=True)]
+    plain = [t.numpy() for t in lockstep_bfgs(vg, *args)]
+    for h, p in zip(held, plain, strict=True):  # x, f, hess, edm, ok, converged, nfcn: row 0 identical
+        assert np.array_equal(h[0], p[0])
+    np.testing.assert_allclose(held[0][0], [1.0, -2.0], atol=1e-8)
+    np.testing.assert_allclose(held[0][1], [0.0, 1.5], atol=1e-8)
+    assert held[6][1] < 20
+    assert not held[5][1]  # on a limit the whole problem's EDM is not small: not converged, as before
+
+
+@pytest.mark.slow  # 20 s: compiles the batched minimizer
+def test_a_toy_fitted_beyond_the_limit_stops_on_it_at_the_conditional_minimum():
+    """Background-only toys fitted with nsig >= 0 free: rows whose nsig ends on its limit hold
+    the other parameters at MIGRAD's minimum with nsig fixed at 0, within steps of the others'
+    convergence (without the active set such rows stepped into the limit until the line search
+    stalled: up to ~130 evaluations in a batch of 128, measured)."""
+    model, loss, params = _gauss_exp("lim", n=400)
+    mu, sigma, lam, nsig, nbkg = params
+    with zcache.set_values([nsig, nbkg], [0.0, 400.0]):
+        datasets = _toys(model, [400] * 12, seed=9)
+    fitted = [nsig, nbkg, lam]
+    start = np.array([5.0, 400.0, float(lam)])
+    events = np.stack(datasets)
+    fit = BatchedLoss(loss, fitted).minimize(start, events)
+    on_limit = fit.values[:, 0] == 0.0
+    assert on_limit.sum() >= 3 and (~on_limit).sum() >= 3  # both kinds of row are tested
+    assert fit.checks_ok.all() and not fit.converged[on_limit].any() and fit.converged[~on_limit].all()
+    assert fit.nfcn.max() < 30
+    for b in np.flatnonzero(on_limit):
+        loss.data.set_data(datasets[b])
+        with zcache.set_values(fitted, [0.0, 400.0, float(lam)]):
+            nsig.floating = False
+            try:
+                r = Minuit(tol=1e-5).minimize(loss, [nbkg, lam])
+            finally:
+                nsig.floating = True
+        errors = np.array([r.errors[p.name] for p in (nbkg, lam)])
+        values = np.array([r.values[p.name] for p in (nbkg, lam)])
+        assert np.max(np.abs(fit.values[b, 1:] - values) / errors) < 2e-3
+        assert fit.fmin[b] == pytest.approx(r.fmin, rel=1e-9)
+
+
+def test_covariances_of_a_stack_equal_each_rows_inverse_and_flag_the_indefinite():
+    """HESSE's 2 errordef H^-1 row by row (numpy's inverse of each matrix alone), all rows
+    positive definite (one call for the stack) and with an indefinite row (NaN there)."""
+    from zcache._fitting.batched_bfgs import covariances
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(5, 3, 3))
+    hess = a @ np.transpose(a, (0, 2, 1)) + 0.1 * np.eye(3)
+    for stack, bad in ((hess, []), (np.concatenate([hess, [np.diag([1.0, -1.0, 1.0])]]), [5])):
+        cov, errors, posdef = covariances(stack, 0.5)
+        assert posdef.tolist() == [b not in bad for b in range(len(stack))]
+        for b in range(len(stack)):
+            if b in bad:
+                assert np.isnan(cov[b]).all() and np.isnan(errors[b]).all()
+                continue
+            want = np.linalg.inv(stack[b])  # errordef 0.5: 2 * 0.5 * H^-1
+            np.testing.assert_allclose(cov[b], want, rtol=1e-12)
+            np.testing.assert_allclose(errors[b], np.sqrt(np.diag(want)), rtol=1e-12)

@@ -40,7 +40,8 @@ import tensorflow as tf
 
 from .._engine.finite_differences import forward_point
 
-__all__ = ["EDM_MAX_FACTOR", "HESSE_STEP", "lockstep_bfgs", "forward_hessian", "covariances"]
+__all__ = ["EDM_MAX_FACTOR", "HESSE_STEP", "lockstep_bfgs", "forward_hessian", "reduced_inverse_hessian",
+           "covariances"]
 
 #: MIGRAD's stopping rule, EDM < 0.002 * tol * errordef, with iminuit's default tol = 0.1.
 EDM_MAX_FACTOR = 0.002 * 0.1
@@ -100,7 +101,7 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
                   edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
                   hesse_step: float = HESSE_STEP, hessian: Callable[[tf.Tensor], tf.Tensor] | None = None,
-                  hessian_block: Block | None = None) -> tuple[tf.Tensor, ...]:
+                  hessian_block: Block | None = None, active_set: bool = False) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -126,6 +127,13 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     hessian_block : (positions, callable), optional
         Without ``hessian``: an exact block of the final Hessian (:func:`forward_hessian`'s
         ``block``); only the other parameters are differenced (and counted in ``nfcn``).
+    active_set : bool
+        Hold a parameter that sits on a limit with its gradient pointing out of the range
+        (:func:`reduced_inverse_hessian`): the step moves the others only, and the row stops
+        when their EDM is below the bound, instead of stepping into the limit until its line
+        search stalls. The final Hessian, Newton step and EDM are the whole problem's, as
+        without it (such a row does not converge: it ends on a limit). Rows off their limits
+        take the same steps either way.
 
     Returns
     -------
@@ -136,20 +144,28 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     def edm_of(g: tf.Tensor, hinv: tf.Tensor) -> tf.Tensor:
         return 0.5 * tf.einsum("bi,bij,bj->b", g, hinv, g)
 
+    def reduced(x: tf.Tensor, g: tf.Tensor, hinv: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if not active_set:
+            return tf.zeros_like(x, tf.bool), hinv
+        held = ((x <= lower) & (g > 0.0)) | ((x >= upper) & (g < 0.0))
+        return held, reduced_inverse_hessian(hinv, held)
+
     f0, g0, ok0 = vg(x0) if first is None else first
     batch = tf.shape(x0)[0]
     n = x0.shape[1]
     step0 = tf.ones([batch], tf.float64)
-    done0 = ~ok0 | (edm_of(g0, hinv0) < 1e-4 * edm_max)
+    held0, hred0 = reduced(x0, g0, hinv0)
+    done0 = ~ok0 | (edm_of(tf.where(held0, tf.zeros_like(g0), g0), hred0) < 1e-4 * edm_max)
     nfcn0 = tf.ones([batch], tf.int32)
 
     def cond(k, x, f, g, hinv, step, done, ok, nfcn):  # noqa: ARG001
         return (k < maxiter) & ~tf.reduce_all(done)
 
     def body(k, x, f, g, hinv, step, done, ok, nfcn):
-        d = -tf.einsum("bij,bj->bi", hinv, g)
+        held, hred = reduced(x, g, hinv)
+        d = tf.where(held, tf.zeros_like(g), -tf.einsum("bij,bj->bi", hred, g))
         descent = tf.reduce_sum(g * d, axis=1) < 0.0
-        d = tf.where(descent[:, None], d, -g)  # a lost direction: steepest descent, fresh start
+        d = tf.where(descent[:, None], d, tf.where(held, tf.zeros_like(g), -g))  # a lost direction: steepest descent, fresh start
         trial = tf.clip_by_value(x + step[:, None] * d, lower, upper)
         f_t, g_t, ok_t = vg(trial)
         moved = tf.reduce_sum(g * (trial - x), axis=1)
@@ -169,7 +185,8 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         g_new = tf.where(accept[:, None], g_t, g)
         step_new = tf.where(accept | done, tf.ones_like(step), 0.3 * step)
         stalled = step_new < 1e-10
-        converged = accept & (edm_of(g_new, hinv_new) < 1e-4 * edm_max)
+        held_new, hred_new = reduced(x_new, g_new, hinv_new)
+        converged = accept & (edm_of(tf.where(held_new, tf.zeros_like(g_new), g_new), hred_new) < 1e-4 * edm_max)
         nfcn_new = nfcn + tf.cast(~done, tf.int32)
         new = (x_new, f_new, g_new, hinv_new, step_new, done | converged | stalled, ok, nfcn_new)
         old = (x, f, g, hinv, step, done, ok, nfcn)
@@ -200,6 +217,33 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
     return x, f, hess, tf.where(chol_ok, edm, np.nan), ok, converged, nfcn + 1
 
 
+def reduced_inverse_hessian(hinv: tf.Tensor, held: tf.Tensor) -> tf.Tensor:
+    """The inverse Hessian of the other parameters where those ``held`` (B, n) are fixed: (B, n, n).
+
+    Fixing parameter ``a`` turns the inverse Hessian ``V`` of all into the Schur complement
+    ``V - V[:, a] V[a, :] / V[a, a]`` (the inverse of the Hessian without row and column
+    ``a``, embedded with zeros there), one held parameter after the other. A row with nothing
+    held keeps ``hinv`` exactly (selected, not recomputed).
+
+    Examples
+    --------
+    >>> import numpy as np, tensorflow as tf
+    >>> h = tf.constant([[[2.0, 1.0], [1.0, 2.0]]], tf.float64)       # the Hessian
+    >>> out = reduced_inverse_hessian(tf.linalg.inv(h), tf.constant([[True, False]]))
+    >>> np.round(out.numpy()[0], 12).tolist()                           # 1 / h[1, 1] in place
+    [[0.0, 0.0], [0.0, 0.5]]
+    """
+    out = hinv
+    for a in range(hinv.shape[-1]):
+        col = out[:, :, a]
+        pivot = out[:, a, a]
+        use = held[:, a] & (pivot > 0.0)
+        safe = tf.where(use, pivot, 1.0)
+        schur = out - col[:, :, None] * col[:, None, :] / safe[:, None, None]
+        out = tf.where(use[:, None, None], schur, out)
+    return out
+
+
 def covariances(hess: np.ndarray, errordef: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """HESSE's ``2 errordef H^-1`` per row: (covariances, errors, positive definite); NaN where H is not.
 
@@ -218,7 +262,16 @@ def covariances(hess: np.ndarray, errordef: float) -> tuple[np.ndarray, np.ndarr
     cov = np.full_like(hess, np.nan)
     errors = np.full(hess.shape[:2], np.nan)
     posdef = np.zeros(len(hess), bool)
-    for b in range(len(hess)):
+    if len(hess):
+        try:  # every row positive definite (the rule): one call for the stack, the same LAPACK per matrix
+            np.linalg.cholesky(hess)
+        except np.linalg.LinAlgError:
+            pass
+        else:
+            cov = 2.0 * errordef * np.linalg.inv(hess)
+            errors = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))
+            return cov, errors, np.ones(len(hess), bool)
+    for b in range(len(hess)):  # some row is not: row by row
         try:
             np.linalg.cholesky(hess[b])
         except np.linalg.LinAlgError:

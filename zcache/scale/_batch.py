@@ -556,5 +556,8 @@ class BatchedLoss:
     def _fit_body(self, x0: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
                   served: dict[int, tf.Tensor], hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor,
                   maxiter: tf.Tensor, edm_max: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        # A toy whose minimum lies beyond a limit (a signal yield >= 0 fitted to a background-only
+        # toy) stops once the others have converged: without the active set it stepped into the
+        # limit until its line search stalled, and its whole batch with it.
         return lockstep_bfgs(lambda x: self._vg(x, events, weights, fixed, served), x0, hinv0, lower, upper, maxiter,
-                             edm_max)
+                             edm_max, active_set=True)
