@@ -15,11 +15,11 @@ end in time), or on SIGTERM / SIGINT (the batches under way finish; a second sig
 workers at once). ``--machine both`` alternates batches of the two machines: by default 20
 CacheMachine sequences of at most 10 steps, then 4 FitMachine sequences of at most 8 steps
 (a fit sequence costs about three cache sequences). Each worker runs TensorFlow with one
-intra-op thread and is replaced by a fresh process once its peak RSS reaches ``--recycle-mib`` (or after
-``--recycle`` batches, if given): a worker life's first fit batches trace and compile (XLA) every program
-of the floating sets they meet, which a new life does again (the persistent compile cache misses there: its
-keys hold TensorFlow's trace counter, which differs between lives), so a worker lives as long as its
-memory allows.
+intra-op thread and is replaced by a fresh process once its RSS after a batch reaches
+``--recycle-mib`` (or after ``--recycle`` batches, if given): a worker life's first fit batches
+trace and compile (XLA) the programs of every floating set they meet, which a new life does again
+(the persistent compile cache misses there: its keys hold TensorFlow's trace counter, which
+differs between lives), so a worker lives as long as its memory allows.
 
 Warnings are errors, as under pytest. Shrinking is off by default so that every counted
 sequence is a generated one; ``--replay SEED --shrink`` reruns one failing batch in this
@@ -67,7 +67,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS.parent) not in sys.path:
     sys.path.insert(0, str(TESTS.parent))
 MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properties_fit", "FitMachine")}
-#: --recycle-mib's default: a worker's peak RSS at which it is replaced (2 workers and their Dask clusters'
+#: --recycle-mib's default: a worker's RSS after a batch at which it is replaced (2 workers and their Dask clusters'
 #: processes then fit in this machine's 23 GiB; design/reliability.md, issue 51)
 RECYCLE_MIB = 6144.0
 
@@ -217,7 +217,15 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
             "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
             "seconds": seconds, "cpu": cpu, "children_cpu": children, "failure": failure,
             "traces": _zcache_traces() - traces,
-            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # peak so far (Linux: KiB)
+            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # peak so far (Linux: KiB)
+            "rss_now_mib": _rss_now_mib()}
+
+
+def _rss_now_mib() -> float:
+    """This process's resident memory now (what it holds; its peak also counts XLA's compiles' passing use)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
@@ -277,6 +285,7 @@ class Totals:
         self.traces: Counter[str] = Counter()
         self.batches = 0
         self.rss_mib: list[tuple[int, float]] = []  # (batches the worker had run, its peak RSS) per result
+        self.rss_now_mib: list[tuple[int, float]] = []  # (batches the worker had run, its RSS then) per result
         self.lives = 0  # worker processes started (recycled or replacing a dead one), beyond the first ones
 
     def add(self, result: dict) -> None:
@@ -344,7 +353,8 @@ def _rounds(args: argparse.Namespace) -> int:
             print(f"[stress] round {r} {m}: {res.get('sequences', 0)} sequences, {res.get('cpu', 0.0):.1f} s CPU "
                   f"({res.get('cpu', 0.0) / n:.2f} per sequence) + {res.get('children_cpu', 0.0):.1f} s CPU of child "
                   f"processes, {res.get('seconds', 0.0):.1f} s wall, "
-                  f"{res.get('traces', 0)} zcache traces, peak RSS {res.get('rss_mib', 0.0):.0f} MiB; costliest rules: "
+                  f"{res.get('traces', 0)} zcache traces, RSS {res.get('rss_now_mib', 0.0):.0f} MiB (peak "
+                  f"{res.get('rss_mib', 0.0):.0f}); costliest rules: "
                   + ", ".join(f"{name} {sec:.1f} s" for name, sec in top), flush=True)
             if res.get("failure") or res.get("import_error") or res.get("missing"):
                 failed += 1
@@ -370,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recycle", type=int, default=0,
                         help="restart a worker after this many batches (0: only at --recycle-mib)")
     parser.add_argument("--recycle-mib", type=float, default=RECYCLE_MIB,
-                        help="restart a worker once its peak RSS reaches this many MiB (0: never)")
+                        help="restart a worker once its RSS after a batch reaches this many MiB (0: never)")
     parser.add_argument("--replay", type=int, default=None, metavar="SEED",
                         help="run one batch with this seed in this process (with --machine, --batch, --steps)")
     parser.add_argument("--shrink", action="store_true", help="shrink failures (with --replay: a minimal sequence)")
@@ -465,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals.add(result)
                 if "rss_mib" in result:
                     totals.rss_mib.append((w.batches, result["rss_mib"]))
+                    totals.rss_now_mib.append((w.batches, result["rss_now_mib"]))
                 if result.get("failure") or result.get("import_error"):
                     failures += 1
                     totals.failed[result["machine"]] += 1
@@ -473,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
                         skipped[result["machine"]] = "its module does not import (counted as a failure)"
             # bound memory growth: a fresh process (a new life traces and compiles its programs again)
             if stop_reason is None and ran() < args.sequences and ((args.recycle and w.batches >= args.recycle) or (
-                    args.recycle_mib and result.get("rss_mib", 0.0) >= args.recycle_mib)):
+                    args.recycle_mib and result.get("rss_now_mib", 0.0) >= args.recycle_mib)):
                 totals.lives += 1
                 w.tasks.put(None)
                 w.process.join(30)
@@ -532,15 +543,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{totals.traces[m] / max(totals.sequences[m], 1):.1f} zcache traces per sequence)")
         if m in skipped:
             print(f"[stress] {m} machine skipped: {skipped[m]}")
-    if totals.rss_mib:  # what --recycle bounds: a worker's peak memory against the batches it had run
-        by_age = sorted(totals.rss_mib)
-        print(f"[stress] worker peak RSS: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
-              f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]} (--recycle {args.recycle})")
-        # the growth per batch, to set --recycle from: the largest peak after each number of batches
+    for what, samples in (("peak RSS", totals.rss_mib), ("RSS", totals.rss_now_mib)):
+        if not samples:  # what --recycle-mib bounds: a worker's memory against the batches it had run
+            continue
+        by_age = sorted(samples)
+        print(f"[stress] worker {what}: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
+              f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]}")
+        # the growth per batch, to set --recycle-mib from: the largest value after each number of batches
         growth: dict[int, float] = {}
         for batches, rss in by_age:
             growth[batches] = max(rss, growth.get(batches, 0.0))
-        print("[stress] worker peak RSS by batches run: "
+        print(f"[stress] worker {what} by batches run: "
               + ", ".join(f"{b}: {rss:.0f}" for b, rss in sorted(growth.items())) + " MiB")
     print(f"[stress] worker lives: {args.workers} + {totals.lives} recycled or replaced (--recycle-mib "
           f"{args.recycle_mib:g}, --recycle {args.recycle}); load average at the end {_load()}")
