@@ -163,8 +163,12 @@ def _zcache_traces() -> int:
 
 def _children_cpu() -> float:
     """CPU seconds of this process's live child processes and theirs (the distributed_parts rule's Dask cluster:
-    work of a batch that process_time() does not see; a child that exited takes its count with it)."""
-    import psutil
+    work of a batch that process_time() does not see; a child that exited takes its count with it); 0 without
+    psutil (installed with distributed, which that rule needs)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
 
     total = 0.0
     for child in psutil.Process().children(recursive=True):
@@ -223,9 +227,8 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
 
 def _rss_now_mib() -> float:
     """This process's resident memory now (what it holds; its peak also counts XLA's compiles' passing use)."""
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
+    with open("/proc/self/statm") as statm:  # Linux: size, resident, ... in pages
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
