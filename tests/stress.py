@@ -15,7 +15,11 @@ end in time), or on SIGTERM / SIGINT (the batches under way finish; a second sig
 workers at once). ``--machine both`` alternates batches of the two machines: by default 20
 CacheMachine sequences of at most 10 steps, then 4 FitMachine sequences of at most 8 steps
 (a fit sequence costs about three cache sequences). Each worker runs TensorFlow with one
-intra-op thread and is replaced by a fresh process after ``--recycle`` batches.
+intra-op thread and is replaced by a fresh process once its RSS after a batch reaches
+``--recycle-mib`` (or after ``--recycle`` batches, if given): a worker life's first fit batches
+trace and compile (XLA) the programs of every floating set they meet, which a new life does again
+(the persistent compile cache misses there: its keys hold TensorFlow's trace counter, which
+differs between lives), so a worker lives as long as its memory allows.
 
 Warnings are errors, as under pytest. Shrinking is off by default so that every counted
 sequence is a generated one; ``--replay SEED --shrink`` reruns one failing batch in this
@@ -63,6 +67,9 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS.parent) not in sys.path:
     sys.path.insert(0, str(TESTS.parent))
 MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properties_fit", "FitMachine")}
+#: --recycle-mib's default: a worker's RSS after a batch at which it is replaced (2 workers and their Dask clusters'
+#: processes, about 2 GiB each, then fit in this machine's 23 GiB; design/reliability.md, issue 51)
+RECYCLE_MIB = 7168.0
 
 
 # == in a worker (or in this process for --replay) ========================================
@@ -154,6 +161,25 @@ def _zcache_traces() -> int:
     return sum(f.trace_count for f in list(_FUNCTIONS))
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's live child processes and theirs (the distributed_parts rule's Dask cluster:
+    work of a batch that process_time() does not see; a child that exited takes its count with it); 0 without
+    psutil (installed with distributed, which that rule needs)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
 def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> dict:
     """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict."""
     from hypothesis import HealthCheck, Phase, settings
@@ -178,7 +204,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
     phases = [Phase.generate, Phase.shrink] if shrink else [Phase.generate]
     failure = None
     traces = _zcache_traces()
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
     try:
         run_state_machine_as_test(factory, settings=settings(
             max_examples=size, stateful_step_count=steps, deadline=None, database=None,
@@ -187,13 +213,22 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
     except Exception as err:  # noqa: BLE001 - a failing sequence: report it and go on
         failure = "".join(traceback.format_exception(err, limit=-3))
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    children = max(_children_cpu() - children, 0.0)
     ran = SEQUENCES[machine] - before_seq
     if shrink and failure:  # hypothesis reran the failure while shrinking: count the batch once
         ran = min(ran, size)
     return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
             "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
-            "seconds": seconds, "cpu": cpu, "failure": failure, "traces": _zcache_traces() - traces,
-            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # peak so far (Linux: KiB)
+            "seconds": seconds, "cpu": cpu, "children_cpu": children, "failure": failure,
+            "traces": _zcache_traces() - traces,
+            "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # peak so far (Linux: KiB)
+            "rss_now_mib": _rss_now_mib()}
+
+
+def _rss_now_mib() -> float:
+    """This process's resident memory now (what it holds; its peak also counts XLA's compiles' passing use)."""
+    with open("/proc/self/statm") as statm:  # Linux: size, resident, ... in pages
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
@@ -249,9 +284,12 @@ class Totals:
         self.rule_seconds: dict[str, Counter[str]] = {}
         self.busy_seconds: Counter[str] = Counter()
         self.cpu_seconds: Counter[str] = Counter()
+        self.children_cpu: Counter[str] = Counter()  # of the workers' child processes (Dask clusters)
         self.traces: Counter[str] = Counter()
         self.batches = 0
         self.rss_mib: list[tuple[int, float]] = []  # (batches the worker had run, its peak RSS) per result
+        self.rss_now_mib: list[tuple[int, float]] = []  # (batches the worker had run, its RSS then) per result
+        self.lives = 0  # worker processes started (recycled or replacing a dead one), beyond the first ones
 
     def add(self, result: dict) -> None:
         m = result["machine"]
@@ -260,6 +298,7 @@ class Totals:
         self.steps[m] += result["steps"]
         self.busy_seconds[m] += result["seconds"]
         self.cpu_seconds[m] += result.get("cpu", 0.0)
+        self.children_cpu[m] += result.get("children_cpu", 0.0)
         self.traces[m] += result.get("traces", 0)
         self.calls.setdefault(m, Counter()).update(result["calls"])
         self.rule_seconds.setdefault(m, Counter()).update(result.get("rule_seconds", {}))
@@ -270,6 +309,26 @@ class Totals:
             return self.busy_seconds[machine] / self.sequences[machine]
         n = sum(self.sequences.values())
         return sum(self.busy_seconds.values()) / n if n else None
+
+
+def _commit() -> str:
+    """The checkout's commit (with ``+changes`` if its tracked files differ), for the record of a run."""
+    import subprocess
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", "-C", str(TESTS.parent), *argv], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        return (git("rev-parse", "--short", "HEAD") or "?") + ("+changes" if git("status", "--porcelain",
+                                                                                  "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _load() -> str:
+    """``uptime``'s load averages (1, 5, 15 min): how quiet the machine was."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _print_failure(result: dict, number: int, args: argparse.Namespace) -> None:
@@ -295,8 +354,10 @@ def _rounds(args: argparse.Namespace) -> int:
             n = max(res.get("sequences", 0), 1)
             top = sorted(res.get("rule_seconds", {}).items(), key=lambda kv: -kv[1])[:3]
             print(f"[stress] round {r} {m}: {res.get('sequences', 0)} sequences, {res.get('cpu', 0.0):.1f} s CPU "
-                  f"({res.get('cpu', 0.0) / n:.2f} per sequence), {res.get('seconds', 0.0):.1f} s wall, "
-                  f"{res.get('traces', 0)} zcache traces, peak RSS {res.get('rss_mib', 0.0):.0f} MiB; costliest rules: "
+                  f"({res.get('cpu', 0.0) / n:.2f} per sequence) + {res.get('children_cpu', 0.0):.1f} s CPU of child "
+                  f"processes, {res.get('seconds', 0.0):.1f} s wall, "
+                  f"{res.get('traces', 0)} zcache traces, RSS {res.get('rss_now_mib', 0.0):.0f} MiB (peak "
+                  f"{res.get('rss_mib', 0.0):.0f}); costliest rules: "
                   + ", ".join(f"{name} {sec:.1f} s" for name, sec in top), flush=True)
             if res.get("failure") or res.get("import_error") or res.get("missing"):
                 failed += 1
@@ -319,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=None, help="start no batch that would end after this")
     parser.add_argument("--seed", type=int, default=None, help="base seed (batch i runs seed + i); random if omitted")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra-op threads per worker")
-    parser.add_argument("--recycle", type=int, default=50, help="restart a worker after this many batches")
+    parser.add_argument("--recycle", type=int, default=0,
+                        help="restart a worker after this many batches (0: only at --recycle-mib)")
+    parser.add_argument("--recycle-mib", type=float, default=RECYCLE_MIB,
+                        help="restart a worker once its RSS after a batch reaches this many MiB (0: never)")
     parser.add_argument("--replay", type=int, default=None, metavar="SEED",
                         help="run one batch with this seed in this process (with --machine, --batch, --steps)")
     parser.add_argument("--shrink", action="store_true", help="shrink failures (with --replay: a minimal sequence)")
@@ -341,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = {"cache": args.batch, "fit": args.fit_batch}
     shown = ", ".join(f"{m}: batches of {batch[m]}, at most {steps[m]} steps" for m in machines)
     print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number; "
-          f"the zcache of {TESTS.parent}", flush=True)
+          f"the zcache of {TESTS.parent} at {_commit()}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average "
+          f"{_load()}", flush=True)
     ctx = mp.get_context("spawn")  # TensorFlow does not survive fork
     results: mp.Queue = ctx.Queue()
     workers = [Worker(ctx, results, i, args.threads) for i in range(args.workers)]
@@ -413,13 +478,17 @@ def main(argv: list[str] | None = None) -> int:
                 totals.add(result)
                 if "rss_mib" in result:
                     totals.rss_mib.append((w.batches, result["rss_mib"]))
+                    totals.rss_now_mib.append((w.batches, result["rss_now_mib"]))
                 if result.get("failure") or result.get("import_error"):
                     failures += 1
                     totals.failed[result["machine"]] += 1
                     _print_failure(result, failures, args)
                     if result.get("import_error"):
                         skipped[result["machine"]] = "its module does not import (counted as a failure)"
-            if w.batches >= args.recycle and stop_reason is None:  # bound memory growth: a fresh process
+            # bound memory growth: a fresh process (a new life traces and compiles its programs again)
+            if stop_reason is None and ran() < args.sequences and ((args.recycle and w.batches >= args.recycle) or (
+                    args.recycle_mib and result.get("rss_now_mib", 0.0) >= args.recycle_mib)):
+                totals.lives += 1
                 w.tasks.put(None)
                 w.process.join(30)
                 ready.discard(w.wid)
@@ -434,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"in the {w.task[0]} batch with seed {w.task[1]}", flush=True)
                 ready.discard(w.wid)
                 if stop_reason is None:
+                    totals.lives += 1
                     workers[w.wid] = Worker(ctx, results, w.wid, args.threads)
                 else:
                     w.task = None
@@ -469,21 +539,27 @@ def main(argv: list[str] | None = None) -> int:
             rate = 60.0 * totals.sequences[m] / max(busy, 1e-9)
             print(f"[stress] {m}: {totals.sequences[m]} sequences, {rate:.1f} per worker-minute "
                   f"({busy / max(totals.sequences[m], 1):.2f} s per sequence, "
-                  f"{totals.cpu_seconds[m] / max(totals.sequences[m], 1):.2f} s CPU; invariants, setup and hypothesis: "
+                  f"{totals.cpu_seconds[m] / max(totals.sequences[m], 1):.2f} s CPU and "
+                  f"{totals.children_cpu[m] / max(totals.sequences[m], 1):.2f} s CPU of child processes; "
+                  "invariants, setup and hypothesis: "
                   f"{100 * (1 - sum(rule_seconds.values()) / max(busy, 1e-9)):.0f}% of it; "
                   f"{totals.traces[m] / max(totals.sequences[m], 1):.1f} zcache traces per sequence)")
         if m in skipped:
             print(f"[stress] {m} machine skipped: {skipped[m]}")
-    if totals.rss_mib:  # what --recycle bounds: a worker's peak memory against the batches it had run
-        by_age = sorted(totals.rss_mib)
-        print(f"[stress] worker peak RSS: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
-              f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]} (--recycle {args.recycle})")
-        # the growth per batch, to set --recycle from: the largest peak after each number of batches
+    for what, samples in (("peak RSS", totals.rss_mib), ("RSS", totals.rss_now_mib)):
+        if not samples:  # what --recycle-mib bounds: a worker's memory against the batches it had run
+            continue
+        by_age = sorted(samples)
+        print(f"[stress] worker {what}: {by_age[0][1]:.0f} MiB after {by_age[0][0]} batch(es), "
+              f"{by_age[-1][1]:.0f} MiB after {by_age[-1][0]}")
+        # the growth per batch, to set --recycle-mib from: the largest value after each number of batches
         growth: dict[int, float] = {}
         for batches, rss in by_age:
             growth[batches] = max(rss, growth.get(batches, 0.0))
-        print("[stress] worker peak RSS by batches run: "
+        print(f"[stress] worker {what} by batches run: "
               + ", ".join(f"{b}: {rss:.0f}" for b, rss in sorted(growth.items())) + " MiB")
+    print(f"[stress] worker lives: {args.workers} + {totals.lives} recycled or replaced (--recycle-mib "
+          f"{args.recycle_mib:g}, --recycle {args.recycle}); load average at the end {_load()}")
     bad = sum(c["bad_value"] + c["bad_data"] for c in totals.calls.values())
     print(f"[stress] bad inputs tried (bad_value + bad_data rules): {bad}")
     parts = ", ".join(f"{m} {totals.sequences[m]} of at most {steps[m]} steps" for m in machines

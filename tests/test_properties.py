@@ -1255,8 +1255,12 @@ class CacheMachine(RuleBasedStateMachine):
     def teardown(self):
         self._restore_modes()
         zcache.set_cache_budget(None)
-        if self.dropped:  # the traced functions held them in reference cycles
-            gc.collect()
+        if self.dropped:
+            # The traced functions may hold them in reference cycles: collected where one is still alive,
+            # the young generations first (a full pass over a worker's heap costs about a second)
+            for generation in (1, 2):
+                if any(r() is not None for refs, _ in self.dropped for r in refs):
+                    gc.collect(generation)
             g = zcache.dependency_graph()
             for refs, nodes in self.dropped:
                 assert all(r() is None for r in refs), "a dropped temporary model is still alive"
@@ -1875,7 +1879,11 @@ class CacheMachine(RuleBasedStateMachine):
                 write(tensor)
             else:
                 BinnedData(bad, np.arange(size + 1.0), name="refused")
-        gc.collect()  # a refused constructor's half-made object is garbage, not a node
+        for generation in (1, 2):
+            if GRAPH.nx.number_of_nodes() > nodes:
+                # a refused constructor's half-made object may be garbage in a cycle, not a node: collected
+                # only then, the young generations first (a full pass over a worker's heap costs about a second)
+                gc.collect(generation)
         assert GRAPH.nx.number_of_nodes() <= nodes, "a refused dataset left a node in the dependency graph"
         w.assert_inputs_unchanged()
         assert not w.validity_changed(valid)

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -242,6 +242,21 @@ def _unlink(path: str) -> bool:
 
 
 _STRESS = os.environ.get("HYPOTHESIS_PROFILE") == "stress"
+#: Every step starts a process (6-12 s), so shrinking a failing sequence reruns it many times: once more than
+#: 5 minutes of CI (hypothesis stops shrinking only after 5 minutes of it). Outside the stress profile the
+#: phases that rerun a failure (shrink, explain) are off: generation, which finds the failure, is as before,
+#: and the failure is reported as generated, with the blob that replays it (``@reproduce_failure``) and
+#: shrinks it locally under ``HYPOTHESIS_PROFILE=stress``.
+_PHASES = tuple(Phase) if _STRESS else (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 CompileCacheMachine.TestCase.settings = settings(max_examples=40 if _STRESS else 3,
-                                                 stateful_step_count=8 if _STRESS else 4, deadline=None)
+                                                 stateful_step_count=8 if _STRESS else 4, deadline=None,
+                                                 phases=_PHASES, print_blob=True)
 test_compile_cache_machine = pytest.mark.slow(CompileCacheMachine.TestCase)
+
+
+def test_ci_runs_do_not_shrink():
+    """A failure outside the stress profile is reported as generated (no phase reruns it), with its blob."""
+    got = CompileCacheMachine.TestCase.settings
+    assert got.print_blob
+    if not _STRESS:
+        assert Phase.generate in got.phases and not {Phase.shrink, Phase.explain} & set(got.phases)
