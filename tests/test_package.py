@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import pathlib
 import subprocess
@@ -165,3 +167,67 @@ def test_wheel_installs_into_a_clean_virtualenv_and_fits(tmp_path):
                           cwd=tmp_path, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == f"fit ok {zcache.__version__}"
+
+
+# Run as a script: argv[1] is "tf-first" or "zcache-first"; prints one JSON object.
+_LAZY_PROBE = r'''
+import gc, json, sys
+sys.path.insert(0, sys.argv[2])
+if sys.argv[1] == "tf-first":
+    import tensorflow
+before = set(sys.modules)
+import zcache
+after_import = set(sys.modules)
+names = sorted(dir(zcache))
+state = [gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()]
+toys = zcache.toys.run_toys.__module__
+print(json.dumps({"new": sorted(after_import - before), "before": sorted(before), "dir": names, "gc": state,
+                  "toys": toys, "after_toys": sorted(set(sys.modules) - after_import)}))
+'''
+
+# What a plain fit does not need, and ``import zcache`` leaves out (issue 54): SymPy and the amplitude
+# bridge, Dask, ROOT files, plotting, pandas, zcache's toys, scaled-out losses and inference.
+_NOT_IMPORTED = ["sympy", "ampform", "dask", "distributed", "uproot", "matplotlib", "pandas", "zcache.toys",
+                 "zcache.scale", "zcache.inference", "zcache.amplitude", "zcache.plot", "zcache.shapes",
+                 "zcache.binned"]
+
+
+def _lazy_probe(order: str) -> dict:
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", _LAZY_PROBE, order, root], capture_output=True, text=True,
+                          timeout=300, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _under(name: str, modules: set[str]) -> bool:
+    return any(m == name or m.startswith(name + ".") for m in modules)
+
+
+@pytest.mark.slow
+def test_import_leaves_out_what_a_fit_does_not_need():
+    """Fresh processes: ``import zcache`` imports none of ``_NOT_IMPORTED`` beyond what TensorFlow's own import
+    brings (pandas and matplotlib, in this TensorFlow), after TensorFlow or before it; ``zcache.toys`` still
+    works, imported on first use with ``zcache.scale``; the collector is as it was (enabled, nothing frozen)."""
+    tf_first, zcache_first = _lazy_probe("tf-first"), _lazy_probe("zcache-first")
+    by_tensorflow = set(tf_first["before"])
+    for seen in (tf_first, zcache_first):
+        added = set(seen["new"]) - by_tensorflow
+        for name in _NOT_IMPORTED:
+            assert not _under(name, added), name
+        assert "zcache._engine.cached_tensor" in added and "networkx" in added  # the probe sees zcache's imports
+        assert {"toys", "loss", "minimize", "models", "Parameter"} <= set(seen["dir"])
+        assert seen["gc"] == [True, 0, list(gc.get_threshold())]
+        assert seen["toys"] == "zcache.toys"
+        assert {"zcache.toys", "zcache.scale", "zcache.scale._batch"} <= set(seen["after_toys"])
+    # Positive control: the probe would see these, were they imported (TensorFlow's own import brings two).
+    assert {"pandas", "matplotlib"} <= by_tensorflow or not _under("pandas", set(zcache_first["new"]))
+
+
+def test_lazy_submodule_access():
+    """``zcache.toys`` is the module (PEP 562 ``__getattr__``), ``dir`` lists it, an unknown name is an AttributeError."""
+    import zcache.toys as toys_module
+
+    assert zcache.toys is toys_module
+    assert "toys" in dir(zcache) and "Parameter" in dir(zcache)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        zcache.no_such_name  # noqa: B018

@@ -59,56 +59,87 @@ def _import_tensorflow_quietly() -> None:
 
 _import_tensorflow_quietly()
 
-# Before anything runs a TensorFlow op: TensorFlow reads its XLA flags (the compile cache's folder) at its first op.
-from ._engine import compile_cache as _compile_cache  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-_compile_cache.enable_at_import()
-
-from . import exceptions as exceptions  # noqa: E402
-from . import loss as loss  # noqa: E402
-from . import minimize as minimize  # noqa: E402
-from . import models as models  # noqa: E402
-from . import toys as toys  # noqa: E402
-from . import types as types  # noqa: E402
-from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/invariants.md)
-from ._engine.budget import cache_budget_info as cache_budget_info  # noqa: E402
-from ._engine.budget import set_cache_budget as set_cache_budget  # noqa: E402
-from ._engine.cachable import Cachable as Cachable  # noqa: E402
-from ._engine.cachable import cached as cached  # noqa: E402
-from ._engine.cached_tensor import CachedTensor as CachedTensor  # noqa: E402
-from ._engine.compile_cache import clear_compile_cache as clear_compile_cache  # noqa: E402
-from ._engine.compile_cache import compile_cache_info as compile_cache_info  # noqa: E402
-from ._engine.data import Data as Data  # noqa: E402
-from ._engine.dependencies import dependency_graph as dependency_graph  # noqa: E402
-from ._engine.dependencies import to_dot as to_dot  # noqa: E402
-from ._engine.function import clear_graph_cache as clear_graph_cache  # noqa: E402
-from ._engine.function import function as function  # noqa: E402
-from ._engine.gradient import gradient as gradient  # noqa: E402
-from ._engine.gradient import hessian as hessian  # noqa: E402
-from ._engine.gradient import value_and_gradient as value_and_gradient  # noqa: E402
-from ._engine.mode import get_autograd_mode as get_autograd_mode  # noqa: E402
-from ._engine.mode import get_graph_mode as get_graph_mode  # noqa: E402
-from ._engine.mode import get_jit_mode as get_jit_mode  # noqa: E402
-from ._engine.mode import set_autograd_mode as set_autograd_mode  # noqa: E402
-from ._engine.mode import set_graph_mode as set_graph_mode  # noqa: E402
-from ._engine.mode import set_jit_mode as set_jit_mode  # noqa: E402
-from ._engine.parameter import Parameter as Parameter  # noqa: E402
-from ._engine.parameter import set_values as set_values  # noqa: E402
-from ._engine.precompute import precompute as precompute  # noqa: E402
-from ._engine.to_numpy import run as run  # noqa: E402
-from .exceptions import ZCacheError as ZCacheError  # noqa: E402
+# TensorFlow's import leaves a few hundred thousand objects that live as long as the process. The
+# objects zcache's own modules make set off a full pass of Python's collector over all of them
+# (one per import, about 0.2 s of CPU), as a trace does: so the same guard as around zcache's traces
+# (frozen while zcache's modules are imported, unfrozen after; the collector's state is the user's
+# again, see zcache/_engine/collector.py).
+from ._engine.collector import collector_out_of_traces as _collector_out_of_traces  # noqa: E402
 
 
 def _leave_zcache_to_python() -> None:
     """Autograph calls zcache's code as Python (tf_internals item 3): the modules imported so far.
 
-    A module imported later (``zcache.amplitude``, ``zcache.shapes``, ...) marks itself at its end.
+    A module imported later (``zcache.amplitude``, ``zcache.shapes``, ``zcache.toys``, ...) marks itself at its end.
     """
     for name in [m for m in _sys.modules if m == __name__ or m.startswith(__name__ + ".")]:
         _tf_internals.leave_to_python(name)
 
 
-_leave_zcache_to_python()
+
+with _collector_out_of_traces():
+    # Before anything runs a TensorFlow op: TensorFlow reads its XLA flags (the compile cache's folder) at its first op.
+    from ._engine import compile_cache as _compile_cache  # noqa: E402
+
+    _compile_cache.enable_at_import()
+
+    from . import exceptions as exceptions  # noqa: E402
+    from . import loss as loss  # noqa: E402
+    from . import minimize as minimize  # noqa: E402
+    from . import models as models  # noqa: E402
+    from . import types as types  # noqa: E402
+    from ._engine import tf_internals as _tf_internals  # noqa: E402,F401  (TensorFlow internals, design/invariants.md)
+    from ._engine.budget import cache_budget_info as cache_budget_info  # noqa: E402
+    from ._engine.budget import set_cache_budget as set_cache_budget  # noqa: E402
+    from ._engine.cachable import Cachable as Cachable  # noqa: E402
+    from ._engine.cachable import cached as cached  # noqa: E402
+    from ._engine.cached_tensor import CachedTensor as CachedTensor  # noqa: E402
+    from ._engine.compile_cache import clear_compile_cache as clear_compile_cache  # noqa: E402
+    from ._engine.compile_cache import compile_cache_info as compile_cache_info  # noqa: E402
+    from ._engine.data import Data as Data  # noqa: E402
+    from ._engine.dependencies import dependency_graph as dependency_graph  # noqa: E402
+    from ._engine.dependencies import to_dot as to_dot  # noqa: E402
+    from ._engine.function import clear_graph_cache as clear_graph_cache  # noqa: E402
+    from ._engine.function import function as function  # noqa: E402
+    from ._engine.gradient import gradient as gradient  # noqa: E402
+    from ._engine.gradient import hessian as hessian  # noqa: E402
+    from ._engine.gradient import value_and_gradient as value_and_gradient  # noqa: E402
+    from ._engine.mode import get_autograd_mode as get_autograd_mode  # noqa: E402
+    from ._engine.mode import get_graph_mode as get_graph_mode  # noqa: E402
+    from ._engine.mode import get_jit_mode as get_jit_mode  # noqa: E402
+    from ._engine.mode import set_autograd_mode as set_autograd_mode  # noqa: E402
+    from ._engine.mode import set_graph_mode as set_graph_mode  # noqa: E402
+    from ._engine.mode import set_jit_mode as set_jit_mode  # noqa: E402
+    from ._engine.parameter import Parameter as Parameter  # noqa: E402
+    from ._engine.parameter import set_values as set_values  # noqa: E402
+    from ._engine.precompute import precompute as precompute  # noqa: E402
+    from ._engine.to_numpy import run as run  # noqa: E402
+    from .exceptions import ZCacheError as ZCacheError  # noqa: E402
+
+    _leave_zcache_to_python()
+
+# Imported when first used (PEP 562): what a plain fit does not need. `zcache.toys` brings in
+# `zcache.scale` (batched, chunked and distributed losses).
+_LAZY_MODULES = ("toys",)
+
+if TYPE_CHECKING:  # type checkers and IDEs see the lazy names
+    from . import toys as toys
+
+
+def __getattr__(name: str) -> object:
+    """Import a lazy submodule (``zcache.toys``) on first access."""
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")  # binds it on the package: later reads skip this
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The package's names, the lazy submodules among them."""
+    return sorted(set(globals()) | set(_LAZY_MODULES))
 
 
 def _installed_version() -> str:

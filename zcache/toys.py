@@ -51,6 +51,7 @@ import numpy as np
 from ._engine.data import Data, size_class
 from ._engine.parameter import Parameter, set_values
 from ._engine.tables import real_numbers
+from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
@@ -580,3 +581,6 @@ def local_cluster(workers: int) -> Any:
 
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                         dashboard_address="127.0.0.1:0")
+
+
+leave_to_python(__name__)  # autograph calls this module's code as Python (tf_internals item 3)

@@ -29,9 +29,18 @@ Examples
 3
 """
 
+from .._engine.tf_internals import leave_to_python as _leave_to_python
+from . import _batch, _chunks, _distributed
 from ._batch import BatchedFit, BatchedLoss, padded_toys
 from ._chunks import ChunkedLoss, Chunks, npy_blocks, release_freed_memory
 from ._distributed import CallStats, DistributedLoss
+
+# Autograph calls this package's code as Python (tf_internals item 3). `import zcache` does not import
+# the package (`zcache.toys` does, when first used), so the package marks its modules itself.
+for _module in (_batch, _chunks, _distributed):
+    _leave_to_python(_module.__name__)
+_leave_to_python(__name__)
+del _module, _leave_to_python
 
 __all__ = [
     # many datasets at once (toys)
