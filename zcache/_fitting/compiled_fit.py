@@ -260,7 +260,12 @@ class CompiledFit:
         # once per program. Under jit XLA compiles this function only, once: the whole program
         # compiled inlines the loss at every call site and takes many times longer, for little
         # more gain (the loop around it is a handful of small ops per step).
-        vg_fn = tf.function(self._value_gradient, autograph=False, jit_compile=jit)
+        # Called, not inlined: the runtime inlines a plain function at each of its six call sites and
+        # prepares each copy at the program's first call (about a fifth of a small loss's first fit,
+        # RESULTS.md "The first fit in a fresh process"); the same ops, so the same numbers. Under
+        # jit the compiled function is never inlined.
+        vg_fn = tf.function(self._value_gradient, autograph=False, jit_compile=jit,
+                            experimental_attributes=None if jit else {"_noinline": True})
 
         def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
             f, g, ok = vg_fn(x[0], served)
