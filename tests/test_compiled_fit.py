@@ -368,6 +368,30 @@ def test_the_program_calls_its_value_gradient_without_shape_inference_through_it
     assert all(n.attr["_disable_call_shape_inference"].b for n in sites)
 
 
+def test_the_program_calls_one_value_gradient_function_not_inlined_copies():
+    """Issue 54: the value + gradient function is prepared once and called from each of its sites, not
+    inlined at each (every copy was prepared again at the program's first call); the fit is MIGRAD +
+    HESSE's."""
+    model, loss, params = gauss_exp_study("not_inlined", n=800)
+    start = [float(p) for p in params]
+    result = Minuit().minimize(loss)
+    assert result.valid and result.path == "compiled", result.fallback
+    [fn] = CompiledFit.of(loss, tuple(loss.params))._programs.values()
+    [concrete] = fn._list_all_concrete_functions()
+    graph_def = concrete.graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    sites = [n for n in nodes if n.op in ("PartitionedCall", "StatefulPartitionedCall")
+             and "value_gradient" in n.attr["f"].func.name]
+    [called] = {n.attr["f"].func.name for n in sites}  # one function, called from every site
+    assert len(sites) >= 6
+    [library] = [f for f in graph_def.library.function if f.signature.name == called]
+    assert library.attr["_noinline"].b
+    zcache.set_values(params, start)
+    reference = Minuit(compiled=False).minimize(loss)
+    for p in params:
+        assert abs(result.values[p.name] - reference.values[p.name]) < 0.05 * reference.errors[p.name]
+
+
 @pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)
 def test_hundreds_of_fits_trace_once():
     model, loss, params = gauss_exp_study("thousand", n=200)

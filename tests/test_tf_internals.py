@@ -182,6 +182,10 @@ def test_separately_compiled_function_is_not_inlined():
     assert ops & {"StatefulPartitionedCall", "PartitionedCall"}, ops
     attrs = compiled.get_concrete_function().function_def.attr
     assert attrs["_noinline"].b
+    # under jit, XLA's function: TensorFlow marks it not inlined itself
+    xla = _tf_internals.separately_compiled(inner, jit_compile=True)
+    xla_attrs = xla.get_concrete_function().function_def.attr
+    assert xla_attrs["_XlaMustCompile"].b and xla_attrs["_noinline"].b
 
 
 def test_eager_variable_inside_a_trace_does_not_retrace():

@@ -245,8 +245,15 @@ ZCacheError.ag_pass_through = True
 _NOINLINE = {"_noinline": True}
 
 
-def separately_compiled(fn: Callable[[], Any]) -> Any:
-    """``tf.function(fn)`` (autograph off) that graphs call instead of inlining it."""
+def separately_compiled(fn: Callable[..., Any], jit_compile: bool = False) -> Any:
+    """``tf.function(fn)`` (autograph off) that graphs call instead of inlining it.
+
+    Also the compiled fit's value + gradient, called at several places of its program (each
+    inlined copy is prepared again at the program's first call). With ``jit_compile`` the
+    function is XLA's, which TensorFlow itself marks not inlined.
+    """
+    if jit_compile:
+        return tf.function(fn, autograph=False, jit_compile=True)
     return tf.function(fn, autograph=False, experimental_attributes=_NOINLINE)
 
 

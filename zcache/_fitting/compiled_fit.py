@@ -66,7 +66,12 @@ from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, 
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
-from .._engine.tf_internals import calls_without_body_shape_inference, without_grappler, zcache_graphs
+from .._engine.tf_internals import (
+    calls_without_body_shape_inference,
+    separately_compiled,
+    without_grappler,
+    zcache_graphs,
+)
 from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
@@ -260,11 +265,17 @@ class CompiledFit:
         # once per program. Under jit XLA compiles this function only, once: the whole program
         # compiled inlines the loss at every call site and takes many times longer, for little
         # more gain (the loop around it is a handful of small ops per step).
-        vg_fn = tf.function(self._value_gradient, autograph=False, jit_compile=jit)
+        # Called, not inlined: the runtime inlines a plain function at each of its six call sites and
+        # prepares each copy at the program's first call (about a fifth of a small loss's first fit,
+        # RESULTS.md "The first fit in a fresh process"); the same ops, so the same numbers (under
+        # jit TensorFlow marks the compiled function so itself).
+        # It takes and gives rows (the loop's batch of one): the reshapes are traced once inside
+        # it, not at every call site (an index or a new axis is four ops, a seventh of the program's).
+        def row_value_gradient(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            f, g, ok = self._value_gradient(tf.squeeze(x, 0), served)
+            return tf.reshape(f, [1]), tf.reshape(g, [1, n]), tf.reshape(ok, [1])
 
-        def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-            f, g, ok = vg_fn(x[0], served)
-            return f[None], g[None], ok[None]
+        vg = separately_compiled(row_value_gradient, jit_compile=jit)
 
         f0, g0, ok0 = vg(x0[None])
         # The loss's exact Hessian from its model's structure, where it has one (a coherent sum of
