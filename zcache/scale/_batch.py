@@ -458,7 +458,7 @@ class BatchedLoss:
             Newton step, and the EDM and errors from that Hessian. False, for minima without
             errors (the points of a profile scan): as MIGRAD before HESSE, a toy has converged
             when the EDM from BFGS's own inverse-Hessian estimate ``V`` is below ``edm_max``;
-            ``edm`` is that EDM, ``covariance`` :math:`2\\,\\mathrm{errordef}\\,V` (an estimate,
+            ``edm`` is that EDM, ``covariance`` ``2 errordef V`` (an estimate,
             as MIGRAD's), and each toy takes ``n + 1`` evaluations fewer (and fewer BFGS steps).
 
         Returns
