@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._engine.compile_cache import call_key, compiling, first_call
+from .._engine.compile_cache import call_key, first_call
 from .._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
 from .._engine.parameter import Parameter, set_values
@@ -501,9 +501,10 @@ class BatchedLoss:
         kind = "fit" if hesse else "fit_without_hesse"
         fn = self._program(kind, served)
         shapes = (kind, tuple(served), np.shape(x0), np.shape(events), np.shape(weights))
-        first = shapes not in self._compiled_calls  # a new program or shapes: TensorFlow may load an entry
-        self._compiled_calls.add(shapes)
-        with ENGINE_LOCK, calling_jit(True), compiling(first):  # a whole batched fit: the compile cache checks
+        # A new program or shapes may compile (or load an entry): the compile cache checks its folder
+        # then, as for value_and_gradient; a later call runs the program TensorFlow holds in memory
+        # and pays nothing (a scan calls one program per chunk, each only two evaluations).
+        with ENGINE_LOCK, calling_jit(True), first_call(self._compiled_calls, shapes):
             out = fn(tf.constant(x0), tf.constant(events), tf.constant(weights), fixed, served,
                      tf.constant(np.broadcast_to(hinv, (len(x0), *hinv.shape)).copy()),
                      tf.constant(self._lower), tf.constant(self._upper), tf.constant(int(maxiter), tf.int32),
