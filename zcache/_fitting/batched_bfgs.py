@@ -8,6 +8,9 @@ forward differences of its exact gradients (:func:`forward_hessian`, steps from 
 finite-difference rules of :mod:`zcache._engine.finite_differences`), one Newton step from it, and
 MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g`.
 :func:`covariances` turns the Hessians into HESSE's :math:`2\,\mathrm{errordef}\,H^{-1}`.
+With ``hesse=False`` (a profile scan's points, which need minima, not errors) BFGS stops at
+MIGRAD's own rule instead, its EDM from its inverse-Hessian estimate below the bound, and the
+Hessian and Newton step are skipped.
 
 Why BFGS and not Newton on the exact Hessian: vectorized, an exact (second-order autodiff) Hessian
 of a toy costs about twenty gradients, and BFGS seeded with one exact Hessian converges in a handful
