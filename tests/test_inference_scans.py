@@ -50,7 +50,10 @@ def test_gaussian_mean_scan_is_the_closed_form(gauss, batched, compiled):
     assert scan.converged.all() and not scan.refit.any()
     np.testing.assert_allclose(scan.delta, delta, atol=1e-4)
     error = np.sqrt(np.var(x) / (2 * len(x)))  # the width's error
-    np.testing.assert_allclose(scan.nuisances["sigma_sc"], width, atol=1e-3 * error)
+    # MIGRAD's bound EDM < 0.002 tol errordef puts a minimum within sqrt(EDM / errordef) =
+    # sqrt(0.002 tol) errors of the true one (1.4e-3 at TIGHT); the batched points stop there
+    # (no HESSE), with 1.5x room for BFGS's estimate of the EDM.
+    np.testing.assert_allclose(scan.nuisances["sigma_sc"], width, atol=1.5 * np.sqrt(0.002 * TIGHT) * error)
     assert scan.minimum == pytest.approx(x.mean(), abs=1e-3 * scan.error)
     assert _state(loss) == before
 
@@ -65,7 +68,11 @@ def test_batched_and_serial_scans_agree_and_match_fit_result_profile(gauss):
     assert (a.path, b.path) == ("batched", "serial")
     np.testing.assert_allclose(a.values, b.values, atol=1e-3 * a.error)
     np.testing.assert_allclose(a.delta, b.delta, atol=1e-4)
-    np.testing.assert_allclose(a.nuisances["sigma_sc"], b.nuisances["sigma_sc"], rtol=1e-5)
+    # the batched points stop at MIGRAD's bound (no HESSE): within sqrt(0.002 tol) errors, x1.5
+    # for BFGS's estimate of the EDM (test_gaussian_mean_scan_is_the_closed_form)
+    error = np.sqrt(np.var(x) / (2 * len(x)))  # the width's error
+    np.testing.assert_allclose(a.nuisances["sigma_sc"], b.nuisances["sigma_sc"],
+                               atol=1.5 * np.sqrt(0.002 * TIGHT) * error)
     # FitResult.profile (iminuit's mnprofile, Delta NLL) at the same points
     result = m.minimize(loss)
     grid, dnll, valid = result.profile("mu_sc", bins=7, bound=(a.values[0], a.values[-1]))

@@ -8,6 +8,9 @@ forward differences of its exact gradients (:func:`forward_hessian`, steps from 
 finite-difference rules of :mod:`zcache._engine.finite_differences`), one Newton step from it, and
 MIGRAD's estimated distance to the minimum :math:`\mathrm{EDM} = \tfrac12 g^T H^{-1} g`.
 :func:`covariances` turns the Hessians into HESSE's :math:`2\,\mathrm{errordef}\,H^{-1}`.
+With ``hesse=False`` (a profile scan's points, which need minima, not errors) BFGS stops at
+MIGRAD's own rule instead, its EDM from its inverse-Hessian estimate below the bound, and the
+Hessian and Newton step are skipped.
 
 Why BFGS and not Newton on the exact Hessian: vectorized, an exact (second-order autodiff) Hessian
 of a toy costs about twenty gradients, and BFGS seeded with one exact Hessian converges in a handful
@@ -101,7 +104,8 @@ def forward_hessian(vg: VG, x: tf.Tensor, g: tf.Tensor, scale: tf.Tensor, lower:
 def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor, maxiter: tf.Tensor,
                   edm_max: tf.Tensor, *, first: tuple[tf.Tensor, tf.Tensor, tf.Tensor] | None = None,
                   hesse_step: float = HESSE_STEP, hessian: Callable[[tf.Tensor], tf.Tensor] | None = None,
-                  hessian_block: Block | None = None, active_set: bool = False) -> tuple[tf.Tensor, ...]:
+                  hessian_block: Block | None = None, active_set: bool = False,
+                  hesse: bool = True) -> tuple[tf.Tensor, ...]:
     """Minimize every row of ``vg`` from ``x0``: BFGS in lockstep, HESSE, one Newton step.
 
     Parameters
@@ -134,6 +138,15 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         search stalls. The final Hessian, Newton step and EDM are the whole problem's, as
         without it (such a row does not converge: it ends on a limit). Rows off their limits
         take the same steps either way.
+    hesse : bool
+        True (default): BFGS runs until its EDM is below ``1e-4 * edm_max``, then the Hessian
+        by differences (HESSE), one Newton step and the EDM with that Hessian decide. False:
+        for a minimum without errors (a profile scan's point), MIGRAD's own rule: BFGS stops
+        once the EDM from its inverse-Hessian estimate, ``0.5 g^T V g``, is below
+        ``edm_max``; no Hessian, no Newton step (``n + 1`` evaluations fewer, and fewer BFGS
+        steps). ``hess`` is then the inverse of BFGS's estimate ``V`` (MIGRAD's covariance
+        before HESSE) and ``edm`` that EDM, of the whole problem (with ``active_set``, a row
+        held on a limit does not converge, as with HESSE).
 
     Returns
     -------
@@ -150,12 +163,15 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         held = ((x <= lower) & (g > 0.0)) | ((x >= upper) & (g < 0.0))
         return held, reduced_inverse_hessian(hinv, held)
 
+    # With HESSE, BFGS goes far below the bound (the Newton step then leaves the EDM tiny);
+    # without, the bound is MIGRAD's own, on BFGS's estimate.
+    stop = 1e-4 * edm_max if hesse else edm_max
     f0, g0, ok0 = vg(x0) if first is None else first
     batch = tf.shape(x0)[0]
     n = x0.shape[1]
     step0 = tf.ones([batch], tf.float64)
     held0, hred0 = reduced(x0, g0, hinv0)
-    done0 = ~ok0 | (edm_of(tf.where(held0, tf.zeros_like(g0), g0), hred0) < 1e-4 * edm_max)
+    done0 = ~ok0 | (edm_of(tf.where(held0, tf.zeros_like(g0), g0), hred0) < stop)
     nfcn0 = tf.ones([batch], tf.int32)
 
     def cond(k, x, f, g, hinv, step, done, ok, nfcn):  # noqa: ARG001
@@ -186,7 +202,7 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
         step_new = tf.where(accept | done, tf.ones_like(step), 0.3 * step)
         stalled = step_new < 1e-10
         held_new, hred_new = reduced(x_new, g_new, hinv_new)
-        converged = accept & (edm_of(tf.where(held_new, tf.zeros_like(g_new), g_new), hred_new) < 1e-4 * edm_max)
+        converged = accept & (edm_of(tf.where(held_new, tf.zeros_like(g_new), g_new), hred_new) < stop)
         nfcn_new = nfcn + tf.cast(~done, tf.int32)
         new = (x_new, f_new, g_new, hinv_new, step_new, done | converged | stalled, ok, nfcn_new)
         old = (x, f, g, hinv, step, done, ok, nfcn)
@@ -195,6 +211,16 @@ def lockstep_bfgs(vg: VG, x0: tf.Tensor, hinv0: tf.Tensor, lower: tf.Tensor, upp
 
     _, x, f, g, hinv, _, _, ok, nfcn = tf.while_loop(
         cond, body, (tf.constant(0), x0, f0, g0, hinv0, step0, done0, ok0, nfcn0))
+    if not hesse:
+        # MIGRAD's verdict without HESSE: BFGS's own EDM of the whole problem, its inverse
+        # Hessian as the covariance estimate (positive definite unless the updates broke).
+        chol_ok = tf.reduce_all(tf.math.is_finite(tf.linalg.cholesky(hinv)), axis=[1, 2])
+        safe = tf.where(chol_ok[:, None, None], hinv, tf.eye(n, batch_shape=[batch], dtype=tf.float64))
+        hess = tf.where(chol_ok[:, None, None], tf.linalg.cholesky_solve(
+            tf.linalg.cholesky(safe), tf.eye(n, batch_shape=[batch], dtype=tf.float64)), np.nan)
+        edm = edm_of(g, hinv)
+        converged = chol_ok & ok & (edm < edm_max)
+        return x, f, hess, tf.where(chol_ok, edm, np.nan), ok, converged, nfcn
     # HESSE: the Hessian by differences of exact gradients, steps scaled by the errors.
     if hessian is None:
         scale = tf.sqrt(tf.maximum(tf.linalg.diag_part(hinv), 1e-300))

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._engine.compile_cache import call_key, compiling, first_call
+from .._engine.compile_cache import call_key, first_call
 from .._engine.context import ENGINE_LOCK, finding_invariants, run_eagerly, substituted
 from .._engine.dependencies import GRAPH
 from .._engine.parameter import Parameter, set_values
@@ -78,11 +78,14 @@ class BatchedFit:
     Attributes
     ----------
     values, errors : ndarray
-        (B, n): the minimum and the HESSE errors :math:`\\sqrt{C_{jj}}`.
+        (B, n): the minimum and the HESSE errors :math:`\\sqrt{C_{jj}}` (with ``hesse=False``,
+        MIGRAD's estimates from BFGS's inverse Hessian).
     covariance : ndarray
-        (B, n, n): :math:`2\\,\\mathrm{errordef}\\,H^{-1}` (NaN where H is not positive definite).
+        (B, n, n): :math:`2\\,\\mathrm{errordef}\\,H^{-1}` (NaN where H is not positive definite;
+        with ``hesse=False``, H is the inverse of BFGS's estimate).
     fmin, edm : ndarray
-        (B,): the loss at the minimum and the estimated distance to it (with the final Hessian).
+        (B,): the loss at the minimum and the estimated distance to it (with the final Hessian;
+        with ``hesse=False``, BFGS's own).
     converged : ndarray
         (B,) bool: EDM below MIGRAD's bound, H positive definite, every check held, no
         parameter at a limit. A toy that is not converged should be refitted (``run_toys``
@@ -427,7 +430,7 @@ class BatchedLoss:
 
     def minimize(self, start: Any, events: Any, weights: Any = None, *, hinv: Any = None,
                  maxiter: int = 200, edm_max: float | None = None,
-                 pinned: Mapping[Parameter, Any] | None = None) -> BatchedFit:
+                 pinned: Mapping[Parameter, Any] | None = None, hesse: bool = True) -> BatchedFit:
         """Fit every toy: BFGS in lockstep, then a Hessian (HESSE) and one Newton step per toy.
 
         The starting inverse Hessian is shared by every toy: ``hinv``, or the inverse of the
@@ -450,6 +453,13 @@ class BatchedLoss:
             As in :meth:`value_and_gradient`: conditional fits, each toy with its own values of
             these parameters (all the points of a profile scan, or toys x tested values, in one
             program).
+        hesse : bool
+            True (default): the final Hessian by differences of exact gradients (HESSE), one
+            Newton step, and the EDM and errors from that Hessian. False, for minima without
+            errors (the points of a profile scan): as MIGRAD before HESSE, a toy has converged
+            when the EDM from BFGS's own inverse-Hessian estimate ``V`` is below ``edm_max``;
+            ``edm`` is that EDM, ``covariance`` ``2 errordef V`` (an estimate,
+            as MIGRAD's), and each toy takes ``n + 1`` evaluations fewer (and fewer BFGS steps).
 
         Returns
         -------
@@ -488,11 +498,13 @@ class BatchedLoss:
         if hinv.shape != (len(self.params),) * 2:
             raise ModelError(f"hinv must have shape {(len(self.params),) * 2}, got {hinv.shape}.")
         edm_max = EDM_MAX_FACTOR * errordef if edm_max is None else float(edm_max)
-        fn = self._program("fit", served)
-        shapes = ("fit", tuple(served), np.shape(x0), np.shape(events), np.shape(weights))
-        first = shapes not in self._compiled_calls  # a new program or shapes: TensorFlow may load an entry
-        self._compiled_calls.add(shapes)
-        with ENGINE_LOCK, calling_jit(True), compiling(first):  # a whole batched fit: the compile cache checks
+        kind = "fit" if hesse else "fit_without_hesse"
+        fn = self._program(kind, served)
+        shapes = (kind, tuple(served), np.shape(x0), np.shape(events), np.shape(weights))
+        # A new program or shapes may compile (or load an entry): the compile cache checks its folder
+        # then, as for value_and_gradient; a later call runs the program TensorFlow holds in memory
+        # and pays nothing (a scan calls one program per chunk, each only two evaluations).
+        with ENGINE_LOCK, calling_jit(True), first_call(self._compiled_calls, shapes):
             out = fn(tf.constant(x0), tf.constant(events), tf.constant(weights), fixed, served,
                      tf.constant(np.broadcast_to(hinv, (len(x0), *hinv.shape)).copy()),
                      tf.constant(self._lower), tf.constant(self._upper), tf.constant(int(maxiter), tf.int32),
@@ -549,15 +561,18 @@ class BatchedLoss:
         key = (kind, tuple(served))
         fn = self._programs.get(key)
         if fn is None:
-            body = {"vg": self._vg, "fit": self._fit_body}[kind]
+            body = {"vg": self._vg, "fit": self._fit_body, "fit_without_hesse": self._fit_without_hesse_body}[kind]
             fn = self._programs[key] = tf.function(body, jit_compile=True, autograph=False, reduce_retracing=True)
         return fn
 
     def _fit_body(self, x0: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
                   served: dict[int, tf.Tensor], hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor,
-                  maxiter: tf.Tensor, edm_max: tf.Tensor) -> tuple[tf.Tensor, ...]:
+                  maxiter: tf.Tensor, edm_max: tf.Tensor, hesse: bool = True) -> tuple[tf.Tensor, ...]:
         # A toy whose minimum lies beyond a limit (a signal yield >= 0 fitted to a background-only
         # toy) stops once the others have converged: without the active set it stepped into the
         # limit until its line search stalled, and its whole batch with it.
         return lockstep_bfgs(lambda x: self._vg(x, events, weights, fixed, served), x0, hinv0, lower, upper, maxiter,
-                             edm_max, active_set=True)
+                             edm_max, active_set=True, hesse=hesse)
+
+    def _fit_without_hesse_body(self, *args: Any) -> tuple[tf.Tensor, ...]:
+        return self._fit_body(*args, hesse=False)
