@@ -728,13 +728,13 @@ def test_forward_accumulator_watches_only_what_an_accumulator_watches():
         assert forward_accumulator_watches([a]) and forward_accumulator_watches([b, a])
         assert not forward_accumulator_watches([b])
 
-        @tf.function
+        @tf.function(autograph=False)  # zcache calls it from its own, unconverted code
         def traced_under():
             return forward_accumulator_watches([a]), forward_accumulator_watches([b])
 
         assert traced_under() == (True, False)
 
-    @tf.function
+    @tf.function(autograph=False)
     def opened_inside():
         with tf.autodiff.ForwardAccumulator(b, tf.constant(1.0, tf.float64)):
             return forward_accumulator_watches([b]), forward_accumulator_watches([a])
