@@ -1000,7 +1000,7 @@ def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
         # slices inside an XLA program are reads in its loops: the fused programs (times, vjp, a group's forward)
         xla = {f.graph.name for f in functions if "_XlaMustCompile" in f.definition.attr
                and f.definition.attr["_XlaMustCompile"].b}
-        assert {"_value_gradient", "times", "vjp"} <= set(graphs) and {"times", "vjp"} <= xla
+        assert {"row_value_gradient", "times", "vjp"} <= set(graphs) and {"times", "vjp"} <= xla
         events = tf.TensorShape([None, 2])
         slices = [(name, op.type) for name, graph in graphs.items() if name not in xla
                   for op in graph.get_operations() if op.inputs and op.inputs[0].dtype == tf.float64
