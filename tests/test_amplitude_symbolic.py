@@ -1009,7 +1009,8 @@ def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
         assert slices == []
 
 
-@pytest.mark.parametrize("floating", [True, False])
+# floating=False exhaustive: make test keeps the floating line shape, the case whose group is computed at every call
+@pytest.mark.parametrize("floating", [True, pytest.param(False, marks=pytest.mark.exhaustive)])
 def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(floating):
     """Issue 26: a group whose line shape floats is computed at every call of a fit; its fused program
     then multiplies the couplings in (no (H, K, N) columns, no products over the events) and the
@@ -1098,7 +1099,9 @@ def _numdifftools_hessian(loss, x):
 
 
 @pytest.mark.parametrize("polar, weights, capacity, coupling_floats",
-                         [(True, False, None, True), (False, True, None, True), (True, False, 300, True),
+                         [(True, False, None, True), (False, True, None, True),
+                          # a chunked Hessian: exhaustive, make test keeps the unchunked ones and test_chunks' Hessians
+                          pytest.param(True, False, 300, True, marks=pytest.mark.exhaustive),
                           (True, False, None, False)])
 def test_structured_hessian_equals_numdifftools(polar, weights, capacity, coupling_floats):
     """Couplings polar and Cartesian (or fixed), weighted data, padded data: the structured Hessian (jets of
@@ -1238,7 +1241,9 @@ def test_the_couplings_block_of_the_structured_hessian():
     assert len(expected) == 8 and total.structured_hessian_block(both) == expected
 
 
-@pytest.mark.parametrize("jit", [False, True])
+# jit=False exhaustive: the same program without XLA; make test keeps the compiled one, and the FitMachine's
+# coupling_block_fit runs both
+@pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.exhaustive), True])
 def test_compiled_fit_takes_the_couplings_block_exactly(jit):
     """Minuit() (structured_hessian="auto") with line shapes floating: the compiled fit's two Hessians take the
     couplings' block exactly and difference the 4 line-shape parameters only (nfcn 2 x 4 lower than with

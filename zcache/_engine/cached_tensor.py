@@ -53,6 +53,7 @@ from .tf_internals import (
     inside_control_flow,
     inside_vectorized_loop,
     may_take_higher_order_gradient,
+    tape_may_record,
     xla_calling_graph,
 )
 from .trace import invalidate_if_mutated_in_trace
@@ -261,6 +262,8 @@ class CachedTensor(TensorLike):
         ``tf.autodiff.ForwardAccumulator`` would get no JVP through it; computed directly, the
         JVP is TensorFlow's own (tf_internals item 19).
         """
+        if not tape_may_record():  # no tape nor accumulator: no graph lookups
+            return False
         inputs = GRAPH.objects(GRAPH.ancestor_inputs(self.node_id))
         return bool(inputs) and forward_accumulator_watches([backing_variable(o) for o in inputs])
 

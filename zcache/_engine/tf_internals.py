@@ -874,16 +874,19 @@ def forward_accumulator_watches(variables: list[tf.Variable]) -> bool:
 
     False at once where no tape nor accumulator is active on this thread (the common case, no
     TensorFlow call). True where the internals are missing and some tape is active (the safe answer:
-    the caller then computes without its cache). Eagerly the variables' handles are asked (no op
-    runs); in a trace their values are read, because an accumulator opened inside the function
-    watches the reads of its captured handles, not the handles.
+    the caller then computes without its cache). The variables' handles are asked first (no op
+    runs); in a user's own trace their values are read too, because an accumulator opened inside
+    the function watches the reads of its captured handles, not the handles.
     """
     if not tape_may_record():
         return False
     if _PACK_TANGENTS is None:  # pragma: no cover - another TensorFlow layout
         return True
-    if tf.inside_function():
-        tensors = [v.value() for v in variables]
-    else:
-        tensors = [v.handle for v in variables]
-    return bool(_PACK_TANGENTS(tensors).tangents)
+    # The handles first (no op is built): they see every accumulator opened outside the graph
+    # being built. Only an accumulator opened inside a user's own function sees the reads and not
+    # the handles; zcache's own traces (zcache_graphs) hold none, so they build no reads for it.
+    if _PACK_TANGENTS([v.handle for v in variables]).tangents:
+        return True
+    if not tf.inside_function() or in_zcache_graphs():
+        return False
+    return bool(_PACK_TANGENTS([v.value() for v in variables]).tangents)
