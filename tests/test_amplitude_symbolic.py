@@ -26,7 +26,7 @@ sp = pytest.importorskip("sympy")
 pytest.importorskip("ampform")
 pytest.importorskip("qrules")
 
-from helpers import coupling_block_loss, small_bridge_loss  # noqa: E402
+from helpers import coupling_block_loss, slow_modes, small_bridge_loss  # noqa: E402
 
 from zcache.amplitude import SymbolicModel, from_helicity_model, phasespace_generator, to_tensorflow  # noqa: E402
 from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
@@ -217,6 +217,9 @@ def test_importing_the_amplitude_package_does_not_import_sympy():
 
 # -- caches: values, gradients, invalidation ----------------------------------------------------
 @pytest.mark.slow  # an ampform model (the module fixtures build them: 10-30 s)
+# eager exhaustive: make test keeps the traced comparison (what a fit runs) and the eager hit/miss gradients of
+# test_properties on every cache kind
+@slow_modes("mode", exhaustive=("eager",))
 def test_cached_equals_uncached_values_and_gradients(dzero, mode):
     """Cached vs uncached bridged model: the NLL and its gradient (every parameter), eager and traced."""
     model, expr, cols = dzero
