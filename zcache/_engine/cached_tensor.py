@@ -45,10 +45,9 @@ from .context import (
     wanted_parameters,
 )
 from .dependencies import CACHE, GRAPH
-from .inputs import backing_variable
+from .inputs import backing_variable, forward_mode_watches
 from .tensorlike import TensorLike
 from .tf_internals import (
-    forward_accumulator_watches,
     graph_key,
     inside_control_flow,
     inside_vectorized_loop,
@@ -264,8 +263,7 @@ class CachedTensor(TensorLike):
         """
         if not tape_may_record():  # no tape nor accumulator: no graph lookups
             return False
-        inputs = GRAPH.objects(GRAPH.ancestor_inputs(self.node_id))
-        return bool(inputs) and forward_accumulator_watches([backing_variable(o) for o in inputs])
+        return forward_mode_watches(GRAPH.ancestor_inputs(self.node_id))
 
     def _value_eagerly(self) -> tf.Tensor:
         """A hit, or compute and store, under the engine lock.

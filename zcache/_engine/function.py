@@ -44,14 +44,13 @@ from .compile_cache import call_key, compiling, first_call
 from .context import CONTEXT, ENGINE_LOCK, differentiating, record_read, recording, run_eagerly
 from .data import Data, data_snapshot, undo_data_writes
 from .dependencies import CACHE, GRAPH
-from .inputs import backing_variable
+from .inputs import backing_variable, forward_mode_watches
 from .jit_policy import JitPolicy, JitRefused, Retry
 from .mode import IDENTIFIERS, auto_decides, compiles, get_autograd_mode, traces
 from .parameter import Parameter, refresh_mirrors, undo_parameter_writes
 from .tf_internals import (
     EAGER_TENSOR,
     complex_gradients_fixed,
-    forward_accumulator_watches,
     tape_may_record,
     users_tape_may_record,
     without_grappler,
@@ -229,15 +228,13 @@ class Function:
         if not tape_may_record():
             return False
         if not self._reads:  # never traced: every input may be read (asked once, at the first call)
-            variables = [backing_variable(o) for o in GRAPH.inputs()]
-        else:
-            uids: set[int] = set()
-            for uid in self._reads:
-                uids.update(GRAPH.ancestor_inputs(uid))
-                if isinstance(GRAPH.obj(uid), (Parameter, Data)):
-                    uids.add(uid)
-            variables = [backing_variable(o) for o in GRAPH.objects(uids)]
-        return bool(variables) and forward_accumulator_watches(variables)
+            return forward_mode_watches(o.node_id for o in GRAPH.inputs())
+        uids: set[int] = set()
+        for uid in self._reads:
+            uids.update(GRAPH.ancestor_inputs(uid))
+            if isinstance(GRAPH.obj(uid), (Parameter, Data)):
+                uids.add(uid)
+        return forward_mode_watches(uids)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if tf.inside_function():  # inlined: the trace around it handles its writes

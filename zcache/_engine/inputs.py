@@ -7,6 +7,7 @@ trace with :func:`invalidate_in_graph`'s flag writes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import tensorflow as tf
@@ -14,8 +15,9 @@ import tensorflow as tf
 from .cache_state import invalidate_eagerly
 from .context import ENGINE_LOCK
 from .dependencies import GRAPH
+from .tf_internals import forward_accumulator_watches
 
-__all__ = ["WRITES", "backing_variable", "input_changed", "invalidate_in_graph", "variable_name"]
+__all__ = ["WRITES", "backing_variable", "forward_mode_watches", "input_changed", "invalidate_in_graph", "variable_name"]
 
 # Eager writes hold the engine lock (see _context), so that a Parameter's Variable and its
 # Python mirror change together (two threads setting one parameter could otherwise leave a
@@ -51,3 +53,13 @@ def backing_variable(obj: Any) -> tf.Variable:
     For the engine (gradients, snapshots); users read ``obj.variable``.
     """
     return obj._var
+
+
+def forward_mode_watches(uids: Iterable[int]) -> bool:
+    """Whether an active ``tf.autodiff.ForwardAccumulator`` watches any of these inputs (Parameter and Data ids).
+
+    What a cache read and a ``zcache.function`` call ask before they serve a stored value or a traced
+    graph, which carry backward gradients only (``tf_internals`` item 19).
+    """
+    variables = [backing_variable(o) for o in GRAPH.objects(uids)]
+    return bool(variables) and forward_accumulator_watches(variables)
