@@ -96,4 +96,4 @@ bench: $(BENCH_STAMP)
 	$(BENCH_PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) *.egg-info .pytest_cache .hypothesis docs/_build docs/api/generated docs/auto_examples
+	rm -rf $(VENV) $(BENCH_VENV) build dist *.egg-info .pytest_cache .hypothesis docs/_build docs/api/generated docs/auto_examples

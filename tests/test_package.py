@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -135,6 +136,28 @@ print("fit ok", zcache.__version__)
 
 
 @pytest.mark.slow
+def _tracked_copy(destination: pathlib.Path) -> pathlib.Path:
+    """The repository's files that git does not ignore (outside a checkout: all but build outputs) copied to ``destination``.
+
+    A wheel is built from this copy, not from the checkout: setuptools packs whatever its ``build/lib`` holds, so a
+    checkout that built a wheel before a module was removed would put the removed module into every later wheel.
+    """
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo,
+                            capture_output=True, timeout=60)
+    if listed.returncode == 0 and listed.stdout:
+        files = [pathlib.Path(name) for name in listed.stdout.decode().split("\0") if name]
+    else:
+        skip = {"build", "dist", ".git", ".venv", ".venv-bench"}
+        files = [p.relative_to(repo) for p in repo.rglob("*")
+                 if p.is_file() and not skip & set(p.relative_to(repo).parts)]
+    for name in files:
+        if (repo / name).is_file():  # a tracked file deleted in the working tree is not copied
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, destination / name)
+    return destination
+
+
 def test_wheel_installs_into_a_clean_virtualenv_and_fits(tmp_path):
     """A wheel built from the repository carries every module: installed alone into a new virtualenv, it imports and fits.
 
@@ -143,16 +166,16 @@ def test_wheel_installs_into_a_clean_virtualenv_and_fits(tmp_path):
     ``sys.path`` without running its ``.pth`` files, so this environment's editable zcache stays out. (Installing
     TensorFlow from the index into the new environment would cost minutes of CI and need a network.)
     """
-    repo = pathlib.Path(__file__).resolve().parent.parent
+    source = _tracked_copy(tmp_path / "source")
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(wheels), str(repo)], check=True, timeout=300, cwd=tmp_path)
+                    "--wheel-dir", str(wheels), str(source)], check=True, timeout=300, cwd=tmp_path)
     (wheel,) = wheels.glob("zcache-*.whl")
     assert wheel.name.startswith(f"zcache-{zcache.__version__}-")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    package = pathlib.Path(zcache.__file__).resolve().parent
-    expected = {str(p.relative_to(package.parent)) for p in package.rglob("*.py")}
+    names = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("zcache/") and n.endswith(".py")}
+    expected = {str(p.relative_to(source)) for p in (source / "zcache").rglob("*.py")}
     assert expected - names == set(), "modules missing from the wheel"
+    assert names - expected == set(), "modules in the wheel that the repository does not have"
 
     env = tmp_path / "env"
     venv.EnvBuilder(with_pip=False).create(env)
