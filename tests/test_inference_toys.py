@@ -18,7 +18,7 @@ from zcache.inference import ToyCalculator, ToyFits, _toys, conditional_fit, int
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.sampling import set_seed
+from zcache.models import set_seed
 
 
 def _state(loss):

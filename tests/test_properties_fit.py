@@ -61,7 +61,7 @@ from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.results import FitResult
+from zcache.minimize import FitResult
 from zcache.scale import BatchedLoss, ChunkedLoss, Chunks
 
 TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 250.0, "nbkg": 450.0}

@@ -60,10 +60,11 @@ from ._engine.traced_checks import require
 from ._fitting.loss_programs import LossPrograms
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters
-from .objective import Objective
+from ._fitting.objective import LossState, Objective
 
 __all__ = [
     "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
+    "Objective", "LossState",
 ]
 
 class GaussianConstraint:

@@ -57,10 +57,10 @@ from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
 from .exceptions import ZCacheError
 from .loss import BaseLoss
-from .objective import LossState, Objective
-from .results import FitMinuit, FitResult
+from ._fitting.objective import LossState, Objective
+from ._fitting.results import FitMinuit, FitResult, MinosError
 
-__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS"]
+__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit", "MinosError"]
 
 _HUGE = 1e30
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}

@@ -66,7 +66,7 @@ from ._engine.tf_internals import leave_to_python
 from .amplitude import AmplitudePdf
 from .inference import Contour, ProfileScan, PValues, UpperLimit
 from .models import Model, ProductPdf, SumPdf
-from .results import FitResult
+from .minimize import FitResult
 from .toys import ToyResult
 
 __all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls",

@@ -57,7 +57,7 @@ from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
 from .models import Model
-from .sampling import set_seed
+from .models import set_seed
 from .scale import BatchedLoss, padded_toys
 
 __all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK", "local_cluster"]

@@ -29,7 +29,7 @@ from zcache.amplitude import FitFractions, from_helicity_model
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.plot import plot_projections
-from zcache.sampling import set_seed
+from zcache.models import set_seed
 
 # qrules shows a progress bar unless its transition module logs above WARNING.
 logging.getLogger("qrules.transition").setLevel(logging.ERROR)

@@ -26,7 +26,7 @@ from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
 from zcache.plot import plot_contour, plot_scan
-from zcache.sampling import set_seed
+from zcache.models import set_seed
 
 set_seed(3)
 space = Space("x", 0.0, 10.0)

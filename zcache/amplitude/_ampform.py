@@ -59,7 +59,7 @@ def phasespace_generator(model: Any) -> Any:
     ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
     >>> model = ampform.get_builder(reaction).formulate()
     >>> generate = phasespace_generator(model)
-    >>> zcache.sampling.set_seed(0)
+    >>> zcache.models.set_seed(0)
     >>> phsp = {name: column.numpy() for name, column in generate(20_000).items()}
     >>> bridged = from_helicity_model(model, phsp, generator=generate)
     >>> events = bridged.sample(1000)
@@ -150,7 +150,7 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
     ...     allowed_intermediate_particles=["K*(892)0", "rho(770)+"], allowed_interaction_types=["strong", "weak"])
     >>> model = ampform.get_builder(reaction).formulate()
-    >>> zcache.sampling.set_seed(0)
+    >>> zcache.models.set_seed(0)
     >>> bridged = from_helicity_model(model, 5000)           # 5000 fresh phase-space events
     >>> bridged.is_coherent_sum, len(bridged.couplings), bridged.space.obs
     (True, 2, ('theta_0^01', 'theta_1^12'))

@@ -55,7 +55,7 @@ from .._engine.parameter import Parameter
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError
 from ..models import Model, unique_parameters
-from ..sampling import accept_reject
+from ..models import accept_reject
 from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._couplings import ComplexParameter
 from ._phasespace import DalitzKinematics

@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import SymbolicError
-from ..sampling import rng
+from ..models import rng
 from ._phasespace import DalitzKinematics
 
 __all__ = ["HelicityKinematics"]

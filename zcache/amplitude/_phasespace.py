@@ -50,7 +50,7 @@ from .._engine.function import Function, function
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError
 from ..models import Space
-from ..sampling import accept_reject
+from ..models import accept_reject
 
 __all__ = ["DalitzKinematics", "DalitzSpace", "kallen"]
 

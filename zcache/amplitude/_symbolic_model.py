@@ -86,7 +86,7 @@ from .._engine.tables import real_numbers
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import DataDtypeError, SymbolicError
 from ..models import Model, Space
-from ..sampling import accept_reject, accept_reject_pool
+from ..models import accept_reject, accept_reject_pool
 from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._couplings import ComplexParameter
 from ._fractions import FitFractions, fit_fractions_with_errors
@@ -711,7 +711,7 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         >>> x, a = sp.symbols("x a")
         >>> pool = np.random.default_rng(0).uniform(0.0, 1.0, 20_000)
         >>> model = SymbolicModel(1 + a * x, {a: 1.0}, ["x"], {"x": pool})
-        >>> zcache.sampling.set_seed(1)
+        >>> zcache.models.set_seed(1)
         >>> events = model.sample(5000).numpy()
         >>> len(np.unique(events)), bool(abs(events.mean() - 5 / 9) < 0.01)     # E[x] = 5/9
         (5000, True)

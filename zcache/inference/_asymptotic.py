@@ -82,7 +82,7 @@ from ..binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
 from ..exceptions import AsimovError, InferenceError
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
 from ..minimize import Minuit
-from ..results import FitResult
+from ..minimize import FitResult
 from ._core import (
     Discovery,
     PValues,

@@ -41,7 +41,7 @@ from .._engine.parameter import Parameter, set_values
 from ..exceptions import InferenceError, POIError
 from ..loss import BaseLoss
 from ..minimize import Minuit
-from ..results import FitResult
+from ..minimize import FitResult
 
 __all__ = [
     "Calculator",

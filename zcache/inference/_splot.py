@@ -60,7 +60,7 @@ from .._engine.tf_internals import zcache_graphs
 from ..exceptions import SPlotError
 from ..loss import UnbinnedNLL
 from ..models import SumPdf
-from ..results import FitResult
+from ..minimize import FitResult
 
 __all__ = ["SWeights", "sweights", "sweighted_covariance", "SWEIGHTS_COVARIANCES"]
 

@@ -63,6 +63,7 @@ from ._base import Model, as_parameter, unique_parameters
 from ._base import density as density  # not in __all__ (a helper of models), importable as before
 from ._basic import Exponential, FunctionPdf, Gaussian
 from ._composite import ProductPdf, SumPdf
+from ._sampling import accept_reject, accept_reject_pool, adaptive_batch, rng, set_seed, truncated_normal
 from ._space import Space, one_dimensional
 
 __all__ = [
@@ -76,5 +77,12 @@ __all__ = [
     "as_parameter",
     "one_dimensional",
     "unique_parameters",
+    # zcache's random generator and its samplers
+    "rng",
+    "set_seed",
+    "accept_reject",
+    "accept_reject_pool",
+    "adaptive_batch",
+    "truncated_normal",
 ]
 

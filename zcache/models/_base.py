@@ -15,7 +15,7 @@ from .._engine.function import Function, function
 from .._engine.parameter import Parameter
 from .._engine.traced_checks import require
 from ..exceptions import DensityError, ModelError
-from ..sampling import accept_reject, rng
+from ._sampling import accept_reject, rng
 from ._numerics import FMAX_GRID, FMAX_RAISES, FMAX_SAFETY, gauss_legendre, gauss_legendre_bins, grid_maximum
 from ._space import Space
 

@@ -9,7 +9,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..exceptions import ModelError, ParameterValueError
-from ..sampling import rng, truncated_normal
+from ._sampling import rng, truncated_normal
 from ._base import Model
 from ._space import Space, one_dimensional
 

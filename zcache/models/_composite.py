@@ -11,7 +11,7 @@ from .._engine.cachable import cached
 from .._engine.data import Data
 from .._engine.parameter import Parameter
 from ..exceptions import ModelError
-from ..sampling import rng
+from ._sampling import rng
 from ._base import Model, as_parameter, density
 
 

@@ -78,7 +78,7 @@ from .._engine.tf_internals import leave_to_python
 from .._engine.trace import forbid_in_trace
 from ..exceptions import DataDtypeError, ModelError, WholeSampleTermError
 from ..loss import BaseLoss
-from ..objective import Objective
+from ..loss import Objective
 
 __all__ = ["DistributedLoss", "CallStats"]
 

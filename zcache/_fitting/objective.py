@@ -52,12 +52,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.parameter import Parameter, set_values
-from ._engine.precompute import PrecomputeReport, ensure_precomputed
-from ._engine.trace import forbid_in_trace
-from ._fitting.corrections import corrected_covariance, has_weights
-from .exceptions import FitError
-from .models import unique_parameters
+from .._engine.parameter import Parameter, set_values
+from .._engine.precompute import PrecomputeReport, ensure_precomputed
+from .._engine.trace import forbid_in_trace
+from .corrections import corrected_covariance, has_weights
+from ..exceptions import FitError
+from ..models import unique_parameters
 
 __all__ = ["Objective", "LossState"]
 

@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 import iminuit
 import numpy as np
 
-from ._engine.parameter import Parameter
-from ._engine.precompute import PrecomputeReport
-from .exceptions import FitError
+from .._engine.parameter import Parameter
+from .._engine.precompute import PrecomputeReport
+from ..exceptions import FitError
 from .objective import LossState
 
 __all__ = ["FitResult", "FitMinuit", "MinosError"]
