@@ -52,9 +52,9 @@ SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "amplitude/_ampform.py::zcache.amplitude._ampform.from_helicity_model",
     "amplitude/_ampform.py::zcache.amplitude._ampform.phasespace_generator",
     "amplitude/_kinematics.py::zcache.amplitude._kinematics",
-    "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes/__init__.py::zcache.shapes",
+    "minimize.py::zcache.minimize.Scipy", "_fitting/results.py::zcache._fitting.results", "shapes/__init__.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
-    *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
+    *(f"_fitting/results.py::zcache._fitting.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
 )}
 
 

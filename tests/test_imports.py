@@ -132,6 +132,16 @@ def test_the_layers_are_folders():
         "_engine", "_fitting", "amplitude", "inference", "models", "scale", "shapes"}
 
 
+#: Issue 53: the top level of zcache/ shows the layers at a glance (modules and packages, ``__init__.py`` included).
+MAX_TOP_LEVEL_ENTRIES = 15
+
+
+def test_the_top_level_shows_the_layers_at_a_glance():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
+    assert "__init__.py" in entries and "_engine" in entries  # the listing sees files and packages
+    assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, entries
+
+
 def test_no_private_names_across_modules():
     """No ``from .x import _name`` and no ``module._name`` of another zcache module."""
     modules = _modules()

@@ -10,9 +10,8 @@ from helpers import GRAPH_MODES, HI, LIMITS, LO, NAMES, np_extended_nll, slow_mo
 import zcache
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
-from zcache.minimize import Minuit
+from zcache.minimize import FitResult, Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.minimize import FitResult
 
 SPACE = Space("x", -8.0, 8.0)  # wide: the truncation is negligible, so the MLE is the sample mean/std
 

@@ -1,4 +1,4 @@
-"""zcache.sampling: the one accept-reject sampler (models, phase space and amplitude PDFs use it)."""
+"""zcache.models' sampling: the one accept-reject sampler (models, phase space and amplitude PDFs use it)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ restyled or saved (``result.figure.savefig(...)``).
   Dalitz-plot :class:`zcache.amplitude.AmplitudePdf`, a :class:`zcache.models.ProductPdf`),
   with pulls;
 - :func:`plot_profile`: the likelihood profile of a parameter from a
-  :class:`zcache.results.FitResult`, with the HESSE parabola and the MINOS interval;
+  :class:`zcache.minimize.FitResult`, with the HESSE parabola and the MINOS interval;
 - :func:`plot_pulls`: the pull distribution of a toy study (:class:`zcache.toys.ToyResult`)
   with a Gaussian fitted to it;
 - :func:`plot_scan`, :func:`plot_contour`: a profile scan with its intervals and the contours of
@@ -65,8 +65,8 @@ from ._engine.data import Data
 from ._engine.tf_internals import leave_to_python
 from .amplitude import AmplitudePdf
 from .inference import Contour, ProfileScan, PValues, UpperLimit
-from .models import Model, ProductPdf, SumPdf
 from .minimize import FitResult
+from .models import Model, ProductPdf, SumPdf
 from .toys import ToyResult
 
 __all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls",
@@ -144,7 +144,7 @@ class ProfilePlot:
     ax : matplotlib.axes.Axes
         The axes.
     x : ndarray
-        The parameter values (from :meth:`zcache.results.FitResult.profile`).
+        The parameter values (from :meth:`zcache.minimize.FitResult.profile`).
     delta : ndarray
         The loss minus its minimum at each value.
     valid : ndarray of bool
@@ -721,17 +721,17 @@ def plot_profile(
 ) -> ProfilePlot:
     r"""The likelihood profile of one parameter, with the HESSE parabola and the one-sigma line.
 
-    The points are :meth:`zcache.results.FitResult.profile` (the other parameters
+    The points are :meth:`zcache.minimize.FitResult.profile` (the other parameters
     minimized at each point, or fixed with ``minimize=False``): the loss minus its minimum,
     :math:`\Delta(-\log L)` for a likelihood (errordef 1/2) or :math:`\Delta\chi^2`
     (errordef 1). The HESSE parabola is :math:`\mathrm{errordef}\,((x-\hat x)/\sigma)^2`,
     the horizontal line is one sigma (errordef), and the MINOS interval is marked where it
-    was computed (:meth:`~zcache.results.FitResult.minos`). Points whose minimization did
+    was computed (:meth:`~zcache.minimize.FitResult.minos`). Points whose minimization did
     not converge are crossed.
 
     Parameters
     ----------
-    result : zcache.results.FitResult
+    result : zcache.minimize.FitResult
         A Minuit fit result (live, not unpickled).
     name : str
         The fitted parameter.

@@ -1,7 +1,7 @@
 """The outcome of a fit: values, errors, validity, MINOS intervals and profiles.
 
 A :class:`FitResult` keeps the state of the loss at the minimum (every parameter's value,
-fixed ones included, and the data; :class:`zcache.objective.LossState`). :meth:`FitResult.minos`,
+fixed ones included, and the data; :class:`zcache.loss.LossState`). :meth:`FitResult.minos`,
 :meth:`FitResult.profile` and every method of ``result.minuit`` that evaluates the loss (a
 :class:`FitMinuit`) put that state back while they run and restore the parameters (and data) as
 they found them, even on an error: later fits, ``floating`` toggles or changed fixed parameters
