@@ -129,7 +129,7 @@ def test_the_layers_are_folders():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem.startswith("_") and p.stem != "__init__")
     assert top == []
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
-        "_engine", "_fitting", "amplitude", "inference", "models", "scale", "shapes"}
+        "_engine", "_fitting", "amplitude", "inference", "models", "plot", "scale", "shapes"}
 
 
 #: Issue 53: the top level of zcache/ shows the layers at a glance (modules and packages, ``__init__.py`` included).

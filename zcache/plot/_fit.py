@@ -61,13 +61,13 @@ except ImportError as err:  # matplotlib is an optional extra
     raise ImportError("zcache.plot needs matplotlib, which is not installed: pip install zcache[plot]") from err
 from scipy import stats
 
-from ._engine.data import Data
-from ._engine.tf_internals import leave_to_python
-from .amplitude import AmplitudePdf
-from .inference import Contour, ProfileScan, PValues, UpperLimit
-from .minimize import FitResult
-from .models import Model, ProductPdf, SumPdf
-from .toys import ToyResult
+from .._engine.data import Data
+from .._engine.tf_internals import leave_to_python
+from ..amplitude import AmplitudePdf
+from ..inference import Contour, ProfileScan, PValues, UpperLimit
+from ..minimize import FitResult
+from ..models import Model, ProductPdf, SumPdf
+from ..toys import ToyResult
 
 __all__ = ["FitPlot", "ProfilePlot", "PullPlot", "plot_fit", "plot_projections", "plot_profile", "plot_pulls",
            "ScanPlot", "ContourPlot", "plot_scan", "plot_contour", "CLsPlot", "plot_cls"]
