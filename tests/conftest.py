@@ -48,7 +48,7 @@ def pytest_configure(config):
 #: cannot carry a mark, so they are named here; the fast loop keeps each module's other examples
 SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "scale/_batch.py::zcache.scale._batch", "scale/_batch.py::zcache.scale._batch.BatchedLoss", "toys.py::zcache.toys",
-    "binned.py::zcache.binned", "plot/_fit.py::zcache.plot._fit.plot_profile",
+    "binned.py::zcache.binned", "plot/_inference.py::zcache.plot._inference.plot_profile",
     "amplitude/_ampform.py::zcache.amplitude._ampform.from_helicity_model",
     "amplitude/_ampform.py::zcache.amplitude._ampform.phasespace_generator",
     "amplitude/_kinematics.py::zcache.amplitude._kinematics",
