@@ -22,7 +22,7 @@ import zcache
 from zcache._fitting import compiled_fit
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.sampling import set_seed
+from zcache.models import set_seed
 
 # The demo model is the repository's demos/amplitude.py (demos/ is not installed with zcache).
 ROOT = Path(__file__).resolve().parents[1]

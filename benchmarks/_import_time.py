@@ -31,7 +31,7 @@ from zcache.minimize import Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()
-zcache.sampling.set_seed(54)
+zcache.models.set_seed(54)
 space = Space("x", 0.0, 10.0)
 mu, sigma = zcache.Parameter("mu", 5.0), zcache.Parameter("sigma", 1.0, lower=0.1)
 lam = zcache.Parameter("lam", -0.3, upper=-0.01)

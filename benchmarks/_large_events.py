@@ -56,7 +56,7 @@ def _model(n_mc: int = 1000) -> dict[str, Any]:
 
 def phasespace_file(n_mc: int) -> Path:
     """The integration sample (uniform in the Dalitz plot), ``phsp_<n_mc>.npy``, made once and reused."""
-    from zcache.sampling import set_seed
+    from zcache.models import set_seed
 
     path = DATA / f"phsp_{n_mc}.npy"
     if not path.exists():
@@ -206,7 +206,7 @@ def events_file(n: int) -> Path:
     pathlib.Path
         The file (shape (n, 2), float64: s12, s13) beside its ``.json`` sidecar.
     """
-    from zcache.sampling import set_seed
+    from zcache.models import set_seed
 
     path = DATA / f"dalitz_{n}.npy"
     if path.exists() and path.with_suffix(".json").exists():

@@ -284,7 +284,7 @@ def _draw(n_max: int, from_model: bool) -> None:
     """
     if "data" in _SAMPLES and len(_SAMPLES["data"]) >= n_max:
         return
-    zcache.sampling.set_seed(20240601)
+    zcache.models.set_seed(20240601)
     kin = kinematics()
     _SAMPLES["mc"] = kin.sample(n_max, name="truth_mc").numpy()
     if from_model:

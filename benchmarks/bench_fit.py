@@ -273,7 +273,7 @@ def zcache_toys(n_toys: int, setup: peers.GaussExpSetup, seed: int = 1, use_grad
     n_events = setup.n_events
     minimizer = _minuit(use_gradient, hesse=True)
     with zcache.set_graph_mode(True), zcache.set_jit_mode("auto" if jit else False):
-        zcache.sampling.set_seed(seed)
+        zcache.models.set_seed(seed)
         data = zcache.Data(model.sample(n_events).numpy(), name=f"toys_{next(_TAGS)}",
                            capacity="auto" if jit else None)
         loss = ExtendedUnbinnedNLL(model, data)

@@ -145,7 +145,7 @@ def _amplitude_problem(n: int):
     from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
-    zcache.sampling.set_seed(5)
+    zcache.models.set_seed(5)
     mc, data = kin.sample(n, name="amp_mc"), kin.sample(n, name="amp_data")
     mass = zcache.Parameter("amp_kst_mass", 0.8955, lower=0.85, upper=0.95)
     comps = [(ComplexParameter("amp_c_nr", 1.0, floating=False), NonResonant(kin)),

@@ -71,7 +71,7 @@ def build(n_events: int) -> tuple[Any, Any]:
         params[name] = zcache.Parameter(f"toy_{name}", value, lower=low, upper=high)
     model = SumPdf([Gaussian(space, params["mu"], params["sigma"]), Exponential(space, params["lam"])],
                    yields=[params["nsig"], params["nbkg"]])
-    zcache.sampling.set_seed(0)
+    zcache.models.set_seed(0)
     return model, ExtendedUnbinnedNLL(model, model.sample(n_events))
 
 

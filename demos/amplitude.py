@@ -37,7 +37,7 @@ from demos.basics import median_ms
 from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance, fit_fractions
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.sampling import set_seed
+from zcache.models import set_seed
 
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039
 

@@ -134,7 +134,7 @@ def fit_section(n_events: int = 100_000, n_toys: int = 20) -> None:
     start = [5.3, 0.7, 0.4 * n_events, 0.6 * n_events]
     gen_model, gen_params = _fit_model(space, lam, "_gen")
     zcache.set_values(gen_params, truth)
-    zcache.sampling.set_seed(1)
+    zcache.models.set_seed(1)
     data = gen_model.sample(n_events)
 
     results = {}

@@ -52,7 +52,7 @@ def build_study(n_events: int = 10_000) -> tuple[Any, Any]:
     nsig = zcache.Parameter("toy_nsig", 0.3 * n_events, lower=0.0, upper=5.0 * n_events)
     nbkg = zcache.Parameter("toy_nbkg", 0.7 * n_events, lower=0.0, upper=5.0 * n_events)
     model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.sampling.set_seed(0)
+    zcache.models.set_seed(0)
     return model, ExtendedUnbinnedNLL(model, model.sample(n_events))
 
 

@@ -48,13 +48,13 @@ def pytest_configure(config):
 #: cannot carry a mark, so they are named here; the fast loop keeps each module's other examples
 SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "scale/_batch.py::zcache.scale._batch", "scale/_batch.py::zcache.scale._batch.BatchedLoss", "toys.py::zcache.toys",
-    "binned.py::zcache.binned", "plot.py::zcache.plot.plot_profile",
+    "binned.py::zcache.binned", "plot/_inference.py::zcache.plot._inference.plot_profile",
     "amplitude/_ampform.py::zcache.amplitude._ampform.from_helicity_model",
     "amplitude/_ampform.py::zcache.amplitude._ampform.phasespace_generator",
     "amplitude/_kinematics.py::zcache.amplitude._kinematics",
-    "minimize.py::zcache.minimize.Scipy", "results.py::zcache.results", "shapes/__init__.py::zcache.shapes",
+    "minimize.py::zcache.minimize.Scipy", "_fitting/results.py::zcache._fitting.results", "shapes/__init__.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
-    *(f"results.py::zcache.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
+    *(f"_fitting/results.py::zcache._fitting.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
 )}
 
 

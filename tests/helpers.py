@@ -160,7 +160,7 @@ def gauss_exp_study(tag: str, n: int = 1000, seed: int = 1) -> tuple:
     nsig = zcache.Parameter(f"nsig_{tag}", 0.3 * n, lower=0.0, upper=5.0 * n)
     nbkg = zcache.Parameter(f"nbkg_{tag}", 0.7 * n, lower=0.0, upper=5.0 * n)
     model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.sampling.set_seed(seed)
+    zcache.models.set_seed(seed)
     return model, ExtendedUnbinnedNLL(model, model.sample(n)), [mu, sigma, lam, nsig, nbkg]
 
 

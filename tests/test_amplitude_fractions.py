@@ -32,8 +32,7 @@ from zcache.amplitude import (
 from zcache.exceptions import FitError, IllegalInGraphModeError, ModelError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Gaussian, Space
-from zcache.sampling import set_seed
+from zcache.models import Gaussian, Space, set_seed
 
 sp = pytest.importorskip("sympy")
 from zcache.amplitude import SymbolicModel  # noqa: E402

@@ -42,8 +42,7 @@ from zcache.amplitude import (
 from zcache.exceptions import DataRangeError, ModelError, ParameterValueError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Gaussian, Space
-from zcache.sampling import set_seed
+from zcache.models import Gaussian, Space, set_seed
 
 # D+ -> K- pi+ pi+ (PDG masses, GeV)
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039

@@ -18,8 +18,7 @@ from scipy.spatial.transform import Rotation
 import zcache
 from zcache.amplitude import DalitzKinematics, DalitzSpace, kallen
 from zcache.exceptions import ModelError
-from zcache.models import Space
-from zcache.sampling import set_seed
+from zcache.models import Space, set_seed
 
 KS_MIN_P = 0.01  # fixed seeds: the draws are deterministic, the threshold only has to be sane
 

@@ -32,8 +32,8 @@ from zcache.amplitude import SymbolicModel, from_helicity_model, phasespace_gene
 from zcache.exceptions import ParameterValueError, SymbolicError  # noqa: E402
 from zcache.loss import UnbinnedNLL  # noqa: E402
 from zcache.minimize import Minuit  # noqa: E402
-from zcache.sampling import rng as zcache_rng  # noqa: E402
-from zcache.sampling import set_seed  # noqa: E402
+from zcache.models import rng as zcache_rng  # noqa: E402
+from zcache.models import set_seed  # noqa: E402
 
 M_PI0, M_PIC, M_K, M_D0, M_JPSI = 0.1349768, 0.13957039, 0.493677, 1.86484, 3.0969
 

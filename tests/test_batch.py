@@ -23,7 +23,7 @@ def _gauss_exp(tag: str, n: int = 1000):
 
 
 def _toys(model, sizes, seed=5):
-    zcache.sampling.set_seed(seed)
+    zcache.models.set_seed(seed)
     return [model.sample(int(k)).numpy() for k in sizes]
 
 
@@ -201,7 +201,7 @@ def test_an_amplitude_model_batches_and_its_integrals_are_served():
     amp = CoherentSum([(ComplexParameter("c_nr_b", 1.0, floating=False), NonResonant(kin)),
                        (ComplexParameter("c_kst_b", 0.3 + 0.2j), kstar), (ComplexParameter("c_k0_b", 0.5 - 0.1j), k0)])
     pdf = AmplitudePdf(amp, kin.sample(5_000, name="mc_b"))
-    zcache.sampling.set_seed(3)
+    zcache.models.set_seed(3)
     loss = UnbinnedNLL(pdf, pdf.sample(400))
     params = loss.params
     toys = [pdf.sample(400).numpy() for _ in range(2)]

@@ -217,7 +217,7 @@ def test_a_fit_under_half_the_budget_gives_the_same_result(compiled):
     params = [mu, sigma, nsig, nbkg]
     start = [5.3, 0.7, 200.0, 300.0]
     model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.sampling.set_seed(3)
+    zcache.models.set_seed(3)
     loss = ExtendedUnbinnedNLL(model, model.sample(500))
     results = {}
     for budgeted in (False, True):

@@ -22,8 +22,7 @@ from zcache._fitting.compiled_fit import CompiledFit
 from zcache.binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Exponential, FunctionPdf, Gaussian, ProductPdf, Space, SumPdf
-from zcache.sampling import set_seed
+from zcache.models import Exponential, FunctionPdf, Gaussian, ProductPdf, Space, SumPdf, set_seed
 from zcache.shapes import ARGUS, Bernstein, Chebyshev, CrystalBall, DoubleCrystalBall, JohnsonSU, Voigtian
 
 

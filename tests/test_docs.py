@@ -50,6 +50,35 @@ def test_the_api_index_names_only_what_exists():
             assert hasattr(__import__(module, fromlist=[name]), name), entry
 
 
+def _public_modules() -> list[str]:
+    """The public modules and packages under zcache/ (their names without a leading underscore)."""
+    found = [p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")]
+    found += [p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists() and not p.name.startswith("_")]
+    return ["zcache", *sorted(f"zcache.{name}" for name in found)]
+
+
+#: Names deliberately in two public modules: the base error, at the top level and among the errors.
+TWO_HOMES = {frozenset({"zcache.ZCacheError", "zcache.exceptions.ZCacheError"})}
+
+
+def test_each_public_name_has_one_home():
+    """A class or function is in the ``__all__`` of one public module: a private module is a file, not a home."""
+    import importlib
+
+    homes: dict[int, list[str]] = {}
+    keep = []  # the objects themselves, so that no id is reused while the check runs
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and not isinstance(obj, types.ModuleType):
+                keep.append(obj)
+                homes.setdefault(id(obj), []).append(f"{module_name}.{name}")
+    assert sum(len(h) for h in homes.values()) > 150  # the check saw the public API
+    shared = [sorted(h) for h in homes.values() if len(h) > 1 and frozenset(h) not in TWO_HOMES]
+    assert shared == []
+
+
 def test_pages_exist():
     assert PAGES, f"no .md pages under {DOCS}"
     assert any("migration" in p.parts for p in PAGES)

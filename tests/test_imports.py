@@ -6,6 +6,8 @@ layer's private parts; a public package such as ``zcache/amplitude/``, ``zcache/
 holds its own private modules behind one re-export list). The same rules run as
 import-linter contracts in ``make lint`` (``lint-imports``, contracts in setup.cfg); this test
 needs nothing beyond the standard library and networkx, and also sees imports inside functions.
+The top level shows the layers at a glance (at most 15 entries), and modules, classes and functions stay
+short enough to read (issue 53: the limits and how lines are counted are at ``_too_long``).
 """
 
 from __future__ import annotations
@@ -129,7 +131,17 @@ def test_the_layers_are_folders():
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem.startswith("_") and p.stem != "__init__")
     assert top == []
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
-        "_engine", "_fitting", "amplitude", "inference", "models", "scale", "shapes"}
+        "_engine", "_fitting", "amplitude", "inference", "models", "plot", "scale", "shapes"}
+
+
+#: Issue 53: the top level of zcache/ shows the layers at a glance (modules and packages, ``__init__.py`` included).
+MAX_TOP_LEVEL_ENTRIES = 15
+
+
+def test_the_top_level_shows_the_layers_at_a_glance():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists())
+    assert "__init__.py" in entries and "_engine" in entries  # the listing sees files and packages
+    assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, entries
 
 
 def test_no_private_names_across_modules():
@@ -148,3 +160,55 @@ def test_no_private_names_across_modules():
                     and node.attr.startswith("_") and not node.attr.startswith("__")):
                 bad.append(f"{name}:{node.lineno} uses {node.value.id}.{node.attr}")
     assert bad == []
+
+
+# Issue 53: no module over ~1,000 lines (all lines), no class over ~400 and no function over ~100 lines of code.
+# Lines of code: a line that holds a token other than a comment, not in a docstring (module, class or function)
+# and not blank; decorators count with what they decorate.
+MAX_MODULE_LINES, MAX_CLASS_CODE_LINES, MAX_FUNCTION_CODE_LINES = 1000, 400, 100
+
+
+def _too_long(source: str, where: str) -> list[str]:
+    """What in ``source`` (a module's text) is over the limits, each as ``where:line name (n code lines)``."""
+    import io
+    import tokenize
+
+    tree = ast.parse(source)
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+    code = {line for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type not in skip
+            for line in range(tok.start[0], tok.end[0] + 1)} - docstrings
+    out = []
+    if len(source.splitlines()) > MAX_MODULE_LINES:
+        out.append(f"{where} ({len(source.splitlines())} lines)")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            n = sum(1 for line in code if start <= line <= node.end_lineno)
+            if n > (MAX_CLASS_CODE_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_CODE_LINES):
+                out.append(f"{where}:{node.lineno} {node.name} ({n} code lines)")
+    return out
+
+
+def test_modules_classes_and_functions_stay_short():
+    bad = [line for path in sorted(PACKAGE.rglob("*.py"))
+           for line in _too_long(path.read_text(), str(path.relative_to(PACKAGE)))]
+    assert bad == [], "split these into named steps (issue 53):\n" + "\n".join(bad)
+
+
+def test_the_length_check_counts_code_not_docstrings_or_comments():
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_CODE_LINES - 1))
+    doc = '    """A docstring.\n\n' + "    More.\n" * 200 + '    """\n'
+    comments = "    # a comment\n\n" * 100
+    short = f"def f():\n{doc}{comments}{body}"  # the def line and the body: at the limit
+    assert _too_long(short, "m.py") == []
+    long = f"@decorator\ndef f():\n{doc}{body}"  # the decorator is one line more
+    assert _too_long(long, "m.py") == [f"m.py:2 f ({MAX_FUNCTION_CODE_LINES + 1} code lines)"]
+    methods = "".join(f"    def m{i}(self):\n        return {i}\n" for i in range(MAX_CLASS_CODE_LINES // 2))
+    assert _too_long(f"class C:\n{methods}", "m.py") == [f"m.py:1 C ({MAX_CLASS_CODE_LINES + 1} code lines)"]
+    assert _too_long("x = 1\n" * (MAX_MODULE_LINES + 1), "m.py") == [f"m.py ({MAX_MODULE_LINES + 1} lines)"]

@@ -17,8 +17,7 @@ from zcache.exceptions import InferenceError, POIError, ZCacheWarning
 from zcache.inference import ToyCalculator, ToyFits, _toys, conditional_fit, interval
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.sampling import set_seed
+from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
 
 
 def _state(loss):

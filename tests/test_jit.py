@@ -610,7 +610,7 @@ def test_amplitude_loss_compiles_and_keeps_its_mass_check():
     from zcache.amplitude import AmplitudePdf, CoherentSum, ComplexParameter, DalitzKinematics, NonResonant, Resonance
 
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039, names=("K-", "pi+", "pi+"))
-    zcache.sampling.set_seed(3)
+    zcache.models.set_seed(3)
     mc, data = kin.sample(4000, name="mc_jit"), kin.sample(2000, name="data_jit")
     limited = zcache.Parameter("m_kst_jit", 0.8955, lower=0.85, upper=0.95)
     free = zcache.Parameter("m_k0_jit", 1.425)  # no limits: the range check stays in the graph

@@ -10,9 +10,8 @@ from helpers import GRAPH_MODES, HI, LIMITS, LO, NAMES, np_extended_nll, slow_mo
 import zcache
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL, UnbinnedNLL
-from zcache.minimize import Minuit
+from zcache.minimize import FitResult, Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.results import FitResult
 
 SPACE = Space("x", -8.0, 8.0)  # wide: the truncation is negligible, so the MLE is the sample mean/std
 
@@ -70,7 +69,7 @@ def test_extended_fit_recovers_yields(graph_mode):
     nsig = zcache.Parameter("nsig_e", 500.0, lower=0.0, upper=1e4)
     nbkg = zcache.Parameter("nbkg_e", 1500.0, lower=0.0, upper=1e4)
     model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[nsig, nbkg])
-    zcache.sampling.set_seed(5)
+    zcache.models.set_seed(5)
     data = model.sample(2000)
     zcache.set_values([mu, sigma, nsig, nbkg], [5.3, 0.7, 800.0, 1000.0])
     result = Minuit().minimize(ExtendedUnbinnedNLL(model, data))

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 import zcache
 from zcache.exceptions import DataShapeError, ModelError, ParameterValueError
 from zcache.loss import UnbinnedNLL
-from zcache.models import Exponential, FunctionPdf, Gaussian, Model, ProductPdf, Space, SumPdf
-from zcache.sampling import set_seed
+from zcache.models import Exponential, FunctionPdf, Gaussian, Model, ProductPdf, Space, SumPdf, set_seed
 
 KS_MIN_P = 0.01  # fixed seeds: the draws are deterministic, the threshold only has to be sane
 

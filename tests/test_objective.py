@@ -9,9 +9,8 @@ import scipy.stats
 import zcache
 from zcache._engine.finite_differences import central_differences, central_points, default_step, forward_point
 from zcache.exceptions import FitError
-from zcache.loss import UnbinnedNLL
+from zcache.loss import Objective, UnbinnedNLL
 from zcache.models import Gaussian, Space
-from zcache.objective import Objective
 
 SPACE = Space("x", -6.0, 6.0)
 X = np.random.default_rng(11).normal(0.3, 1.2, 400)

@@ -5,7 +5,7 @@
 sequences of what a zfit user does between fits: fit with Minuit (precompute on / off,
 zcache's gradient or Minuit's own), refit, toggle ``floating`` on a parameter, change a
 fixed parameter, replace the data (``set_data``), ask a *previous* result for MINOS or a
-profile (through :class:`zcache.results.FitResult` or directly on ``result.minuit``) and
+profile (through :class:`zcache.minimize.FitResult` or directly on ``result.minuit``) and
 call :func:`zcache.precompute`.
 
 Every step is checked against references that do not use zcache: a numpy NLL of the same
@@ -59,9 +59,8 @@ from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
 from zcache._engine.precompute import precomputed
 from zcache.exceptions import FitError
 from zcache.loss import ExtendedUnbinnedNLL
-from zcache.minimize import Minuit
+from zcache.minimize import FitResult, Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
-from zcache.results import FitResult
 from zcache.scale import BatchedLoss, ChunkedLoss, Chunks
 
 TRUTH = {"mu": 5.0, "sigma": 0.6, "lam": -0.3, "nsig": 250.0, "nbkg": 450.0}

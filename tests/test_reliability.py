@@ -1114,7 +1114,7 @@ def test_fits_of_separate_models_in_threads_leave_the_modes_alone():
     process-wide graph mode at eager (precompute flipped it with set_graph_mode(False)); every
     fit equals the same fit run alone."""
     from zcache.minimize import Minuit
-    from zcache.sampling import set_seed
+    from zcache.models import set_seed
 
     set_seed(7)
     worlds = [_fit_world(n=400) for _ in range(2)]

@@ -13,9 +13,8 @@ import pytest
 import zcache
 from zcache.exceptions import FitError
 from zcache.loss import UnbinnedNLL
-from zcache.minimize import Minuit, Scipy
+from zcache.minimize import FitResult, MinosError, Minuit, Scipy
 from zcache.models import Gaussian, Space
-from zcache.results import FitResult, MinosError
 from zcache.toys import ToyResult, run_toys
 
 SPACE = Space("x", -5.0, 5.0)

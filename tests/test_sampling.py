@@ -1,4 +1,4 @@
-"""zcache.sampling: the one accept-reject sampler (models, phase space and amplitude PDFs use it)."""
+"""zcache.models' sampling: the one accept-reject sampler (models, phase space and amplitude PDFs use it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import zcache
 from zcache.exceptions import ModelError
-from zcache.sampling import accept_reject, adaptive_batch, set_seed
+from zcache.models import accept_reject, adaptive_batch, set_seed
 
 KS_MIN_P = 1e-3
 
@@ -74,7 +74,7 @@ def _n_repeated(events):
 
 def test_pool_sampler_uses_each_event_once_and_refuses_a_small_pool(mode):
     """accept_reject_pool: distinct indices, the weighted distribution, seeded; too few accepted: the caller's error."""
-    from zcache.sampling import accept_reject_pool
+    from zcache.models import accept_reject_pool
 
     pool = np.random.default_rng(8).uniform(0.0, 1.0, 100_000)
     run = zcache.function(lambda n: accept_reject_pool(n, tf.constant(2.0 * pool), "pool too small"), wraps="sample")
@@ -90,7 +90,7 @@ def test_pool_sampler_uses_each_event_once_and_refuses_a_small_pool(mode):
 
 def test_proposals_from_a_generator(mode):
     """accept_reject(propose=...): fresh draws of the proposal distribution, weighted by the density."""
-    from zcache.sampling import rng
+    from zcache.models import rng
 
     set_seed(10)
     x = accept_reject(4000, [0.0], [1.0], lambda x: 2.0 * x[:, 0], 2.0,

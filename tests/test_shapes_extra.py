@@ -25,8 +25,7 @@ import zcache
 from zcache.exceptions import DensityError, FitError, ModelError, ParameterValueError
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Space
-from zcache.sampling import set_seed
+from zcache.models import Space, set_seed
 from zcache.shapes import KDE1D, Bernstein, Chebyshev, HistogramPdf
 
 KS_MIN_P = 1e-3  # fixed seeds: the draws are deterministic, the threshold only has to be sane

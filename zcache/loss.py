@@ -20,7 +20,9 @@ which set the floating parameters and evaluate in one traced call, and subtract 
 offset (the value at the starting point), so Minuit works on numbers of order one
 near the minimum. The offset belongs to the minimization that passes it
 (``offset=``): a second fit on the same loss never changes what the first fit's
-Minuit object (MINOS, profiles) sees.
+Minuit object (MINOS, profiles) sees. A minimizer that takes one vector (Scipy, a
+user's own) sees the loss through :meth:`BaseLoss.objective`, an :class:`Objective` (value,
+gradient, Hessian, start, limits, offset); a fit's result keeps a :class:`LossState`.
 
 :attr:`BaseLoss.params`, the parameters a fit floats by default, follows the
 ``floating`` flags at the time it is read, not at the time the loss was built:
@@ -58,12 +60,13 @@ from ._engine.function import Function
 from ._engine.parameter import Parameter
 from ._engine.traced_checks import require
 from ._fitting.loss_programs import LossPrograms
+from ._fitting.objective import LossState, Objective
 from .exceptions import DataRangeError, FitError, ModelError
 from .models import Model, unique_parameters
-from .objective import Objective
 
 __all__ = [
     "BaseLoss", "UnbinnedNLL", "ExtendedUnbinnedNLL", "SimultaneousLoss", "GaussianConstraint", "model_parameters",
+    "Objective", "LossState",
 ]
 
 class GaussianConstraint:
@@ -542,7 +545,7 @@ class BaseLoss:
 
     def objective(self, params: Sequence[Parameter] | None = None, *, precompute: bool = True,
                   keep_floating: bool = False, who: str = "minimize") -> Objective:
-        """The loss as a minimizer sees it: a function of one vector (:class:`zcache.objective.Objective`).
+        """The loss as a minimizer sees it: a function of one vector (:class:`zcache.loss.Objective`).
 
         Parameters
         ----------
@@ -557,7 +560,7 @@ class BaseLoss:
 
         Returns
         -------
-        zcache.objective.Objective
+        zcache.loss.Objective
 
         Raises
         ------

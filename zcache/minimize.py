@@ -7,10 +7,10 @@ through caches, or numerical, following :func:`zcache.set_autograd_mode`) or, wi
 ``use_gradient=False``, Minuit's own finite differences.
 
 Each minimization owns its offset (the loss at the start, subtracted so that Minuit
-works on numbers of order one), and its :class:`zcache.results.FitResult` remembers the state of
+works on numbers of order one), and its :class:`FitResult` remembers the state of
 the loss at the minimum: every parameter's value, fixed ones included, and the
-data. :meth:`zcache.results.FitResult.minos`, :meth:`zcache.results.FitResult.profile` and every method of
-``result.minuit`` that evaluates the loss (a :class:`zcache.results.FitMinuit`) put that state
+data. :meth:`FitResult.minos` (a :class:`MinosError` per parameter), :meth:`FitResult.profile` and every method of
+``result.minuit`` that evaluates the loss (a :class:`FitMinuit`) put that state
 back while they run and restore the parameters (and data) as they found them, even
 on an error: later fits, ``floating`` toggles or changed fixed parameters do not
 change a result's MINOS intervals, and MINOS does not leave the parameters at the
@@ -55,12 +55,12 @@ from ._engine.parameter import Parameter
 from ._fitting import minuit2
 from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
+from ._fitting.objective import LossState, Objective
+from ._fitting.results import FitMinuit, FitResult, MinosError
 from .exceptions import ZCacheError
 from .loss import BaseLoss
-from .objective import LossState, Objective
-from .results import FitMinuit, FitResult
 
-__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS"]
+__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit", "MinosError"]
 
 _HUGE = 1e30
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
@@ -98,7 +98,7 @@ def _result(obj: Objective, best: np.ndarray, covariance: np.ndarray | None, wei
 
 
 class _MinuitFunction:
-    """What a :class:`zcache.results.FitMinuit` calls: the objective's value, gradient and Hessian, in Minuit2's terms.
+    """What a :class:`zcache.minimize.FitMinuit` calls: the objective's value, gradient and Hessian, in Minuit2's terms.
 
     The Hessian is the loss's exact one plus what Minuit2's bound transforms leave out, laid
     out as the installed Minuit2 reads it (:mod:`zcache._fitting.minuit2`); for that it asks the Minuit
@@ -376,7 +376,7 @@ class Minuit:
         Returns
         -------
         FitResult
-            With a :class:`zcache.results.FitMinuit` as ``minuit``, for MINOS and profiles.
+            With a :class:`zcache.minimize.FitMinuit` as ``minuit``, for MINOS and profiles.
 
         Raises
         ------

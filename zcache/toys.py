@@ -56,8 +56,7 @@ from ._engine.trace import forbid_in_trace
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
 from .minimize import Minuit
-from .models import Model
-from .sampling import set_seed
+from .models import Model, set_seed
 from .scale import BatchedLoss, padded_toys
 
 __all__ = ["run_toys", "ToyResult", "GENERATION_BLOCK", "local_cluster"]

@@ -28,8 +28,8 @@ from ampform.dynamics.builder import RelativisticBreitWignerBuilder
 from zcache.amplitude import FitFractions, from_helicity_model
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
+from zcache.models import set_seed
 from zcache.plot import plot_projections
-from zcache.sampling import set_seed
 
 # qrules shows a progress bar unless its transition module logs above WARNING.
 logging.getLogger("qrules.transition").setLevel(logging.ERROR)

@@ -32,8 +32,8 @@ from zcache.amplitude import (
 )
 from zcache.loss import UnbinnedNLL
 from zcache.minimize import Minuit
+from zcache.models import set_seed
 from zcache.plot import plot_projections
-from zcache.sampling import set_seed
 
 set_seed(2026)  # zcache's generator: phase space and accept-reject sampling
 M_D, M_K, M_PI = 1.86966, 0.493677, 0.13957039

@@ -24,9 +24,8 @@ import zcache
 from zcache.inference import contour, profile_scan
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import Minuit
-from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
 from zcache.plot import plot_contour, plot_scan
-from zcache.sampling import set_seed
 
 set_seed(3)
 space = Space("x", 0.0, 10.0)
@@ -43,7 +42,7 @@ loss = ExtendedUnbinnedNLL(model, model.sample())
 # ---------------------------
 # 21 values of the signal yield over the best fit :math:`\pm 2` HESSE errors, the four other
 # parameters profiled, in one batched fit. The interval where the profile crosses 1 is MINOS's
-# (here checked against :meth:`zcache.results.FitResult.minos`, iminuit's MINOS).
+# (here checked against :meth:`zcache.minimize.FitResult.minos`, iminuit's MINOS).
 
 scan = profile_scan(loss, "nsig", bins=21, bound=2.0)
 lower, upper = scan.interval(1.0)

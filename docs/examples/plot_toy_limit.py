@@ -23,9 +23,8 @@ import numpy as np
 import zcache
 from zcache.inference import ToyCalculator, upper_limit
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint
-from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
 from zcache.plot import plot_cls
-from zcache.sampling import set_seed
 
 space = Space("x", 0.0, 1.0)
 nsig = zcache.Parameter("nsig", 0.0, lower=0.0, upper=100.0)

@@ -19,9 +19,8 @@ import matplotlib.pyplot as plt
 
 import zcache
 from zcache.loss import ExtendedUnbinnedNLL
-from zcache.models import Exponential, Gaussian, Space, SumPdf
+from zcache.models import Exponential, Gaussian, Space, SumPdf, set_seed
 from zcache.plot import plot_pulls
-from zcache.sampling import set_seed
 from zcache.toys import run_toys
 
 set_seed(2)  # zcache's own sampling: the dataset the loss is built on is reproducible

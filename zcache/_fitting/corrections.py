@@ -1,6 +1,6 @@
 r"""What a fit's errors need from the loss besides its Hessian: the weights' correction and the constraints.
 
-An :class:`zcache.objective.Objective` corrects the covariance of a fit to weighted events
+An :class:`zcache.loss.Objective` corrects the covariance of a fit to weighted events
 with these (``Objective.corrected``, asked by the minimizer once, at the minimum): the loss's
 per-event terms and weights (:meth:`zcache.loss.BaseLoss.weighted_event_terms`), its Hessian with
 squared weights, and the Hessian of its constraint terms. They read the loss through those

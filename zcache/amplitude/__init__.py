@@ -33,7 +33,7 @@ Examples
 >>> kin = DalitzKinematics(1.86966, 0.493677, 0.13957, 0.13957, names=("K-", "pi+", "pi+"))
 >>> kstar = Resonance(kin, ("12", "13"), mass=0.8955, width=0.0473, spin=1, name="K*(892)")
 >>> pdf = AmplitudePdf(CoherentSum([(ComplexParameter("c", 1.0, floating=False), kstar)]), kin.sample(5_000, name="mc"))
->>> zcache.sampling.set_seed(1)
+>>> zcache.models.set_seed(1)
 >>> data = pdf.sample(200)
 >>> data.nevents, data.obs
 (200, ('s12', 's13'))

@@ -24,7 +24,7 @@ def phasespace_generator(model: Any) -> Any:
     the decay plane (Euler angles :math:`\alpha, \gamma` uniform, :math:`\cos\beta` uniform):
     uniform three-body phase space. Its four-momenta in the parent's rest frame become the
     columns by ampform's own ``model.kinematic_variables`` (:class:`zcache.amplitude.HelicityKinematics`).
-    Random numbers come from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed`
+    Random numbers come from :func:`zcache.models.rng`, so :func:`zcache.models.set_seed`
     reproduces the events and the generator runs in traced samplers (its numpy part as a
     ``tf.numpy_function``: a sampler compiled with XLA falls back to running uncompiled).
 
@@ -59,7 +59,7 @@ def phasespace_generator(model: Any) -> Any:
     ...     allowed_intermediate_particles=["K*(892)0"], allowed_interaction_types=["strong", "weak"])
     >>> model = ampform.get_builder(reaction).formulate()
     >>> generate = phasespace_generator(model)
-    >>> zcache.sampling.set_seed(0)
+    >>> zcache.models.set_seed(0)
     >>> phsp = {name: column.numpy() for name, column in generate(20_000).items()}
     >>> bridged = from_helicity_model(model, phsp, generator=generate)
     >>> events = bridged.sample(1000)
@@ -105,7 +105,7 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
         The model.
     phasespace : int, four-momenta, zcache.Data or mapping of str to array_like
         The phase-space sample: a number of fresh uniform phase-space events to draw (three-body
-        decays; from :func:`zcache.sampling.rng`, so :func:`zcache.sampling.set_seed` reproduces
+        decays; from :func:`zcache.models.rng`, so :func:`zcache.models.set_seed` reproduces
         them), four-momenta (``{"p0": (n, 4), "p1": ..., ...}``, ampform's names, or a sequence
         of (n, 4) arrays (E, px, py, pz) in final-state order, in the parent's rest frame), or
         the kinematic columns.
@@ -150,7 +150,7 @@ def from_helicity_model(model: Any, phasespace: Any, *, expression: Any = None, 
     ...     initial_state="D0", final_state=["K-", "pi+", "pi0"], formalism="helicity",
     ...     allowed_intermediate_particles=["K*(892)0", "rho(770)+"], allowed_interaction_types=["strong", "weak"])
     >>> model = ampform.get_builder(reaction).formulate()
-    >>> zcache.sampling.set_seed(0)
+    >>> zcache.models.set_seed(0)
     >>> bridged = from_helicity_model(model, 5000)           # 5000 fresh phase-space events
     >>> bridged.is_coherent_sum, len(bridged.couplings), bridged.space.obs
     (True, 2, ('theta_0^01', 'theta_1^12'))

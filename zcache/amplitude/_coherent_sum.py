@@ -54,8 +54,7 @@ from .._engine.data import Data
 from .._engine.parameter import Parameter
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError
-from ..models import Model, unique_parameters
-from ..sampling import accept_reject
+from ..models import Model, accept_reject, unique_parameters
 from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._couplings import ComplexParameter
 from ._phasespace import DalitzKinematics
@@ -257,7 +256,7 @@ class AmplitudePdf(Model):
 
     Works with every loss, minimizer and toy loop of zcache (it is a
     :class:`zcache.models.Model` on a :class:`~zcache.amplitude.DalitzSpace`). Sampling is
-    accept-reject (:func:`zcache.sampling.accept_reject`) under ``_FMAX_SAFETY`` times the
+    accept-reject (:func:`zcache.models.accept_reject`) under ``_FMAX_SAFETY`` times the
     intensity's maximum over the phase-space sample; an event above it raises ModelError.
 
     Parameters

@@ -204,7 +204,7 @@ def fit_fractions_with_errors(amplitude: Any, mc: Data | None = None, result: An
         model whose ``amplitude`` is one, as :class:`zcache.amplitude.AmplitudePdf`).
     mc : zcache.Data, optional
         The integration (phase-space) sample; default the model's ``phasespace``.
-    result : zcache.results.FitResult, optional
+    result : zcache.minimize.FitResult, optional
         The fit whose covariance gives the errors; without it the errors are NaN.
 
     Returns

@@ -23,7 +23,7 @@ Examples
 >>> kinematics = HelicityKinematics(ampform.get_builder(reaction).formulate())
 >>> kinematics.momenta, kinematics.names[:4]
 (('p0', 'p1', 'p2'), ('m_0', 'm_01', 'm_012', 'm_1'))
->>> momenta = kinematics.sample_momenta(3)          # fresh phase space (zcache.sampling.rng)
+>>> momenta = kinematics.sample_momenta(3)          # fresh phase space (zcache.models.rng)
 >>> columns = kinematics.columns(momenta)
 >>> p = momenta["p0"] + momenta["p1"]
 >>> bool(np.allclose(columns["m_01"], np.sqrt(p[:, 0] ** 2 - np.sum(p[:, 1:] ** 2, axis=1))))
@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import SymbolicError
-from ..sampling import rng
+from ..models import rng
 from ._phasespace import DalitzKinematics
 
 __all__ = ["HelicityKinematics"]

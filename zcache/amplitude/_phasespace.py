@@ -49,8 +49,7 @@ from .._engine.data import Data
 from .._engine.function import Function, function
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError
-from ..models import Space
-from ..sampling import accept_reject
+from ..models import Space, accept_reject
 
 __all__ = ["DalitzKinematics", "DalitzSpace", "kallen"]
 
@@ -262,7 +261,7 @@ class DalitzKinematics:
     def sample_tensor(self, n: Any) -> tf.Tensor:
         """``n`` events uniform in the Dalitz plot: for use inside traced samplers.
 
-        Accept-reject in the bounding rectangle (:func:`zcache.sampling.accept_reject`;
+        Accept-reject in the bounding rectangle (:func:`zcache.models.accept_reject`;
         efficiency = area / rectangle, about 1/2), in batches of ``max(3 n, 1024)`` proposals.
 
         Parameters
@@ -282,7 +281,7 @@ class DalitzKinematics:
     def sample(self, n: int, data: Data | None = None, name: str = "phasespace") -> Data:
         """``n`` phase-space events as a :class:`zcache.Data` with obs ('s12', 's13').
 
-        Traced once (identifier 'sample'); seeded by :func:`zcache.sampling.set_seed`.
+        Traced once (identifier 'sample'); seeded by :func:`zcache.models.set_seed`.
 
         Parameters
         ----------

@@ -85,8 +85,7 @@ from .._engine.parameter import Parameter
 from .._engine.tables import real_numbers
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import DataDtypeError, SymbolicError
-from ..models import Model, Space
-from ..sampling import accept_reject, accept_reject_pool
+from ..models import Model, Space, accept_reject, accept_reject_pool
 from ._coherent import CoherentIntensity, box_mean, sum_log_normalized
 from ._couplings import ComplexParameter
 from ._fractions import FitFractions, fit_fractions_with_errors
@@ -170,7 +169,7 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         ``generator(n)`` for an int64 scalar tensor ``n``: ``n`` fresh phase-space events,
         a mapping of column name -> float64 tensor of shape (n,), distributed as the
         phase-space sample is (the density is relative to it) and drawn from
-        :func:`zcache.sampling.rng` (so that :func:`zcache.sampling.set_seed` reproduces them and the
+        :func:`zcache.models.rng` (so that :func:`zcache.models.set_seed` reproduces them and the
         sampler traces). With it :meth:`sample` draws fresh events by accept-reject; without
         it, from the phase-space sample without replacement (see :meth:`sample`).
     kinematics : zcache.amplitude.HelicityKinematics, optional
@@ -581,7 +580,7 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
 
         Parameters
         ----------
-        result : zcache.results.FitResult, optional
+        result : zcache.minimize.FitResult, optional
             The fit whose covariance gives the errors; without it the errors are NaN.
 
         Returns
@@ -678,10 +677,10 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         sample, raised (and the sample restarted) when a fresh event exceeds it. Without one:
         accept-reject on the phase-space sample itself, each of its events kept with
         probability :math:`I/\max I` and used at most once per sample
-        (:func:`zcache.sampling.accept_reject_pool`), so a sample holds no repeated event;
+        (:func:`zcache.models.accept_reject_pool`), so a sample holds no repeated event;
         about :math:`N \langle I\rangle / \max I` of its :math:`N` events are usable, and two
         samples (two toys) drawn from one phase-space sample share events: give toy studies a
-        generator. Traced once (identifier 'sample'); seeded by :func:`zcache.sampling.set_seed`.
+        generator. Traced once (identifier 'sample'); seeded by :func:`zcache.models.set_seed`.
 
         Parameters
         ----------
@@ -711,7 +710,7 @@ class SymbolicModel(GroupPrograms, ExactHessian, Model, CoherentIntensity):
         >>> x, a = sp.symbols("x a")
         >>> pool = np.random.default_rng(0).uniform(0.0, 1.0, 20_000)
         >>> model = SymbolicModel(1 + a * x, {a: 1.0}, ["x"], {"x": pool})
-        >>> zcache.sampling.set_seed(1)
+        >>> zcache.models.set_seed(1)
         >>> events = model.sample(5000).numpy()
         >>> len(np.unique(events)), bool(abs(events.mean() - 5 / 9) < 0.01)     # E[x] = 5/9
         (5000, True)

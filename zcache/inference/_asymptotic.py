@@ -81,8 +81,7 @@ from .._engine.parameter import Parameter, set_values
 from ..binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
 from ..exceptions import AsimovError, InferenceError
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
-from ..minimize import Minuit
-from ..results import FitResult
+from ..minimize import FitResult, Minuit
 from ._core import (
     Discovery,
     PValues,

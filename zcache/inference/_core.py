@@ -40,8 +40,7 @@ import numpy as np
 from .._engine.parameter import Parameter, set_values
 from ..exceptions import InferenceError, POIError
 from ..loss import BaseLoss
-from ..minimize import Minuit
-from ..results import FitResult
+from ..minimize import FitResult, Minuit
 
 __all__ = [
     "Calculator",
@@ -260,7 +259,7 @@ def free_fit(loss: BaseLoss, poi: Parameter, minimizer: Any = None) -> FitResult
 
     Returns
     -------
-    zcache.results.FitResult
+    zcache.minimize.FitResult
 
     Raises
     ------
@@ -305,7 +304,7 @@ def conditional_fit(loss: BaseLoss, poi: Parameter, value: float, minimizer: Any
 
     Returns
     -------
-    zcache.results.FitResult
+    zcache.minimize.FitResult
         ``values`` holds the fitted nuisance parameters (the POI is not among them).
 
     Raises

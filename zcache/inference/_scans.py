@@ -423,7 +423,7 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
     The loss is first minimized over its floating parameters (the best fit); then, at each
     tested value of ``name``, over the others (its nuisances), all points at once where the
     loss is unbinned (see the module's description). The counterpart of iminuit's
-    ``mnprofile`` and RooFit's ``RooProfileLL``; :meth:`zcache.results.FitResult.profile`
+    ``mnprofile`` and RooFit's ``RooProfileLL``; :meth:`zcache.minimize.FitResult.profile`
     gives the same numbers one MIGRAD per point.
 
     Parameters

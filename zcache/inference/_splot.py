@@ -59,8 +59,8 @@ from .._engine.parameter import Parameter, set_values
 from .._engine.tf_internals import zcache_graphs
 from ..exceptions import SPlotError
 from ..loss import UnbinnedNLL
+from ..minimize import FitResult
 from ..models import SumPdf
-from ..results import FitResult
 
 __all__ = ["SWeights", "sweights", "sweighted_covariance", "SWEIGHTS_COVARIANCES"]
 

@@ -50,7 +50,7 @@ from .._engine.parameter import Parameter, set_values
 from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
 from ..minimize import Minuit
-from ..sampling import set_seed
+from ..models import set_seed
 from ..scale import BatchedLoss, padded_toys
 from ..toys import GENERATION_BLOCK
 from ._core import conditional_fit, kept_parameters

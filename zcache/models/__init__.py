@@ -15,6 +15,10 @@ What to use when:
 - **independent observables**: :class:`ProductPdf` (a model over the product of its parts' spaces).
 - **writing a model class**: :func:`as_parameter` (a number becomes a fixed Parameter),
   :func:`one_dimensional` (check the space), :func:`unique_parameters` (list parameters once).
+- **random numbers**: every sampler of zcache (models, phase space, toys) draws from one generator,
+  :func:`rng`, seeded by :func:`set_seed`; :func:`accept_reject` and :func:`accept_reject_pool` are
+  the one accept-reject sampler (for a model without an exact one), :func:`truncated_normal` draws a
+  normal inside limits, :func:`adaptive_batch` sizes accept-reject's batches.
 
 A model is a density :math:`f(x;\theta)/\int_\Omega f\,dx` over a rectangular
 :class:`Space` :math:`\Omega`. A subclass defines only the unnormalized density
@@ -42,7 +46,7 @@ What is cached, and why:
 the caches of nodes that change on every call of a fit, so they cost nothing.
 
 Sampling is exact (inverse CDF) where a model defines ``_sample(n)``, else accept-reject
-(:func:`zcache.sampling.accept_reject`) under an adaptive envelope (``Model._fmax``).
+(:func:`accept_reject`) under an adaptive envelope (``Model._fmax``).
 
 Examples
 --------
@@ -63,6 +67,7 @@ from ._base import Model, as_parameter, unique_parameters
 from ._base import density as density  # not in __all__ (a helper of models), importable as before
 from ._basic import Exponential, FunctionPdf, Gaussian
 from ._composite import ProductPdf, SumPdf
+from ._sampling import accept_reject, accept_reject_pool, adaptive_batch, rng, set_seed, truncated_normal
 from ._space import Space, one_dimensional
 
 __all__ = [
@@ -76,5 +81,12 @@ __all__ = [
     "as_parameter",
     "one_dimensional",
     "unique_parameters",
+    # zcache's random generator and its samplers
+    "rng",
+    "set_seed",
+    "accept_reject",
+    "accept_reject_pool",
+    "adaptive_batch",
+    "truncated_normal",
 ]
 

@@ -15,8 +15,8 @@ from .._engine.function import Function, function
 from .._engine.parameter import Parameter
 from .._engine.traced_checks import require
 from ..exceptions import DensityError, ModelError
-from ..sampling import accept_reject, rng
 from ._numerics import FMAX_GRID, FMAX_RAISES, FMAX_SAFETY, gauss_legendre, gauss_legendre_bins, grid_maximum
+from ._sampling import accept_reject, rng
 from ._space import Space
 
 
@@ -573,7 +573,7 @@ class Model(Cachable):
 
         Sampling runs in a function traced under the 'sample' identifier, once per
         model (:attr:`sampler`): new sizes and parameter values do not retrace. Seeded by
-        :func:`zcache.sampling.set_seed`.
+        :func:`zcache.models.set_seed`.
 
         Parameters
         ----------

@@ -9,8 +9,8 @@ from typing import Any
 import tensorflow as tf
 
 from ..exceptions import ModelError, ParameterValueError
-from ..sampling import rng, truncated_normal
 from ._base import Model
+from ._sampling import rng, truncated_normal
 from ._space import Space, one_dimensional
 
 _SQRT2 = math.sqrt(2.0)

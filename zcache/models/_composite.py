@@ -11,8 +11,8 @@ from .._engine.cachable import cached
 from .._engine.data import Data
 from .._engine.parameter import Parameter
 from ..exceptions import ModelError
-from ..sampling import rng
 from ._base import Model, as_parameter, density
+from ._sampling import rng
 
 
 class SumPdf(Model):

@@ -77,8 +77,7 @@ from .._engine.tables import REAL_KINDS, dtype_advice
 from .._engine.tf_internals import leave_to_python
 from .._engine.trace import forbid_in_trace
 from ..exceptions import DataDtypeError, ModelError, WholeSampleTermError
-from ..loss import BaseLoss
-from ..objective import Objective
+from ..loss import BaseLoss, Objective
 
 __all__ = ["DistributedLoss", "CallStats"]
 
@@ -610,7 +609,7 @@ class DistributedLoss(BaseLoss):
 
         Returns
         -------
-        zcache.objective.Objective
+        zcache.loss.Objective
             Its ``report`` is None: the reports stay on the workers.
         """
         if params is not None:

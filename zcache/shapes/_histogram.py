@@ -9,8 +9,7 @@ import tensorflow as tf
 
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError
-from ..models import Model, Space, one_dimensional
-from ..sampling import rng
+from ..models import Model, Space, one_dimensional, rng
 from ._common import limit_tensors
 
 # Histogram edges must meet the space's limits to this fraction of its width (rounding only).

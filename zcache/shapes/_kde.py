@@ -11,8 +11,7 @@ import tensorflow as tf
 from .._engine.data import Data
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError, ParameterValueError
-from ..models import Model, Space, one_dimensional
-from ..sampling import rng, truncated_normal
+from ..models import Model, Space, one_dimensional, rng, truncated_normal
 from ._common import erf_difference, limit_tensors, np_erf_difference
 
 _SQRT2 = math.sqrt(2.0)

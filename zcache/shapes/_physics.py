@@ -10,8 +10,7 @@ import tensorflow as tf
 
 from .._engine.tf_internals import leave_to_python
 from ..exceptions import ModelError, ParameterValueError
-from ..models import Model, Space, one_dimensional
-from ..sampling import rng
+from ..models import Model, Space, one_dimensional, rng
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_PI = math.sqrt(math.pi)

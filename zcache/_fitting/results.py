@@ -1,7 +1,7 @@
 """The outcome of a fit: values, errors, validity, MINOS intervals and profiles.
 
 A :class:`FitResult` keeps the state of the loss at the minimum (every parameter's value,
-fixed ones included, and the data; :class:`zcache.objective.LossState`). :meth:`FitResult.minos`,
+fixed ones included, and the data; :class:`zcache.loss.LossState`). :meth:`FitResult.minos`,
 :meth:`FitResult.profile` and every method of ``result.minuit`` that evaluates the loss (a
 :class:`FitMinuit`) put that state back while they run and restore the parameters (and data) as
 they found them, even on an error: later fits, ``floating`` toggles or changed fixed parameters
@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 import iminuit
 import numpy as np
 
-from ._engine.parameter import Parameter
-from ._engine.precompute import PrecomputeReport
-from .exceptions import FitError
+from .._engine.parameter import Parameter
+from .._engine.precompute import PrecomputeReport
+from ..exceptions import FitError
 from .objective import LossState
 
 __all__ = ["FitResult", "FitMinuit", "MinosError"]

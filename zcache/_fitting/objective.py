@@ -23,7 +23,7 @@ as pyhf's optimizers see ``(func, x0, do_grad, bounds)``: a function of one floa
   dataset, put back while MINOS or a profile of that fit runs.
 
 A fit thus goes down once: the minimizer asks the objective, the objective asks the loss; the
-minimizer only minimizes and assembles the :class:`zcache.results.FitResult`.
+minimizer only minimizes and assembles the :class:`zcache.minimize.FitResult`.
 
 Before the first step the objective checks the parameters (at least one, unique names) and
 applies :func:`zcache.precompute` for them, as the minimizer asks.
@@ -52,12 +52,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.parameter import Parameter, set_values
-from ._engine.precompute import PrecomputeReport, ensure_precomputed
-from ._engine.trace import forbid_in_trace
-from ._fitting.corrections import corrected_covariance, has_weights
-from .exceptions import FitError
-from .models import unique_parameters
+from .._engine.parameter import Parameter, set_values
+from .._engine.precompute import PrecomputeReport, ensure_precomputed
+from .._engine.trace import forbid_in_trace
+from ..exceptions import FitError
+from ..models import unique_parameters
+from .corrections import corrected_covariance, has_weights
 
 __all__ = ["Objective", "LossState"]
 

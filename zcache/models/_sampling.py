@@ -20,7 +20,7 @@ accepts too few refuses with ModelError rather than repeat events.
 Examples
 --------
 >>> import tensorflow as tf
->>> from zcache.sampling import accept_reject, set_seed
+>>> from zcache.models import accept_reject, set_seed
 >>> set_seed(1)
 >>> x = accept_reject(tf.constant(500, tf.int64), -1.0, 1.0, lambda x: 1.0 + x, 2.0)
 >>> x.shape, bool(tf.reduce_all(tf.abs(x) <= 1.0))
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ._engine.traced_checks import require
-from .exceptions import ModelError
+from .._engine.traced_checks import require
+from ..exceptions import ModelError
 
 __all__ = ["accept_reject", "accept_reject_pool", "adaptive_batch", "rng", "set_seed", "truncated_normal"]
 
@@ -86,7 +86,7 @@ def truncated_normal(n: tf.Tensor, mu: Any, sigma: Any, lower: float, upper: flo
     Examples
     --------
     >>> import tensorflow as tf
-    >>> from zcache.sampling import set_seed, truncated_normal
+    >>> from zcache.models import set_seed, truncated_normal
     >>> set_seed(3)
     >>> x = truncated_normal(tf.constant(1000, tf.int64), 0.0, 1.0, 5.0, 6.0)
     >>> bool(tf.reduce_min(x) >= 5.0), bool(tf.reduce_mean(x) < 5.3)
@@ -118,7 +118,7 @@ def set_seed(seed: int | Sequence[int]) -> None:
     --------
     >>> import zcache
     >>> from zcache.models import Space, Gaussian
-    >>> from zcache.sampling import set_seed
+    >>> from zcache.models import set_seed
     >>> g = Gaussian(Space("x", -3.0, 3.0), 0.0, 1.0)
     >>> set_seed(7); a = g.sample(5).numpy()
     >>> set_seed(7); b = g.sample(5).numpy()
@@ -274,7 +274,7 @@ def accept_reject(
     the envelope 2:
 
     >>> import tensorflow as tf
-    >>> from zcache.sampling import accept_reject, set_seed
+    >>> from zcache.models import accept_reject, set_seed
     >>> set_seed(3)
     >>> disc = accept_reject(100, [-1.0, -1.0], [1.0, 1.0], inside=lambda x: tf.reduce_sum(x * x, axis=1) <= 1.0)
     >>> disc.shape, bool(tf.reduce_all(tf.reduce_sum(disc * disc, axis=1) <= 1.0))
@@ -366,7 +366,7 @@ def accept_reject_pool(n: Any, weights: tf.Tensor, too_few_message: str, error: 
     Examples
     --------
     >>> import numpy as np, tensorflow as tf
-    >>> from zcache.sampling import accept_reject_pool, set_seed
+    >>> from zcache.models import accept_reject_pool, set_seed
     >>> set_seed(2)
     >>> pool = np.random.default_rng(0).uniform(-1.0, 1.0, 10_000)
     >>> idx = accept_reject_pool(2000, tf.constant(1.0 + pool), "the pool is too small.")
