@@ -438,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"cache": args.steps, "fit": args.fit_steps}
     batch = {"cache": args.batch, "fit": args.fit_batch}
     shown = ", ".join(f"{m}: batches of {batch[m]}, at most {steps[m]} steps" for m in machines)
+    if len(machines) > 1:
+        shown += f"; fit share {args.fit_share:g}"
     print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number; "
           f"the zcache of {TESTS.parent} at {_commit()}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average "
           f"{_load()}", flush=True)
