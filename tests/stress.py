@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sequences", type=int, default=10_000, help="sequences to run in total")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--machine", choices=["cache", "fit", "both"], default="both",
-                        help="which state machine ('both' alternates batches)")
+                        help="which state machine ('both' mixes batches, see --fit-share)")
     parser.add_argument("--steps", type=int, default=10, help="steps per CacheMachine sequence at most")
     parser.add_argument("--batch", type=int, default=20, help="CacheMachine sequences per batch (one seed)")
     parser.add_argument("--fit-steps", type=int, default=8, help="steps per FitMachine sequence at most")
@@ -426,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                              "a fit batch; seeds --seed + batch number), each batch's CPU seconds, zcache traces and "
                              "peak RSS printed: a worker's steady-state cost per sequence, which the load barely moves")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.fit_share <= 1.0:
+        parser.error(f"--fit-share is a share of the sequences, from 0 to 1, not {args.fit_share:g}")
     if args.replay is not None:
         return _replay(args)
     if args.rounds is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import stress
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -56,3 +57,11 @@ def test_every_rule_is_named_and_its_calls_counted():
     run_state_machine_as_test(Tiny, settings=settings(max_examples=5, stateful_step_count=10, database=None))
     assert set(calls) <= {"up", "down"} and sum(calls.values()) > 0
     assert set(seconds) == set(calls) and all(s >= 0.0 for s in seconds.values())
+
+
+def test_a_fit_share_outside_0_to_1_is_refused(capsys):
+    for bad in ("-0.1", "1.5", "nan"):
+        with pytest.raises(SystemExit) as exit_info:
+            stress.main(["--fit-share", bad, "--sequences", "0"])
+        assert exit_info.value.code == 2
+        assert "--fit-share is a share of the sequences" in capsys.readouterr().err
