@@ -67,10 +67,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # The stateful machines, CacheMachine (tests/test_properties.py) and FitMachine
-# (tests/test_properties_fit.py) in alternating batches, for 10,000 random sequences in 2 worker
-# processes; prints sequences, failures and steps (under an hour on 2 cores; not part of `make test`).
+# (tests/test_properties_fit.py), for 10,000 random sequences in 2 worker processes, with
+# tests/stress.py's defaults (the run design/reliability.md records: its mix, batches and recycling);
+# prints failures, the count per rule, per-machine rates and RSS (not part of `make test`).
 stress: $(STAMP)
-	$(PY) tests/stress.py --sequences 10000 --workers 2 --machine both
+	$(PY) tests/stress.py
 
 # A separate environment for benchmarks, so that peers (zfit; tensorwaves: later issues) can be
 # installed there without touching the test environment. zfit and tf-keras require the

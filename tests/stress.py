@@ -12,14 +12,21 @@ its own seed) to ``--workers`` worker processes, gathers sequences, steps and fa
 printed with its falsifying sequence and the seed that replays it), and stops when the requested
 number of sequences ran, the ``--minutes`` limit is reached (no batch is started that would not
 end in time), or on SIGTERM / SIGINT (the batches under way finish; a second signal stops the
-workers at once). ``--machine both`` alternates batches of the two machines: by default 20
-CacheMachine sequences of at most 10 steps, then 4 FitMachine sequences of at most 8 steps
-(a fit sequence costs about three cache sequences). Each worker runs TensorFlow with one
-intra-op thread and is replaced by a fresh process once its RSS after a batch reaches
-``--recycle-mib`` (or after ``--recycle`` batches, if given): a worker life's first fit batches
-trace and compile (XLA) the programs of every floating set they meet, which a new life does again
-(the persistent compile cache misses there: its keys hold TensorFlow's trace counter, which
-differs between lives), so a worker lives as long as its memory allows.
+workers at once). ``--machine both`` (the default) mixes batches of the two machines: 20
+CacheMachine sequences of at most 10 steps, or 4 FitMachine sequences of at most 8 steps, the fit
+machine's whenever its share of the sequences handed out is below ``--fit-share`` (why that share:
+design/reliability.md, "The run's mix"). Each worker runs TensorFlow with one intra-op thread and
+is replaced by a fresh process once its RSS after a batch reaches ``--recycle-mib`` (or after
+``--recycle`` batches, if given): a worker life's first fit batches trace and compile (XLA) the
+programs of every floating set they meet, which a new life does again, so a worker lives as long
+as its memory allows. The workers share one compile-cache folder for the run (``ZCACHE_CACHE_DIR``,
+made by the parent, which spawned workers inherit), so a new life may load the XLA programs its
+predecessors compiled; TensorFlow's keys hold its trace counter, which differs between lives, so
+most of a new life's programs still compile again.
+
+The summary prints, per machine, the count per rule (and the rules drawn fewer than ``RARE_RULE``
+times), each rule's share of the time, the sequences per worker-minute and the CPU seconds per
+sequence, then the workers' RSS by batches run (what ``--recycle-mib`` bounds) and their lives.
 
 Warnings are errors, as under pytest. Shrinking is off by default so that every counted
 sequence is a generated one; ``--replay SEED --shrink`` reruns one failing batch in this
@@ -27,7 +34,7 @@ process and shrinks it to a minimal sequence.
 
 Usage::
 
-    make stress                                          # 10,000 sequences, 2 workers, both machines
+    make stress                                          # the recorded run: tests/stress.py's defaults
     .venv/bin/python tests/stress.py --sequences 200 --minutes 5
     .venv/bin/python tests/stress.py --machine cache --replay 12345 --batch 20 --shrink
     .venv/bin/python tests/stress.py --machine both --rounds 6 --seed 5000   # one worker's batches, cost of each
@@ -70,6 +77,10 @@ MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properti
 #: --recycle-mib's default: a worker's RSS after a batch at which it is replaced (2 workers and their Dask clusters'
 #: processes, about 2 GiB each, then fit in this machine's 23 GiB; design/reliability.md, issue 51)
 RECYCLE_MIB = 7168.0
+#: --fit-share's default: the FitMachine's share of the run's sequences (design/reliability.md, "The run's mix")
+FIT_SHARE = 0.05
+#: a rule drawn fewer times than this in a run is named in the summary (the mix or the batches starve it)
+RARE_RULE = 100
 
 
 # == in a worker (or in this process for --replay) ========================================
@@ -85,15 +96,24 @@ RULE_SECONDS: dict[str, Counter[str]] = {}
 SEQUENCES: Counter[str] = Counter()
 
 
-def _count_rule_calls(cls: type, calls: Counter[str], seconds: Counter[str]) -> None:
-    """Wrap every rule of ``cls`` (and of its bases) so that ``calls`` counts its calls and ``seconds`` times them."""
+#: per machine: the names of its rules (a rule never drawn is missing from RULE_CALLS)
+RULE_NAMES: dict[str, list[str]] = {}
+
+
+def _count_rule_calls(cls: type, calls: Counter[str], seconds: Counter[str]) -> list[str]:
+    """Wrap every rule of ``cls`` (and of its bases) so that ``calls`` counts its calls and ``seconds`` times them;
+    the rules' names."""
     from hypothesis import stateful
 
+    names = []
     for klass in cls.__mro__:
         for name, attr in vars(klass).items():
             rule = getattr(attr, stateful.RULE_MARKER, None)
             function = getattr(rule, "function", None)
-            if function is None or getattr(function, "_stress_counted", False):
+            if function is None:
+                continue
+            names.append(name)
+            if getattr(function, "_stress_counted", False):
                 continue
 
             @functools.wraps(function)
@@ -107,6 +127,7 @@ def _count_rule_calls(cls: type, calls: Counter[str], seconds: Counter[str]) -> 
 
             counted._stress_counted = True
             rule.function = counted
+    return sorted(set(names))
 
 
 def _machine(name: str) -> type:
@@ -125,7 +146,7 @@ def _machine(name: str) -> type:
         if base is None:
             raise Missing(f"tests/{module_name}.py has no {class_name}")
         calls = RULE_CALLS.setdefault(name, Counter())
-        _count_rule_calls(base, calls, RULE_SECONDS.setdefault(name, Counter()))
+        RULE_NAMES[name] = _count_rule_calls(base, calls, RULE_SECONDS.setdefault(name, Counter()))
 
         def __init__(self, __base=base, __name=name):
             SEQUENCES[__name] += 1
@@ -220,7 +241,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
     return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
             "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
             "seconds": seconds, "cpu": cpu, "children_cpu": children, "failure": failure,
-            "traces": _zcache_traces() - traces,
+            "traces": _zcache_traces() - traces, "rules": RULE_NAMES.get(machine, []),
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # peak so far (Linux: KiB)
             "rss_now_mib": _rss_now_mib()}
 
@@ -229,6 +250,15 @@ def _rss_now_mib() -> float:
     """This process's resident memory now (what it holds; its peak also counts XLA's compiles' passing use)."""
     with open("/proc/self/statm") as statm:  # Linux: size, resident, ... in pages
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _next_machine(active: list[str], handed: Counter[str], fit_share: float) -> str:
+    """The machine of the next batch: the fit machine while its share of the sequences handed out is below
+    ``fit_share``, else the cache machine (one of them if only one runs)."""
+    if len(active) == 1:
+        return active[0]
+    total = sum(handed[m] for m in active)
+    return "fit" if handed["fit"] < fit_share * max(total, 1) else "cache"
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
@@ -281,6 +311,7 @@ class Totals:
         self.steps: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
         self.calls: dict[str, Counter[str]] = {}
+        self.rules: dict[str, set[str]] = {}  # every rule of each machine, drawn or not
         self.rule_seconds: dict[str, Counter[str]] = {}
         self.busy_seconds: Counter[str] = Counter()
         self.cpu_seconds: Counter[str] = Counter()
@@ -301,6 +332,7 @@ class Totals:
         self.children_cpu[m] += result.get("children_cpu", 0.0)
         self.traces[m] += result.get("traces", 0)
         self.calls.setdefault(m, Counter()).update(result["calls"])
+        self.rules.setdefault(m, set()).update(result.get("rules", ()))
         self.rule_seconds.setdefault(m, Counter()).update(result.get("rule_seconds", {}))
 
     def per_sequence(self, machine: str | None = None) -> float | None:
@@ -370,13 +402,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sequences", type=int, default=10_000, help="sequences to run in total")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--machine", choices=["cache", "fit", "both"], default="cache",
-                        help="which state machine ('both' alternates batches)")
+    parser.add_argument("--machine", choices=["cache", "fit", "both"], default="both",
+                        help="which state machine ('both' mixes batches, see --fit-share)")
     parser.add_argument("--steps", type=int, default=10, help="steps per CacheMachine sequence at most")
     parser.add_argument("--batch", type=int, default=20, help="CacheMachine sequences per batch (one seed)")
     parser.add_argument("--fit-steps", type=int, default=8, help="steps per FitMachine sequence at most")
-    parser.add_argument("--fit-batch", type=int, default=4,
-                        help="FitMachine sequences per batch (a fit sequence costs about 4 cache sequences)")
+    parser.add_argument("--fit-batch", type=int, default=4, help="FitMachine sequences per batch")
+    parser.add_argument("--fit-share", type=float, default=FIT_SHARE,
+                        help="with --machine both: the share of the sequences that are FitMachine's (design/"
+                             "reliability.md, 'The run's mix')")
     parser.add_argument("--minutes", type=float, default=None, help="start no batch that would end after this")
     parser.add_argument("--seed", type=int, default=None, help="base seed (batch i runs seed + i); random if omitted")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra-op threads per worker")
@@ -392,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                              "a fit batch; seeds --seed + batch number), each batch's CPU seconds, zcache traces and "
                              "peak RSS printed: a worker's steady-state cost per sequence, which the load barely moves")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.fit_share <= 1.0:
+        parser.error(f"--fit-share is a share of the sequences, from 0 to 1, not {args.fit_share:g}")
     if args.replay is not None:
         return _replay(args)
     if args.rounds is not None:
@@ -404,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"cache": args.steps, "fit": args.fit_steps}
     batch = {"cache": args.batch, "fit": args.fit_batch}
     shown = ", ".join(f"{m}: batches of {batch[m]}, at most {steps[m]} steps" for m in machines)
+    if len(machines) > 1:
+        shown += f"; fit share {args.fit_share:g}"
     print(f"[stress] {args.sequences} sequences ({shown}), {args.workers} workers, seeds {base_seed} + batch number; "
           f"the zcache of {TESTS.parent} at {_commit()}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; load average "
           f"{_load()}", flush=True)
@@ -413,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     totals, failures, skipped = Totals(), 0, {}
     ready: set[int] = set()
     assigned = 0  # sequences handed out and not yet reported
+    handed: Counter[str] = Counter()  # sequences handed out per machine (the mix follows --fit-share)
     next_batch = 0
     start = time.perf_counter()
     deadline = None if args.minutes is None else start + 60.0 * args.minutes
@@ -446,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             left = args.sequences - ran() - assigned
             if left <= 0:
                 continue
-            machine = active[next_batch % len(active)]
+            machine = _next_machine(active, handed, args.fit_share)
             size = min(batch[machine], left)
             per_seq = totals.per_sequence(machine)
             if deadline is not None and per_seq is not None:  # no batch that would end after the limit
@@ -456,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             w.task = (machine, base_seed + next_batch, size, steps[machine], False)
             w.started, next_batch = now, next_batch + 1
             assigned += size
+            handed[machine] += size
             w.tasks.put(w.task)
         if all(w.task is None for w in workers) and (stop_reason is not None or not active):
             break
@@ -531,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
         calls, rule_seconds = totals.calls.get(m, Counter()), totals.rule_seconds.get(m, Counter())
         if calls:
             print(f"[stress] {m} rule calls: " + ", ".join(f"{name} {count}" for name, count in sorted(calls.items())))
+            drawn = sorted((calls[name], name) for name in totals.rules.get(m, set()) | set(calls))
+            rare = [(count, name) for count, name in drawn if count < RARE_RULE]
+            print(f"[stress] {m} rules drawn fewer than {RARE_RULE} times: "
+                  + (", ".join(f"{name} {count}" for count, name in rare) or "none")
+                  + f" (least drawn: {drawn[0][1]} {drawn[0][0]}; {len(drawn)} rules)")
             # where a worker's time goes: each rule's seconds per call and its share of the machine's busy time
             busy = totals.busy_seconds[m]
             print(f"[stress] {m} rule seconds (per call, share of {busy:.0f} s busy): " + ", ".join(

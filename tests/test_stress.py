@@ -1,0 +1,67 @@
+"""``tests/stress.py`` (``make stress``): the run's mix and its count per rule, without starting a worker."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import stress
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+
+def _hand_out(fit_share: float, total: int, sizes: dict[str, int]) -> Counter[str]:
+    """The sequences per machine that the parent's loop hands out (its batch sizes, cut at ``total``)."""
+    handed: Counter[str] = Counter()
+    while sum(handed.values()) < total:
+        machine = stress._next_machine(["cache", "fit"], handed, fit_share)
+        handed[machine] += min(sizes[machine], total - sum(handed.values()))
+    return handed
+
+
+def test_the_mix_follows_the_fit_share():
+    for share in (0.0, 0.03, 0.06, 1 / 6, 0.5):
+        handed = _hand_out(share, 10_000, {"cache": 20, "fit": 4})
+        assert sum(handed.values()) == 10_000
+        # never more than one fit batch ahead of the share, nor one cache batch behind it
+        assert share * 10_000 - 20 <= handed["fit"] <= share * 10_000 + 4, (share, handed)
+    assert _hand_out(0.0, 1_000, {"cache": 20, "fit": 4})["fit"] == 0
+
+
+def test_one_machine_runs_alone_whatever_the_share():
+    assert stress._next_machine(["fit"], Counter(), 0.0) == "fit"
+    assert stress._next_machine(["cache"], Counter(), 1.0) == "cache"
+
+
+def test_every_rule_is_named_and_its_calls_counted():
+    class Tiny(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        @rule()
+        def up(self):
+            self.n += 1
+
+        @rule()
+        def down(self):
+            self.n -= 1
+
+        @invariant()
+        def small(self):
+            assert abs(self.n) <= 50
+
+    calls, seconds = Counter(), Counter()
+    assert stress._count_rule_calls(Tiny, calls, seconds) == ["down", "up"]
+    assert stress._count_rule_calls(Tiny, calls, seconds) == ["down", "up"]  # wrapped once, still named
+    run_state_machine_as_test(Tiny, settings=settings(max_examples=5, stateful_step_count=10, database=None))
+    assert set(calls) <= {"up", "down"} and sum(calls.values()) > 0
+    assert set(seconds) == set(calls) and all(s >= 0.0 for s in seconds.values())
+
+
+def test_a_fit_share_outside_0_to_1_is_refused(capsys):
+    for bad in ("-0.1", "1.5", "nan"):
+        with pytest.raises(SystemExit) as exit_info:
+            stress.main(["--fit-share", bad, "--sequences", "0"])
+        assert exit_info.value.code == 2
+        assert "--fit-share is a share of the sequences" in capsys.readouterr().err
