@@ -8,9 +8,13 @@ held, reaches a level (2.30 and 5.99 for 68 % and 95 % in two dimensions).
 How the conditional fits run:
 
 - **batched** (an :class:`~zcache.loss.UnbinnedNLL` or :class:`~zcache.loss.ExtendedUnbinnedNLL`):
-  every point in one compiled program, :meth:`zcache.scale.BatchedLoss.minimize` with the
-  tested values *pinned* per row, each row starting from the best fit (a contour: from the
-  row's previous step), one start inverse Hessian for the whole scan. A point needs its minimum,
+  every point in one compiled program, :meth:`zcache.scale.BatchedLoss.scan_fits` with the
+  tested values *pinned* per row and the dataset shared by all, each row starting from the best
+  fit's linear response (a contour: from the row's previous step), one start inverse Hessian for
+  the whole scan. A scan or grid axis with 8 values or more is fitted in passes of that program:
+  every 4th value first, then every other point from the first pass's nuisances splined to it,
+  where most points are at their minimum already (one evaluation, no BFGS step), then BFGS for
+  the points that are not. A point needs its minimum,
   not its errors: the fits run without HESSE (``hesse=False``) and converge as MIGRAD judges,
   BFGS's own EDM below ``0.002 tol errordef``. A row that does not converge is fitted again on
   its own with the minimizer and flagged (``refit``).
