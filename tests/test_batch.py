@@ -500,11 +500,18 @@ def test_scan_fits_on_one_dataset_equal_minimize_per_toy_and_migrad():
             finally:
                 mu.floating = True
         assert fit.fmin[b] - r.fmin == pytest.approx(0.0, abs=1.5 * edm_max)
-    # at the minima already: converged at the start, one evaluation, nothing moved
+    # at the minima: one evaluation each, nothing moved, converged where the EDM with the start's
+    # inverse Hessian (not BFGS's updated one) is below the bound
     again = batched.scan_fits(fit.values, events, None, {mu: scan}, hinv=hinv, edm_max=edm_max, chunk=2, capacity=7,
                               maxiter=0)
     np.testing.assert_array_equal(again.values, fit.values)
-    assert again.converged.all() and again.nfcn.tolist() == [1] * len(scan)
+    assert again.nfcn.tolist() == [1] * len(scan)
+    f, g, _ = batched.value_and_gradient(fit.values, np.tile(events, (len(scan), 1)), pinned={mu: scan})
+    edm = 0.5 * np.einsum("bi,ij,bj->b", g, hinv, g)
+    np.testing.assert_allclose(again.fmin, f, rtol=1e-12)
+    np.testing.assert_allclose(again.edm, edm, rtol=1e-9)
+    np.testing.assert_array_equal(again.converged, edm < edm_max)
+    assert again.converged.any()
     # far from them: not converged, and still not moved (no step)
     away = batched.scan_fits(np.tile(truth * 1.3, (2, 1)), events, None, {mu: scan[:2]}, hinv=hinv,
                              edm_max=edm_max, chunk=2, capacity=7, maxiter=0)
