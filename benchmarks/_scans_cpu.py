@@ -4,7 +4,7 @@ On a shared machine wall times move with the load; a process's CPU time much les
 
 - ``side``: ``bench_scans.bench(2000, 50, 50, serial_1d=False)`` with every timed step's wall and process
   CPU time, one JSON line (run it for two trees in turn, ``PYTHONPATH`` set to each, for a before/after).
-- ``profile``: the warm 50 x 50 ``profile_grid`` under cProfile, with each chunk's evaluations per row.
+- ``profile``: the warm 50 x 50 ``profile_grid`` under cProfile, with each pass's rows, evaluations and CPU.
 - ``reference``: the numpy + iminuit grid with its value and gradient calls counted.
 
 Run ``PYTHONPATH=. python benchmarks/_scans_cpu.py side|profile|reference [LABEL]``.
@@ -65,30 +65,31 @@ def _grid() -> tuple[Any, Any, np.ndarray, np.ndarray]:
 
 
 def profile() -> None:
-    """The warm grid under cProfile; evaluations per row from each chunk's BatchedFit."""
+    """The warm grid under cProfile; each pass of ``BatchedLoss.scan_fits``: rows, maxiter, evaluations, CPU."""
     from zcache.inference import profile_grid
     from zcache.scale import BatchedLoss
 
     loss, _, gx, gy = _grid()
     profile_grid(loss, ("nsig_bs", "sigma_bs"), gx, gy)
     calls = []
-    minimize = BatchedLoss.minimize
+    scan_fits = BatchedLoss.scan_fits
 
-    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        out = minimize(self, *args, **kwargs)
-        calls.append(out.nfcn.copy())
+    def spy(self: Any, start: Any, *args: Any, **kwargs: Any) -> Any:
+        c0 = time.process_time()
+        out = scan_fits(self, start, *args, **kwargs)
+        calls.append((len(start), kwargs.get("maxiter", 200), out.nfcn.copy(), time.process_time() - c0))
         return out
 
-    BatchedLoss.minimize = spy
+    BatchedLoss.scan_fits = spy
     prof = cProfile.Profile()
     c0 = time.process_time()
     prof.enable()
     profile_grid(loss, ("nsig_bs", "sigma_bs"), gx, gy)
     prof.disable()
-    BatchedLoss.minimize = minimize
-    nfcn = np.concatenate(calls)
-    print(f"CPU {time.process_time() - c0:.3f} s, {len(calls)} chunks, evaluations per row: mean {nfcn.mean():.2f}, "
-          f"most per chunk {[int(n.max()) for n in calls]}")
+    BatchedLoss.scan_fits = scan_fits
+    nfcn = np.concatenate([c[2] for c in calls])
+    print(f"CPU {time.process_time() - c0:.3f} s, evaluations per point: mean {nfcn.mean():.2f}; passes "
+          f"(rows, maxiter, mean evaluations, CPU s): {[(r, m, round(float(n.mean()), 2), round(t, 3)) for r, m, n, t in calls]}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 

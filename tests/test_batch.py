@@ -468,3 +468,63 @@ def test_without_hesse_minima_equal_the_hesse_path_within_the_bound():
     np.testing.assert_allclose(0.5 * np.einsum("bi,bij,bj->b", g, v, g), fast.edm, rtol=1e-6)
     # and its errors are MIGRAD-like estimates: within 20 % of HESSE's
     np.testing.assert_allclose(fast.errors, full.errors, rtol=0.2)
+
+
+@pytest.mark.slow  # compiles two batched programs (each about 10 s under load)
+def test_scan_fits_on_one_dataset_equal_minimize_per_toy_and_migrad():
+    """scan_fits (one dataset, chunks in one program) takes the steps minimize(hesse=False) takes on the
+    same rows given as toys: the same minima and evaluations, with 5 rows in chunks of 2 (a last chunk
+    padded), in a program sized for 7 rows; each row's minimum is MIGRAD's with mu fixed there. With
+    maxiter=0 a row is evaluated once at its start (converged only when it is at the minimum already)."""
+    model, loss, params = _gauss_exp("scanfits", n=600)
+    mu, rest = params[0], params[1:]
+    truth = np.array([float(p) for p in rest])
+    scan = np.array([4.7, 4.9, 5.0, 5.2, 5.3])
+    events = loss.data.numpy()
+    batched = BatchedLoss(loss, rest)
+    edm_max = 0.002 * 0.1 * float(loss.errordef)
+    hinv = batched.start_hinv(truth, events)
+    per_toy = batched.minimize(truth, np.tile(events, (len(scan), 1)), pinned={mu: scan}, edm_max=edm_max,
+                               hinv=hinv, hesse=False)
+    fit = batched.scan_fits(np.tile(truth, (len(scan), 1)), events, None, {mu: scan}, hinv=hinv, edm_max=edm_max,
+                            chunk=2, capacity=7)
+    assert fit.converged.all() and fit.checks_ok.all()
+    np.testing.assert_allclose(fit.values, per_toy.values, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fit.fmin, per_toy.fmin, rtol=1e-12)
+    np.testing.assert_array_equal(fit.nfcn, per_toy.nfcn)
+    for b, m in enumerate(scan):
+        with zcache.set_values([mu, *rest], [m, *truth]):
+            mu.floating = False
+            try:
+                r = Minuit(tol=1e-5).minimize(loss, rest)
+            finally:
+                mu.floating = True
+        assert fit.fmin[b] - r.fmin == pytest.approx(0.0, abs=1.5 * edm_max)
+    # at the minima: one evaluation each, nothing moved, converged where the EDM with the start's
+    # inverse Hessian (not BFGS's updated one) is below the bound
+    again = batched.scan_fits(fit.values, events, None, {mu: scan}, hinv=hinv, edm_max=edm_max, chunk=2, capacity=7,
+                              maxiter=0)
+    np.testing.assert_array_equal(again.values, fit.values)
+    assert again.nfcn.tolist() == [1] * len(scan)
+    f, g, _ = batched.value_and_gradient(fit.values, np.tile(events, (len(scan), 1)), pinned={mu: scan})
+    edm = 0.5 * np.einsum("bi,ij,bj->b", g, hinv, g)
+    np.testing.assert_allclose(again.fmin, f, rtol=1e-12)
+    np.testing.assert_allclose(again.edm, edm, rtol=1e-9)
+    np.testing.assert_array_equal(again.converged, edm < edm_max)
+    assert again.converged.any()
+    # far from them: not converged, and still not moved (no step)
+    away = batched.scan_fits(np.tile(truth * 1.3, (2, 1)), events, None, {mu: scan[:2]}, hinv=hinv,
+                             edm_max=edm_max, chunk=2, capacity=7, maxiter=0)
+    assert not away.converged.any()
+    np.testing.assert_array_equal(away.values, np.clip(np.tile(truth * 1.3, (2, 1)), batched._lower, batched._upper))
+    assert float(mu) == 5.0
+    with pytest.raises(ModelError, match="capacity"):
+        batched.scan_fits(np.tile(truth, (9, 1)), events, None, {mu: 5.0}, hinv=hinv, edm_max=edm_max, chunk=2,
+                          capacity=7)
+    with pytest.raises(ModelError, match="chunk"):
+        batched.scan_fits(np.tile(truth, (2, 1)), events, None, {mu: 5.0}, hinv=hinv, edm_max=edm_max, chunk=0,
+                          capacity=7)
+    with pytest.raises(ModelError, match="outside its limits"):
+        batched.scan_fits(np.tile(truth, (2, 1)), events, None, {mu: [5.0, 99.0]}, hinv=hinv, edm_max=edm_max,
+                          chunk=2, capacity=7)
+    assert float(mu) == 5.0

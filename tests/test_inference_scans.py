@@ -368,3 +368,83 @@ def test_a_68_percent_profile_interval_covers_68_percent():
         covered += lower <= truth <= upper
     fraction, error = covered / n, np.sqrt(0.683 * 0.317 / n)
     assert abs(fraction - 0.683) < 3 * error, (fraction, error)
+
+
+def test_splined_starts_reproduce_a_cubic_in_each_held_parameter():
+    """The second pass's starts: a tensor-product cubic spline through the coarse points reproduces a
+    function cubic in each axis (to rounding) at any points of the grid, in any order; an axis of one
+    value is carried over; a coarse point that did not converge gives no starts (NaN)."""
+    from zcache.inference._scans import _coarse_values, _splined
+
+    xs = np.linspace(-1.0, 2.0, 13)
+    ys = np.array([0.5, -0.3, 0.1, 0.9, 0.2, -0.8, 0.0, 0.7, 0.4])      # unsorted
+
+    def truth(x, y):
+        return np.stack([x**3 - 2 * x * y**2 + y**2, x * y + 1.0 + 0.0 * x], axis=-1)
+
+    cx, cy = _coarse_values(xs), _coarse_values(ys)
+    assert cx.tolist() == xs[[0, 4, 8, 12]].tolist() and cy.tolist() == np.sort(ys)[[0, 4, 8]].tolist()
+    assert _coarse_values(np.array([3.0, 1.0, 2.0])).tolist() == [1.0, 2.0, 3.0]   # few values: all
+    gx, gy = (g.ravel() for g in np.meshgrid(cx, cy, indexing="ij"))
+    points = np.stack([gx, gy], axis=1)[::-1]                           # any order
+    at = np.stack([g.ravel() for g in np.meshgrid(xs, ys, indexing="ij")], axis=1)[[5, 0, 77, 40, 116, 33]]
+    # cubic along x (four coarse values), quadratic along y (three): exact for this function
+    out = _splined(points, truth(points[:, 0], points[:, 1]), np.ones(len(points), bool), [cx, cy], at)
+    np.testing.assert_allclose(out, truth(at[:, 0], at[:, 1]), atol=1e-12)
+    y0 = np.array([cy[1]])
+    line = np.stack([cx, np.full(len(cx), y0[0])], axis=1)
+    one = _splined(line, truth(line[:, 0], line[:, 1]), np.ones(len(cx), bool), [cx, y0],
+                   np.stack([xs[:3], np.full(3, y0[0])], axis=1))
+    np.testing.assert_allclose(one, truth(xs[:3], np.full(3, y0[0])), atol=1e-12)
+    bad = np.ones(len(points), bool)
+    bad[3] = False
+    assert np.isnan(_splined(points, truth(points[:, 0], points[:, 1]), bad, [cx, cy], at)).all()
+
+
+@pytest.mark.slow  # a batched program and 90 iminuit fits
+def test_a_grid_fitted_in_passes_matches_iminuit_point_by_point(gauss_exp):
+    """A 10 x 9 grid (unsorted values, one repeated): coarse points first, the others from splined
+    starts; every point's Delta(-2 ln L) and nuisances are iminuit's (MIGRAD on the numpy NLL, the two
+    parameters fixed), within the fits' bound, and every point converged in the batched program."""
+    from zcache.scale import BatchedLoss
+
+    loss, params, x = gauss_exp
+    before = _state(loss)
+    first = profile_scan(loss, "nsig_ge", bins=2, bound=1.0, minimizer=Minuit(tol=TIGHT))
+    nsig, sigma = first.best["nsig_ge"], first.best["sigma_ge"]
+    xs = nsig + 60.0 * np.array([0.0, -1.0, -0.7, 0.0, 1.0, -0.3, 0.7, 0.5, -0.5, 0.3])
+    ys = sigma + 0.1 * np.linspace(-1.0, 1.0, 9)[::-1]
+    calls = []
+    scan_fits = BatchedLoss.scan_fits
+
+    def spy(self, start, *args, **kwargs):
+        out = scan_fits(self, start, *args, **kwargs)
+        calls.append((len(start), kwargs.get("maxiter"), int(out.converged.sum())))
+        return out
+
+    BatchedLoss.scan_fits = spy
+    try:
+        grid = profile_grid(loss, ("nsig_ge", "sigma_ge"), xs, ys, minimizer=Minuit(tol=TIGHT))
+    finally:
+        BatchedLoss.scan_fits = scan_fits
+    assert grid.path == "batched" and grid.converged.all() and not grid.refit.any()
+    # 3 x 3 distinct coarse values (12 points: x's coarse value 0 twice), the rest in a pass of one evaluation
+    assert calls[0] == (12, 200, 12) and calls[1][0] == 90 - 12 and calls[1][1] == 0
+    assert sum(c[0] for c in calls[1:] if c[1] == 0) == 78
+    m = _np_minuit(x, {k.removesuffix("_ge"): v for k, v in first.best.items()})
+    fmin = m.fval
+    for n in ("nsig", "sigma"):
+        m.fixed[n] = True
+    delta = np.empty((len(xs), len(ys)))
+    nuisances = np.empty((len(xs), len(ys), 3))
+    for i, a in enumerate(xs):
+        for j, b in enumerate(ys):
+            m.values["nsig"], m.values["sigma"] = a, b
+            m.migrad()
+            delta[i, j] = (m.fval - fmin) / 0.5
+            nuisances[i, j] = [m.values[n] for n in ("mu", "lam", "nbkg")]
+    np.testing.assert_allclose(grid.delta, delta, atol=5e-5)
+    errors = np.array([m.errors[n] for n in ("mu", "lam", "nbkg")])
+    for k, n in enumerate(("mu_ge", "lam_ge", "nbkg_ge")):
+        np.testing.assert_allclose(grid.nuisances[n], nuisances[..., k], atol=0.01 * errors[k])
+    assert _state(loss) == before

@@ -8,9 +8,13 @@ held, reaches a level (2.30 and 5.99 for 68 % and 95 % in two dimensions).
 How the conditional fits run:
 
 - **batched** (an :class:`~zcache.loss.UnbinnedNLL` or :class:`~zcache.loss.ExtendedUnbinnedNLL`):
-  every point in one compiled program, :meth:`zcache.scale.BatchedLoss.minimize` with the
-  tested values *pinned* per row, each row starting from the best fit (a contour: from the
-  row's previous step), one start inverse Hessian for the whole scan. A point needs its minimum,
+  every point in one compiled program, :meth:`zcache.scale.BatchedLoss.scan_fits` with the
+  tested values *pinned* per row and the dataset shared by all, each row starting from the best
+  fit's linear response (a contour: from the row's previous step), one start inverse Hessian for
+  the whole scan. A scan or grid axis with 8 values or more is fitted in passes of that program:
+  every 4th value first, then every other point from the first pass's nuisances splined to it,
+  where most points are at their minimum already (one evaluation, no BFGS step), then BFGS for
+  the points that are not. A point needs its minimum,
   not its errors: the fits run without HESSE (``hesse=False``) and converge as MIGRAD judges,
   BFGS's own EDM below ``0.002 tol errordef``. A row that does not converge is fitted again on
   its own with the minimizer and flagged (``refit``).
@@ -50,10 +54,15 @@ from ._core import kept_parameters
 
 __all__ = ["Contour", "ProfileGrid", "ProfileScan", "contour", "profile_grid", "profile_scan"]
 
-#: The most event values one batched call holds (rows x events): bigger scans run in equal chunks.
-#: Larger batches spill the CPU's caches and each fit step gets slower per row (measured in
-#: benchmarks/RESULTS.md, "Profile scans"); smaller ones pay the per-call cost more often.
-_MAX_BATCH_ELEMENTS = 2**18
+#: The most event values one chunk of rows holds (rows x events): bigger scans run in equal chunks.
+#: Larger chunks spill the CPU's caches and each fit step gets slower per row, and a chunk waits for
+#: its slowest row; every chunk runs inside one compiled call (``BatchedLoss.scan_fits``), so small
+#: ones cost no Python between them (measured in benchmarks/RESULTS.md, "Profile scans").
+_MAX_BATCH_ELEMENTS = 2**16
+#: A scan or grid axis of at least _COARSE_MIN values is fitted first at every _COARSE_STEP-th value
+#: (and the last), its other points starting from the coarse points' nuisances splined to them.
+_COARSE_STEP = 4
+_COARSE_MIN = 8
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -336,6 +345,7 @@ class _Conditional:
         self.path = "batched" if batched else "serial"
         self.who = who
         self._hinv: np.ndarray | None = None  # the batched fits' start inverse Hessian, once per scan
+        self._shape: tuple[int, int] | None = None  # the batched program's (rows per chunk, rows), once per scan
 
     def value(self, held: np.ndarray, nuisances: np.ndarray) -> float:
         """The loss (no offset) with ``held`` and ``nuisances`` set (they stay set)."""
@@ -372,7 +382,7 @@ class _Conditional:
                 x = out.values[b]
         return out
 
-    def _batched(self, held: np.ndarray, start: np.ndarray, out: _Fits) -> None:
+    def _batched(self, held: np.ndarray, start: np.ndarray, out: _Fits, maxiter: int = 200) -> None:
         loss = self.loss
         assert isinstance(loss, UnbinnedNLL)
         fitter = BatchedLoss.of(loss, self.nuisances)
@@ -380,27 +390,110 @@ class _Conditional:
         events = data.numpy()
         weights = data.weights_data.numpy() if data.is_weighted else np.ones(len(events))
         rows = len(held)
-        # rows per call: one compiled shape for every chunk (the last one padded with repeats)
-        most = max(1, min(rows, _MAX_BATCH_ELEMENTS // max(1, events.size)))
-        chunk = -(-rows // -(-rows // most))  # equal chunks: the least padding of the last one
+        if self._shape is None or rows > self._shape[1]:
+            # rows per chunk: at most _MAX_BATCH_ELEMENTS event values; equal chunks (the least padding)
+            most = max(1, min(rows, _MAX_BATCH_ELEMENTS // max(1, events.size)))
+            chunk = -(-rows // -(-rows // most))
+            self._shape = (chunk, -(-rows // chunk) * chunk)
+        chunk, capacity = self._shape
         tol = getattr(self.minimizer, "tol", 0.1)
         edm_max = 0.002 * float(tol) * float(loss.errordef)  # MIGRAD's rule, as the minimizer's serial fits
         if self._hinv is None:
-            # One start for every chunk (and every round of a contour): the loss's Hessian at the
+            # One start for every row (and every pass or round of the scan): the loss's Hessian at the
             # first row, as minimize() would compute it for each chunk's first row.
             with set_values(self.held, held[0]):
                 self._hinv = fitter.start_hinv(start[0], events, weights)
-        for lo in range(0, rows, chunk):
-            idx = np.arange(lo, min(lo + chunk, rows))
-            pad = np.concatenate([idx, np.full(chunk - len(idx), idx[-1])])
-            # hesse=False: a point needs its minimum, not its errors; converged as MIGRAD judges it
-            # (BFGS's own EDM below the bound), as the serial fits and iminuit's mnprofile.
-            fit = fitter.minimize(start[pad], np.broadcast_to(events, (chunk, *events.shape)),
-                                  np.broadcast_to(weights, (chunk, len(weights))), edm_max=edm_max,
-                                  hinv=self._hinv, pinned={p: held[pad, j] for j, p in enumerate(self.held)},
-                                  hesse=False)
-            n = len(idx)
-            out.fmin[idx], out.values[idx], out.converged[idx] = fit.fmin[:n], fit.values[:n], fit.converged[:n]
+        # hesse=False: a point needs its minimum, not its errors; converged as MIGRAD judges it (BFGS's
+        # own EDM below the bound), as the serial fits and iminuit's mnprofile. Every pass and round of
+        # a scan runs one compiled program (its shape fixed by the scan's first, largest, call).
+        fit = fitter.scan_fits(start, events, weights, {p: held[:, j] for j, p in enumerate(self.held)},
+                               hinv=self._hinv, edm_max=edm_max, chunk=chunk, capacity=capacity, maxiter=maxiter)
+        out.fmin[:], out.values[:], out.converged[:] = fit.fmin, fit.values, fit.converged
+
+    def fit_smooth(self, held: np.ndarray, start: np.ndarray, axes: list[np.ndarray],
+                   chains: list[list[int]]) -> _Fits:
+        """:meth:`fit` of the points of a grid (``held`` rows on the grid of ``axes``), coarse points first.
+
+        Batched, the fits run in three passes of one program: every ``_COARSE_STEP``-th value of each
+        axis with enough values (with the last) from ``start``; every other point from the coarse
+        points' nuisances splined to it (the profile's nuisances are smooth in the held values, so
+        most points are then at their minimum within MIGRAD's bound: one evaluation each, no BFGS
+        step); the points that are not, from there with BFGS. A grid too small, or serial fits:
+        :meth:`fit` as it is.
+        """
+        coarse_axes = [_coarse_values(a) for a in axes]
+        first = np.all([np.isin(held[:, j], c) for j, c in enumerate(coarse_axes)], axis=0)
+        if not self.batched or first.all():
+            return self.fit(held, start, chains)
+        rest = np.flatnonzero(~first)
+        out = _Fits(np.full(len(held), np.nan), np.array(start, dtype=float, copy=True),
+                    np.zeros(len(held), bool), np.zeros(len(held), bool))
+        # the program's shape from all the rows: every pass runs the same compiled program
+        self._reserve(len(held))
+        coarse = self.fit(held[first], start[first])
+        for name in ("fmin", "values", "converged", "refit"):
+            getattr(out, name)[first] = getattr(coarse, name)
+        smooth = _splined(held[first], coarse.values, coarse.converged, coarse_axes, held[rest])
+        begin = np.where(np.isfinite(smooth), smooth, start[rest])
+        low, high = np.array([_limits(p) for p in self.nuisances]).T
+        begin = np.clip(begin, low, high)
+        if self.batched:
+            at_start = _Fits(np.full(len(rest), np.nan), begin.copy(), np.zeros(len(rest), bool),
+                             np.zeros(len(rest), bool))
+            self._batched(held[rest], begin, at_start, maxiter=0)   # one evaluation per point
+            for name in ("fmin", "values", "converged"):
+                getattr(out, name)[rest] = getattr(at_start, name)
+            rest = rest[~at_start.converged]
+            begin = begin[~at_start.converged]
+        if len(rest):
+            index = {int(b): k for k, b in enumerate(rest)}
+            left = [[index[b] for b in chain if b in index] for chain in chains]
+            more = self.fit(held[rest], begin, [c for c in left if c])
+            for name in ("fmin", "values", "converged", "refit"):
+                getattr(out, name)[rest] = getattr(more, name)
+        return out
+
+    def _reserve(self, rows: int) -> None:
+        """Size the batched program for ``rows`` rows (before a first, smaller pass)."""
+        if self.batched and (self._shape is None or rows > self._shape[1]):
+            events = self.loss.data.numpy()
+            most = max(1, min(rows, _MAX_BATCH_ELEMENTS // max(1, events.size)))
+            chunk = -(-rows // -(-rows // most))
+            self._shape = (chunk, -(-rows // chunk) * chunk)
+
+
+def _coarse_values(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an axis a first pass fits: every ``_COARSE_STEP``-th and the last (all when few)."""
+    u = np.unique(values)
+    if len(u) < _COARSE_MIN:
+        return u
+    return u[np.unique(np.r_[np.arange(0, len(u), _COARSE_STEP), len(u) - 1])]
+
+
+def _splined(points: np.ndarray, values: np.ndarray, ok: np.ndarray, axes: list[np.ndarray],
+             at: np.ndarray) -> np.ndarray:
+    """The coarse grid's ``values`` (at ``points``, rows on the grid of ``axes``) splined to ``at``.
+
+    A tensor-product interpolating spline (cubic where an axis has four values or more); NaN
+    everywhere when a coarse point did not converge (its nuisances are no guide).
+    """
+    if not np.all(ok) or not np.all(np.isfinite(values)):
+        return np.full((len(at), values.shape[1]), np.nan)
+    shape = tuple(len(a) for a in axes)
+    grid = np.full((*shape, values.shape[1]), np.nan)
+    grid[tuple(np.searchsorted(a, points[:, j]) for j, a in enumerate(axes))] = values
+    if not np.all(np.isfinite(grid)):
+        return np.full((len(at), values.shape[1]), np.nan)
+    # along each axis in turn, evaluated at the needed values of that axis
+    for j, a in enumerate(axes):
+        need = np.unique(at[:, j])
+        if len(a) > 1:
+            spline = scipy.interpolate.make_interp_spline(a, grid, k=min(3, len(a) - 1), axis=j)
+            grid = spline(need)
+        else:
+            grid = np.repeat(grid, len(need), axis=j)
+        axes = [*axes[:j], need, *axes[j + 1:]]
+    return grid[tuple(np.searchsorted(a, at[:, j]) for j, a in enumerate(axes))]
 
 
 def _best_fit(loss: BaseLoss, minimizer: Any, who: str) -> tuple[dict[str, float], dict[str, float], Any, float]:
@@ -510,7 +603,7 @@ def profile_scan(loss: BaseLoss, name: str, values: Any = None, *, bins: int = 2
         # serially: outwards from the best fit on each side, each point from its neighbour's nuisances
         up = [int(i) for i in np.argsort(values) if values[i] >= best[name]]
         down = [int(i) for i in np.argsort(values)[::-1] if values[i] < best[name]]
-        out = fits.fit(values[:, None], start, chains=[c for c in (up, down) if c])
+        out = fits.fit_smooth(values[:, None], start, [values], chains=[c for c in (up, down) if c])
         return ProfileScan(
             name=name, values=values, delta=(out.fmin - fmin) / loss.errordef,
             nuisances={p.name: out.values[:, j].copy() for j, p in enumerate(nuisances)},
@@ -742,7 +835,7 @@ def profile_grid(loss: BaseLoss, names: Sequence[str], x: Any, y: Any, *, minimi
         start = _linear_start(result, best, [px, py], nuisances, held)
         fits = _Conditional(loss, [px, py], nuisances, minimizer, use_batched, who)
         ny = len(ys)
-        out = fits.fit(held, start, chains=[list(range(i * ny, (i + 1) * ny)) for i in range(len(xs))])
+        out = fits.fit_smooth(held, start, [xs, ys], chains=[list(range(i * ny, (i + 1) * ny)) for i in range(len(xs))])
         shape = (len(xs), ny)
         return ProfileGrid(
             names=(px.name, py.name), x=xs, y=ys, delta=((out.fmin - fmin) / loss.errordef).reshape(shape),

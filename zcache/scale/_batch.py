@@ -43,6 +43,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -518,6 +519,89 @@ class BatchedLoss:
         return BatchedFit(values=x, errors=errors, covariance=cov, fmin=f, edm=edm, converged=converged,
                           checks_ok=ok, nfcn=nfcn)
 
+    def scan_fits(self, start: Any, events: Any, weights: Any, pinned: Mapping[Parameter, Any], *, hinv: Any,
+                  edm_max: float, chunk: int, capacity: int, maxiter: int = 200) -> BatchedFit:
+        """Conditional fits of many rows on one dataset (a scan's points): one program over all of them.
+
+        What :meth:`minimize` with ``hesse=False`` does for ``B`` toys, for ``R`` rows that share one
+        dataset and differ in their start and ``pinned`` values: the dataset is passed once (not once
+        per row), so what depends only on it (the events' range checks) is computed once per
+        evaluation, and the rows run in chunks of ``chunk`` rows (lockstep BFGS per chunk: a chunk
+        waits for its slowest row, and a chunk's event values stay in the CPU's caches) inside one
+        compiled call, a loop over the chunks, with no Python between them. The program's shape is
+        ``capacity`` rows: every call with up to ``capacity`` rows (a scan's passes, a contour's
+        rounds) runs the same compiled program, and only the chunks that hold rows are fitted.
+
+        Parameters
+        ----------
+        start : array_like
+            (R, n) starting values (clipped into the limits).
+        events, weights : array_like
+            The one dataset, (rows, ...) and (rows,) (0 on padding rows).
+        pinned : mapping of Parameter to array_like
+            As in :meth:`minimize`, one value per row (or one for all).
+        hinv : array_like
+            (n, n) the starting inverse Hessian of every row.
+        edm_max : float
+            A row has converged when the EDM from BFGS's inverse Hessian is below it (MIGRAD's rule).
+        chunk : int
+            Rows per lockstep BFGS.
+        capacity : int
+            The most rows (rounded up to whole chunks): the compiled program's shape.
+        maxiter : int
+            Bound on BFGS steps per chunk; 0: no step (a row converges only at its start, one
+            evaluation each).
+
+        Returns
+        -------
+        BatchedFit
+            As :meth:`minimize`'s with ``hesse=False``.
+
+        Raises
+        ------
+        ModelError
+            Inputs of the wrong shape; ``chunk`` < 1, more rows than ``capacity``, ``maxiter`` < 0;
+            a bad ``pinned``.
+        DataDtypeError, WeightSumError, BatchingError, IllegalInGraphModeError
+            As :meth:`minimize`.
+        """
+        forbid_in_trace("BatchedLoss.scan_fits")
+        start = real_numbers(start, "BatchedLoss.scan_fits: start").astype(np.float64)
+        if start.ndim != 2 or not len(start):
+            raise ModelError(f"scan_fits: start must have shape (rows, {len(self.params)}), got {start.shape}.")
+        chunk = int(chunk)
+        if chunk < 1 or int(maxiter) < 0:
+            raise ModelError(f"scan_fits: chunk must be >= 1 and maxiter >= 0, got {chunk!r} and {maxiter!r}.")
+        capacity = -(-max(int(capacity), 1) // chunk) * chunk
+        rows = len(start)
+        if rows > capacity:
+            raise ModelError(f"scan_fits: {rows} rows is more than the capacity {capacity}.")
+        # one dataset, checked as toy 0 of a batch (the checks of value_and_gradient)
+        x0, ev, wt = self._inputs(start[:1], np.asarray(events)[None], None if weights is None else
+                                  np.asarray(weights)[None])
+        x0 = np.clip(start, self._lower, self._upper)
+        fixed = self._fixed_values(rows, pinned).numpy()
+        served = self._served(x0[0], ev[0], wt[0], tf.constant(fixed[0]), self._pinned_ids(pinned))
+        hinv = np.asarray(hinv, dtype=np.float64)
+        if hinv.shape != (len(self.params),) * 2:
+            raise ModelError(f"hinv must have shape {(len(self.params),) * 2}, got {hinv.shape}.")
+        # rows past the last one repeat it: each chunk is whole, and chunks past the rows are not run
+        pad = np.concatenate([np.arange(rows), np.full(capacity - rows, rows - 1)])
+        kind = ("scan", chunk)
+        fn = self._program(kind, served)
+        shapes = (kind, tuple(served), (capacity, len(self.params)), ev.shape[1:])
+        with ENGINE_LOCK, calling_jit(True), first_call(self._compiled_calls, shapes):
+            out = fn(tf.constant(x0[pad]), tf.constant(ev[0]), tf.constant(wt[0]), tf.constant(fixed[pad]), served,
+                     tf.constant(hinv), tf.constant(self._lower), tf.constant(self._upper),
+                     tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64),
+                     tf.constant(-(-rows // chunk), tf.int32))
+        x, f, hess, edm, ok, converged, nfcn = (t.numpy()[:rows] for t in out)
+        cov, errors, posdef = covariances(hess, float(self.loss.errordef))
+        near = np.isclose(x, self._lower, rtol=0, atol=1e-10) | np.isclose(x, self._upper, rtol=0, atol=1e-10)
+        converged = converged & posdef & ok & ~np.any(near, axis=1) & np.isfinite(errors).all(axis=1)
+        return BatchedFit(values=x, errors=errors, covariance=cov, fmin=f, edm=edm, converged=converged,
+                          checks_ok=ok, nfcn=nfcn)
+
     def start_hinv(self, start: Any, events: Any, weights: Any = None) -> np.ndarray:
         """The inverse of the loss's own Hessian at ``start`` on one dataset: a BFGS start for every toy.
 
@@ -557,11 +641,14 @@ class BatchedLoss:
         return (v / w) @ v.T
 
     # -- the compiled programs ------------------------------------------------------------
-    def _program(self, kind: str, served: dict[int, tf.Tensor]) -> Any:
+    def _program(self, kind: Any, served: dict[int, tf.Tensor]) -> Any:
         key = (kind, tuple(served))
         fn = self._programs.get(key)
         if fn is None:
-            body = {"vg": self._vg, "fit": self._fit_body, "fit_without_hesse": self._fit_without_hesse_body}[kind]
+            if isinstance(kind, tuple):  # ("scan", chunk)
+                body = functools.partial(self._scan_body, chunk=kind[1])
+            else:
+                body = {"vg": self._vg, "fit": self._fit_body, "fit_without_hesse": self._fit_without_hesse_body}[kind]
             fn = self._programs[key] = tf.function(body, jit_compile=True, autograph=False, reduce_retracing=True)
         return fn
 
@@ -576,3 +663,32 @@ class BatchedLoss:
 
     def _fit_without_hesse_body(self, *args: Any) -> tuple[tf.Tensor, ...]:
         return self._fit_body(*args, hesse=False)
+
+    def _scan_body(self, x0: tf.Tensor, events: tf.Tensor, weights: tf.Tensor, fixed: tf.Tensor,
+                   served: dict[int, tf.Tensor], hinv0: tf.Tensor, lower: tf.Tensor, upper: tf.Tensor,
+                   maxiter: tf.Tensor, edm_max: tf.Tensor, chunks: tf.Tensor, *, chunk: int) -> tuple[tf.Tensor, ...]:
+        capacity, n = x0.shape
+        count = capacity // chunk
+        xs = tf.reshape(x0, (count, chunk, n))
+        fs = tf.reshape(fixed, (count, chunk, fixed.shape[1]))
+        hinv = tf.broadcast_to(hinv0, (chunk, n, n))
+
+        def fit(i: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            rows_fixed = fs[i]
+            # the events are not mapped: one tensor for every row, what depends on it alone computed once
+            def vg(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+                return _batched_map(lambda a: self._per_toy(a[0], events, weights, a[1], served), (x, rows_fixed))
+            return lockstep_bfgs(vg, xs[i], hinv, lower, upper, maxiter, edm_max, active_set=True, hesse=False)
+
+        # the results of every chunk, filled in as the loop runs (chunks past ``chunks`` stay zero)
+        init = (tf.zeros((count, chunk, n), tf.float64), tf.zeros((count, chunk), tf.float64),
+                tf.zeros((count, chunk, n, n), tf.float64), tf.zeros((count, chunk), tf.float64),
+                tf.zeros((count, chunk), tf.bool), tf.zeros((count, chunk), tf.bool),
+                tf.zeros((count, chunk), tf.int32))
+
+        def body(i: tf.Tensor, *acc: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            out = fit(i)
+            return (i + 1, *(tf.tensor_scatter_nd_update(a, [[i]], o[None]) for a, o in zip(acc, out, strict=True)))
+
+        _, *acc = tf.while_loop(lambda i, *_: i < chunks, body, (tf.constant(0), *init))
+        return tuple(tf.reshape(a, (capacity, *a.shape[2:])) for a in acc)
