@@ -617,3 +617,116 @@ def test_a_toy_p_value_of_zero_does_not_pull_the_limit_onto_the_tested_value_bel
     limit = upper_limit(Fixed(), [0.0, 1.0, 2.0])
     assert limit.observed == pytest.approx(1.75)
     np.testing.assert_allclose(limit.expected, 1.75)
+
+
+# -- one Asimov loss per observed loss, its data written before each fit --------------------------
+
+
+def _zcache_traces():
+    from zcache._engine.function import _FUNCTIONS
+
+    return sum(f.trace_count for f in list(_FUNCTIONS))
+
+
+def _width_loss(tag, x, mu0=0.3, sigma0=1.0):
+    """A Gaussian of mean mu (the POI) and width sigma (a nuisance, floating) on [-6, 6]."""
+    mu = zcache.Parameter(f"mu_{tag}", mu0, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter(f"sigma_{tag}", sigma0, lower=0.3, upper=3.0)
+    return UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, sigma), zcache.Data(x)), mu, sigma
+
+
+def _answers(calc, values):
+    """Every number of p_values with t (the Asimov data of the null value) and q."""
+    out = []
+    for name in ("t", "q"):
+        pv = calc.p_values(values, statistic=name)
+        out += [pv.observed, pv.clsb, pv.clb, pv.expected_cls.ravel()]
+    return np.concatenate(out)
+
+
+def _fresh_answers(tag, x, values, mu0, sigma0, sigma_fixed, compiled):
+    """The answers of a calculator of a loss built anew (its own Asimov loss, never written twice)."""
+    loss, mu, sigma = _width_loss(tag, x, mu0, sigma0)
+    sigma.floating = not sigma_fixed
+    calc = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=Minuit(compiled=compiled))
+    return _answers(calc, values)
+
+
+@pytest.mark.slow  # traces two losses' fits (about 10 s)
+@pytest.mark.parametrize("compiled", BOTH_PATHS)
+def test_calculators_of_one_loss_share_the_asimov_fits_on_the_data_of_their_state(compiled):
+    from zcache.inference._asymptotic import shared_asimov_losses
+
+    x1 = np.random.default_rng(11).normal(0.2, 1.0, 300)
+    x2 = np.random.default_rng(12).normal(-0.1, 1.3, 250)
+    loss, mu, sigma = _width_loss(f"share{compiled}", x1)
+    minimizer = Minuit(compiled=compiled)
+    first = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=minimizer)
+    got = _answers(first, [0.3, 0.5])
+    # another state, same floating set: new data, the POI started elsewhere
+    loss.data.set_data(x2)
+    mu.set_value(-0.2)
+    traces = _zcache_traces()
+    second = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=minimizer)
+    got2 = _answers(second, [0.3, 0.5])
+    assert _zcache_traces() == traces, "a second calculator of the same loss traced its Asimov fits again"
+    assert len(shared_asimov_losses(loss)) == 1
+    # another floating set: the width fixed at another value
+    sigma.floating = False
+    sigma.set_value(1.2)
+    got3 = _answers(AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=minimizer), [0.3, 0.5])
+    # back to the first state: the first calculator at a value it has not fitted must fit the Asimov data of
+    # ITS state, which the calculators since have overwritten in the shared loss
+    loss.data.set_data(x1)
+    mu.set_value(0.3)
+    sigma.set_value(1.0)
+    sigma.floating = True
+    got4 = _answers(first, [0.3, 0.5, 0.8])
+    tol = dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, _fresh_answers(f"f1{compiled}", x1, [0.3, 0.5], 0.3, 1.0, False, compiled), **tol)
+    np.testing.assert_allclose(got2, _fresh_answers(f"f2{compiled}", x2, [0.3, 0.5], -0.2, 1.0, False, compiled), **tol)
+    np.testing.assert_allclose(got3, _fresh_answers(f"f3{compiled}", x2, [0.3, 0.5], -0.2, 1.2, True, compiled), **tol)
+    np.testing.assert_allclose(got4, _fresh_answers(f"f4{compiled}", x1, [0.3, 0.5, 0.8], 0.3, 1.0, False, compiled),
+                               **tol)
+    # the sharing moved nothing: values, flags and the observed data are the user's
+    assert float(mu) == 0.3 and float(sigma) == 1.0 and sigma.floating and mu.floating
+    np.testing.assert_array_equal(loss.data.numpy(), x1)
+
+
+@pytest.mark.slow  # six calculators' MIGRAD fits (about 5 s)
+def test_constrained_asimov_losses_are_kept_per_observed_constraint_values():
+    """A constraint's observed value is a constant of the Asimov loss's programs: calculators whose profiled
+    nuisance differs get losses of their own, the same state shares one, and each answer is a fresh loss's."""
+    from zcache.inference import _asymptotic
+
+    def counting(tag, n):
+        s = zcache.Parameter(f"s_{tag}", 1.0, lower=0.0, upper=50.0)
+        nb = zcache.Parameter(f"nb_{tag}", 10.0, lower=2.0, upper=30.0)
+        space = Space("x", 0.0, 1.0)
+        loss = ExtendedBinnedNLL(SumPdf([_flat(space), _flat(space)], yields=[s, nb]), BinnedData([n], [0.0, 1.0]),
+                                 constraints=[GaussianConstraint([nb], [10.0], [2.0])])
+        return loss, s
+
+    def answers(loss, s):
+        pv = AsymptoticCalculator(loss, s, minimizer=Minuit(compiled=False)).p_values([4.0, 8.0], statistic="qtilde")
+        return np.concatenate([pv.observed, pv.cls, pv.expected_cls.ravel()])
+
+    loss, s = counting("kept", 14.0)
+    first = answers(loss, s)
+    assert len(_asymptotic.shared_asimov_losses(loss)) == 1
+    again = answers(loss, s)
+    assert len(_asymptotic.shared_asimov_losses(loss)) == 1  # the same profiled nuisance: the same loss
+    loss.data.set_counts([21.0])
+    other = answers(loss, s)
+    assert len(_asymptotic.shared_asimov_losses(loss)) == 2
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_allclose(first, answers(*counting("fresh14", 14.0)), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(other, answers(*counting("fresh21", 21.0)), rtol=1e-10, atol=1e-12)
+    assert not np.allclose(other, first)
+    # a shared loss in use elsewhere (another thread's fit): the calculator fits a loss of its own, same answers
+    held = list(_asymptotic._SHARED[loss].values())[-1]  # the Asimov loss of the state now
+    kept = [e.loss.data.counts.copy() for e in _asymptotic._SHARED[loss].values()]
+    with held.lock:
+        busy = answers(loss, s)
+    np.testing.assert_array_equal(busy, other)
+    assert [e.loss.data.counts.tolist() for e in _asymptotic._SHARED[loss].values()] == [k.tolist() for k in kept]

@@ -58,6 +58,7 @@ import zcache
 from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
 from zcache._engine.precompute import precomputed
 from zcache.exceptions import FitError
+from zcache.inference._asymptotic import shared_asimov_losses
 from zcache.loss import ExtendedUnbinnedNLL
 from zcache.minimize import FitResult, Minuit
 from zcache.models import Exponential, Gaussian, Space, SumPdf
@@ -191,7 +192,9 @@ class _World:
             chunk.set_data(np_sample(*sizes))
         self.loss.offset = self.chunked.offset = 0.0
         inputs = [*self.p.values(), self.loss.data, *self.chunked.chunks]
-        caches = _as_built([self.loss, self.chunked], inputs)
+        # the calculators' Asimov losses of self.loss are kept with it (their programs too): their precompute
+        # is forgotten like the loss's, their data are written before each of their fits
+        caches = _as_built([self.loss, self.chunked, *shared_asimov_losses(self.loss)], inputs)
         # each sequence starts as from a fresh build (a failure replays from its seed in a new process)
         assert {n: (q._current(), q.floating, q.lower, q.upper) for n, q in self.p.items()} == {
             n: (TRUTH[n], True, *LIMITS[n]) for n in NAMES}

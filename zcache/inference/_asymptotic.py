@@ -23,7 +23,7 @@ value, so that the statistic on them is :math:`t_{\mu,A} = (\mu - \mu')^2/\sigma
 
 Asimov data. Each data set is made at the POI's hypothesised value with the nuisance
 parameters profiled on the observed data there (:math:`\hat{\hat\theta}(\mu')`, as ``pyhf`` and
-RooStats do), as a new loss of the same kind on the same model:
+RooStats do), for a loss of the same kind on the same model:
 
 - binned losses (:class:`~zcache.binned.ExtendedBinnedNLL`, :class:`~zcache.binned.BinnedNLL`,
   :class:`~zcache.binned.BinnedChi2`): the expected counts, exactly (a chi-square keeps the
@@ -44,6 +44,13 @@ likelihood is no likelihood: Wilks' and Wald's theorems, and so these formulae, 
 for it; use toys). The Asimov data's own minimum is taken at the values they were made with
 (by construction the best fit), so each tested value costs one conditional fit on the observed
 and one on the Asimov data; every fit is kept, and a second call at other values reuses them.
+
+The Asimov fits run on one Asimov loss per observed loss (per ``asimov_bins`` and per observed
+values of its constraints, which are constants of its programs), kept as long as the observed loss
+lives and shared by every calculator of it: the data of the value being fitted are written into it
+(``set_data``, ``set_counts``) before each fit, so its fits' programs are traced (and with
+``compiled=True`` compiled) once, not once per calculator, while the data it fits are always those
+of that value. A thread that finds it in use by another builds a loss of its own.
 
 Examples
 --------
@@ -69,8 +76,12 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+import threading
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -130,15 +141,101 @@ def _refusal(loss: BaseLoss) -> str | None:
             "UnbinnedNLL and ExtendedUnbinnedNLL of one observable, and SimultaneousLoss of these)")
 
 
-def _constraints_at_current(constraints: list[GaussianConstraint]) -> list[GaussianConstraint]:
-    """The constraints with their observed values at their parameters' current values, same widths."""
+def _constraints_with(constraints: list[GaussianConstraint], observed: tuple[tuple[float, ...], ...]
+                      ) -> list[GaussianConstraint]:
+    """The constraints with the observed values ``observed`` (one tuple per constraint), same widths."""
     made = []
-    for c in constraints:
-        observed = [float(p) for p in c.params]
+    for c, values in zip(constraints, observed, strict=True):
         diagonal = np.array_equal(c.cov, np.diag(np.diag(c.cov)))
-        made.append(GaussianConstraint(c.params, observed, sigma=c.sigma) if diagonal
-                    else GaussianConstraint(c.params, observed, cov=c.cov))
+        made.append(GaussianConstraint(c.params, list(values), sigma=c.sigma) if diagonal
+                    else GaussianConstraint(c.params, list(values), cov=c.cov))
     return made
+
+
+class _Made:
+    """The Asimov data of one loss that is not a SimultaneousLoss: its arrays and its constraints' observed values.
+
+    ``first``/``second`` are the counts and variances of a binned loss, the events and weights of an
+    unbinned one; ``observed`` the constraints' observed values (their parameters' values).
+    """
+
+    __slots__ = ("first", "second", "observed")
+
+    def __init__(self, first: np.ndarray, second: np.ndarray, observed: tuple[tuple[float, ...], ...]) -> None:
+        self.first, self.second, self.observed = first, second, observed
+
+
+def asimov_data(loss: BaseLoss, bins: int) -> Any:
+    """The Asimov data of the current parameter values: a ``_Made`` per loss, a list of them per SimultaneousLoss.
+
+    Parameters
+    ----------
+    loss : zcache.loss.BaseLoss
+        A loss the calculator supports (see the module).
+    bins : int
+        The bins of an unbinned loss's observable.
+
+    Returns
+    -------
+    _Made or list
+        The arrays and constraint values; :func:`asimov_loss` builds a loss of them.
+
+    Raises
+    ------
+    AsimovError
+        A loss it cannot make Asimov data for.
+    """
+    why = _refusal(loss)
+    if why is not None:
+        raise AsimovError(f"no Asimov data for {why}; use a toy calculator.")
+    if type(loss) is SimultaneousLoss:
+        return [asimov_data(part, bins) for part in loss.losses]
+    observed = tuple(tuple(float(p) for p in c.params) for c in loss.constraints)
+    if type(loss) in _BINNED:
+        counts = np.maximum(loss.expected_counts().numpy(), 0.0)
+        variances = loss.data.variances if type(loss) is BinnedChi2 else counts
+        return _Made(counts, variances, observed)
+    space = loss.model.space
+    edges = np.linspace(space.lower[0], space.upper[0], bins + 1)
+    probs = loss.model.integrate_bins(tuple(edges)).numpy()
+    if loss.extended:
+        total = float(loss.model.get_yield())
+    else:
+        w = loss.data.weights_data
+        total = float(np.sum(w.numpy())) if w is not None else float(loss.data.nevents)
+    weights = total * probs
+    # Bins the model gives (next to) nothing: no event there (0 log 0 would be NaN, and their
+    # weight is below the sum's rounding).
+    keep = weights > 1e-15 * weights.sum()
+    centres = 0.5 * (edges[:-1] + edges[1:])[keep]
+    events = centres[:, None] if (loss.data.obs is not None or loss.data.event_shape == (1,)) else centres
+    return _Made(events, weights[keep], observed)
+
+
+def _built(loss: BaseLoss, made: Any) -> BaseLoss:
+    """A new loss of the same kind as ``loss`` on the same model, on the Asimov data ``made``."""
+    if type(loss) is SimultaneousLoss:
+        return SimultaneousLoss([_built(part, m) for part, m in zip(loss.losses, made, strict=True)])
+    constraints = _constraints_with(loss.constraints, made.observed)
+    if type(loss) in _BINNED:
+        data = BinnedData(made.first, loss.data.edges, variances=made.second, name=f"{loss.data.name}:asimov",
+                          obs=loss.data.obs)
+        return type(loss)(loss.model, data, constraints=constraints)
+    obs = loss.data.obs
+    data = Data(made.first, name=f"{loss.data.name}:asimov", obs=loss.model.space.obs if obs is not None else None,
+                weights=made.second)
+    return type(loss)(loss.model, data, constraints=constraints)
+
+
+def _written(asimov: BaseLoss, made: Any) -> None:
+    """Write the Asimov data ``made`` into ``asimov`` (a loss :func:`_built` made of the same loss)."""
+    if type(asimov) is SimultaneousLoss:
+        for part, m in zip(asimov.losses, made, strict=True):
+            _written(part, m)
+    elif type(asimov) in _BINNED:
+        asimov.data.set_counts(made.first, variances=made.second)
+    else:
+        asimov.data.set_data(made.first, weights=made.second)
 
 
 def asimov_loss(loss: BaseLoss, bins: int) -> BaseLoss:
@@ -161,36 +258,82 @@ def asimov_loss(loss: BaseLoss, bins: int) -> BaseLoss:
     AsimovError
         A loss it cannot make Asimov data for.
     """
-    why = _refusal(loss)
-    if why is not None:
-        raise AsimovError(f"no Asimov data for {why}; use a toy calculator.")
+    return _built(loss, asimov_data(loss, bins))
+
+
+def _structure(loss: BaseLoss) -> tuple:
+    """What an Asimov loss of ``loss`` is built of besides its data: the model and data objects of every part."""
     if type(loss) is SimultaneousLoss:
-        return SimultaneousLoss([asimov_loss(part, bins) for part in loss.losses])
-    constraints = _constraints_at_current(loss.constraints)
-    if type(loss) in _BINNED:
-        counts = np.maximum(loss.expected_counts().numpy(), 0.0)
-        variances = loss.data.variances if type(loss) is BinnedChi2 else counts
-        data = BinnedData(counts, loss.data.edges, variances=variances, name=f"{loss.data.name}:asimov",
-                          obs=loss.data.obs)
-        return type(loss)(loss.model, data, constraints=constraints)
-    space = loss.model.space
-    edges = np.linspace(space.lower[0], space.upper[0], bins + 1)
-    probs = loss.model.integrate_bins(tuple(edges)).numpy()
-    if loss.extended:
-        total = float(loss.model.get_yield())
-    else:
-        w = loss.data.weights_data
-        total = float(np.sum(w.numpy())) if w is not None else float(loss.data.nevents)
-    weights = total * probs
-    # Bins the model gives (next to) nothing: no event there (0 log 0 would be NaN, and their
-    # weight is below the sum's rounding).
-    keep = weights > 1e-15 * weights.sum()
-    centres = 0.5 * (edges[:-1] + edges[1:])[keep]
-    obs = loss.data.obs
-    events = centres[:, None] if (obs is not None or loss.data.event_shape == (1,)) else centres
-    data = Data(events, name=f"{loss.data.name}:asimov", obs=space.obs if obs is not None else None,
-                weights=weights[keep])
-    return type(loss)(loss.model, data, constraints=constraints)
+        return tuple(_structure(part) for part in loss.losses)
+    return (type(loss), id(loss.model), id(loss.data), len(loss.constraints))
+
+
+def _observed_values(made: Any) -> tuple:
+    """The constraints' observed values of every part of ``made`` (constants of an Asimov loss's graphs)."""
+    if isinstance(made, list):
+        return tuple(_observed_values(m) for m in made)
+    return made.observed
+
+
+class _Shared:
+    """An Asimov loss kept for a loss, its data written before each use (one user at a time)."""
+
+    def __init__(self, loss: BaseLoss) -> None:
+        self.loss = loss
+        self.lock = threading.Lock()
+
+
+#: Asimov losses kept per observed loss (weakly: they go with it), keyed by the bins, the structure and
+#: the constraints' observed values (constants of their graphs). Their fits' traced and compiled programs
+#: are kept with them, so a new calculator of the same loss, at any state, traces nothing again.
+_SHARED: weakref.WeakKeyDictionary[BaseLoss, dict[tuple, _Shared]] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+#: Asimov losses kept per observed loss: constraints observed at other values need losses of their own
+#: (a limit scan's calculators profile the same nuisances at the null value and meet the same few)
+SHARED_PER_LOSS = 4
+
+
+def shared_asimov_losses(loss: BaseLoss) -> list[BaseLoss]:
+    """The Asimov losses kept for ``loss`` (whose data the calculator writes before each fit on them).
+
+    Parameters
+    ----------
+    loss : zcache.loss.BaseLoss
+        An observed loss.
+
+    Returns
+    -------
+    list of zcache.loss.BaseLoss
+        Possibly empty.
+    """
+    with _SHARED_LOCK:
+        return [entry.loss for entry in _SHARED.get(loss, {}).values()]
+
+
+@contextlib.contextmanager
+def _asimov_in_use(loss: BaseLoss, bins: int, made: Any) -> Iterator[BaseLoss]:
+    """The Asimov loss of ``loss`` holding the data ``made``, for one fit or value.
+
+    A kept loss (:data:`_SHARED`) with ``made`` written into it, so that its programs are traced once
+    for every calculator of ``loss``; a new one where another thread is using the kept one.
+    """
+    key = (bins, _structure(loss), _observed_values(made))
+    with _SHARED_LOCK:
+        kept = _SHARED.setdefault(loss, {})
+        entry = kept.get(key)
+        if entry is None:
+            if len(kept) >= SHARED_PER_LOSS:
+                kept.pop(next(iter(kept)))  # the oldest
+            entry = kept[key] = _Shared(_built(loss, made))
+    if not entry.lock.acquire(blocking=False):
+        yield _built(loss, made)
+        return
+    try:
+        # the data of this call, always: another calculator (or value) may have written its own
+        _written(entry.loss, made)
+        yield entry.loss
+    finally:
+        entry.lock.release()
 
 
 class _Fits:
@@ -198,22 +341,32 @@ class _Fits:
 
     def __init__(self, loss: BaseLoss, poi: Parameter, minimizer: Any, what: str,
                  start: dict[Parameter, float] | None = None, free_nll: float | None = None,
-                 free_poi: float | None = None) -> None:
+                 free_poi: float | None = None, asimov: tuple[int, Any] | None = None) -> None:
         self.loss, self.poi, self.minimizer, self.what = loss, poi, minimizer, what
         self.start = start  # the parameter values fits start from (default: the user's)
+        #: (bins, Asimov data): the fits are of the Asimov loss of ``loss`` on these data
+        self.asimov = asimov
         self.conditional: dict[float, FitResult] = {}
         self._free: FitResult | None = None
         self.free_nll = free_nll
         self.free_poi = free_poi
 
+    @contextlib.contextmanager
+    def _fitted_loss(self) -> Iterator[BaseLoss]:
+        if self.asimov is None:
+            yield self.loss
+        else:
+            with _asimov_in_use(self.loss, *self.asimov) as loss:
+                yield loss
+
     def _fit(self, value: float | None) -> FitResult:
-        with kept_parameters(self.loss):
+        with self._fitted_loss() as loss, kept_parameters(loss):
             if self.start is not None:
                 set_values(list(self.start), list(self.start.values()))
             if value is None:
-                result = self.minimizer.minimize(self.loss)
+                result = self.minimizer.minimize(loss)
             else:
-                result = conditional_fit(self.loss, self.poi, value, self.minimizer)
+                result = conditional_fit(loss, self.poi, value, self.minimizer)
         if not result.valid:
             at = "the POI free" if value is None else f"{self.poi.name} = {value:g}"
             raise InferenceError(
@@ -354,6 +507,7 @@ class AsymptoticCalculator:
         self.asimov_bins = int(asimov_bins)
         self._observed = _Fits(loss, self.poi, self.minimizer, "observed data")
         self._asimov: dict[float, _Fits] = {}
+        self._asimov_losses: dict[float, BaseLoss] = {}  # asimov()'s answers, one per value
 
     def __repr__(self) -> str:
         return (f"<AsymptoticCalculator poi='{self.poi.name}' null_value={self.null_value:g} "
@@ -383,14 +537,19 @@ class AsymptoticCalculator:
         Returns
         -------
         zcache.loss.BaseLoss
-            A loss of the same kind on the same model.
+            A loss of the same kind on the same model, of its own (the calculator fits another one,
+            kept for the observed loss, with these data written into it before each fit).
 
         Raises
         ------
         POIError
             ``value`` outside the POI's limits.
         """
-        return self._asimov_fits(value).loss
+        fits = self._asimov_fits(value)
+        key = float(fits.free_poi)
+        if key not in self._asimov_losses:
+            self._asimov_losses[key] = _built(self.loss, fits.asimov[1])
+        return self._asimov_losses[key]
 
     def _asimov_fits(self, value: float) -> _Fits:
         (value,) = checked_values(self.poi, value, "Asimov value")
@@ -402,11 +561,15 @@ class AsymptoticCalculator:
             start[self.poi] = key
             with kept_parameters(self.loss):
                 set_values(list(start), list(start.values()))
-                made = asimov_loss(self.loss, self.asimov_bins)
-                # Asimov data are their own best fit: the minimum is at the values they were made with.
-                free_nll = float(made.value())
-            self._asimov[key] = _Fits(made, self.poi, self._asimov_minimizer(), f"Asimov data of {self.poi.name} = {key:g}",
-                                      start=start, free_nll=free_nll, free_poi=key)
+                made = asimov_data(self.loss, self.asimov_bins)
+                # The fits use one Asimov loss per observed loss, kept across calculators, with these
+                # data written into it before each (_asimov_in_use): its programs are traced once.
+                with _asimov_in_use(self.loss, self.asimov_bins, made) as asimov:
+                    # Asimov data are their own best fit: the minimum is at the values they were made with.
+                    free_nll = float(asimov.value())
+            self._asimov[key] = _Fits(self.loss, self.poi, self._asimov_minimizer(),
+                                      f"Asimov data of {self.poi.name} = {key:g}", start=start, free_nll=free_nll,
+                                      free_poi=key, asimov=(self.asimov_bins, made))
         return self._asimov[key]
 
     def _observed_statistic(self, name: str, values: np.ndarray) -> np.ndarray:
