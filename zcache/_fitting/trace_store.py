@@ -71,6 +71,14 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 #: Fields of zcache's objects that are sets in a list's clothes (a cache's dependencies, in the order its
 #: reads were discovered): walked in the order their nodes were made, the same in every process.
 _UNORDERED = frozenset({"_deps"})
+#: Fields of zcache's objects that record what happened at run time (counters, validity, the storage
+#: and shape a cache learned at its first computation), not what a trace reads; ``node_id`` (a
+#: process-wide counter) is skipped on every zcache object. A Variable among them that a program
+#: captured is then not found by the walk, and the program is not stored.
+_RUNTIME = {
+    "CacheState": frozenset({"py_hits", "py_misses", "py_valid", "traced", "held_bytes", "last_use", "evicted",
+                             "graph_uses", "evictions", "stored", "dtype", "rank", "shape"}),
+}
 
 
 class _Doubt(Exception):
@@ -217,6 +225,8 @@ class _Walk:
         self.emit("state", len(state))
         for name, value in sorted(state.items()):
             self.emit("field", name)
+            if top == "zcache" and (name == "node_id" or name in _RUNTIME.get(c.__name__, ())):
+                continue  # a process-wide counter, or a cache's run-time record: not what a trace reads
             if name in _UNORDERED and top == "zcache":
                 # found in the order of a set's iteration (object addresses): walked by creation order
                 value = sorted(value, key=lambda node: node.node_id)
@@ -266,6 +276,12 @@ def _key_and_variables(fit: Any, served: dict[int, tf.Tensor], jit: bool,
         for p in fit.params:
             walk.walk(p)
         walk.walk(fit.loss)
+        # which caches are served, as the walk met them (their order is the program's argument order)
+        met = {getattr(obj, "node_id", None): walk.seen[id(obj)] for obj in walk.keep}
+        places = [met.get(k) for k in sorted(served)]
+        if None in places:
+            raise _Doubt("a served cache the walk did not meet")
+        walk.emit("served at", places)
     except (_Doubt, RecursionError):
         return None
     return walk.h.hexdigest(), walk.variables
