@@ -275,3 +275,13 @@ def test_second_process_traces_nothing_and_refuses_harm(tmp_path):
     assert other_width == {**_run(cache, "0.7", "fixed", "8.0", store="0"), "traces": 0}
     # off: nothing read
     assert _run(cache, "0.6", "float64", "8.0", store="0")["traces"] == 1
+
+
+def test_a_folder_open_to_others_is_not_read(store):
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    os.chmod(store, 0o777)
+    try:
+        assert compile_cache.read_trace("e.tfprogram") is None
+        assert (store / "e.tfprogram").exists()  # left where it is
+    finally:
+        os.chmod(store, 0o700)

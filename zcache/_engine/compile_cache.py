@@ -1075,7 +1075,9 @@ def read_trace(name: str) -> bytes | None:
             data = _read_all(fd) if stat.S_ISREG(st.st_mode) else b""
         finally:
             os.close(fd)
-    except (Refused, OSError):  # a symbolic link (O_NOFOLLOW), a folder not the user's alone
+    except Refused:  # a folder not the user's alone: nothing read, nothing moved
+        return None
+    except OSError:  # a symbolic link (O_NOFOLLOW), a file that cannot be read
         with contextlib.suppress(OSError):
             _quarantine_if(_TRACES, name)
         return None
