@@ -740,3 +740,34 @@ def test_forward_accumulator_watches_only_what_an_accumulator_watches():
             return forward_accumulator_watches([b]), forward_accumulator_watches([a])
 
     assert opened_inside() == (True, False)
+
+
+def test_program_bytes_register_and_call_by_name():
+    """Item 20: a concrete function with a nested function and a captured Variable, written as bytes,
+    registered under new names and called by name gives the function's own results (no trace)."""
+    v = tf.Variable(np.array([1.0, 2.0, 3.0]))
+
+    @tf.function(autograph=False)
+    def inner(x):
+        return tf.reduce_sum(x * v)
+
+    @tf.function(autograph=False)
+    def outer(x, n):
+        return tf.while_loop(lambda i, s: i < n, lambda i, s: (i + 1, s + inner(x)), (0, tf.constant(0.0, tf.float64)))
+
+    concrete = outer.get_concrete_function(tf.TensorSpec([3], tf.float64), tf.TensorSpec([], tf.int32))
+    data, name, outputs = _tf_internals.program_bytes(concrete)
+    assert _tf_internals.can_reuse_programs() and outputs == 2
+    new_name, inputs, n_out = _tf_internals.register_program(data, name, "_zcache_test20")
+    assert new_name == name + "_zcache_test20" and n_out == 2 and inputs == [tf.float64, tf.int32, tf.resource]
+    x = tf.constant([0.5, 1.0, 2.0], tf.float64)
+    got = _tf_internals.call_program(new_name, [x, tf.constant(3), v.handle], n_out)
+    want = concrete(x, tf.constant(3))
+    assert [t.numpy().tolist() for t in got] == [t.numpy().tolist() for t in want]
+    assert float(got[1]) == 3 * (0.5 + 2.0 + 6.0)
+    # the same bytes again: the functions are kept, not added twice; garbage is a ZCacheError
+    assert _tf_internals.register_program(data, name, "_zcache_test20")[0] == new_name
+    with pytest.raises(zcache.exceptions.ZCacheError):
+        _tf_internals.register_program(b"\xff not a library", name, "_zcache_bad")
+    with pytest.raises(zcache.exceptions.ZCacheError):
+        _tf_internals.register_program(data, "no_such_function", "_zcache_bad")

@@ -66,8 +66,8 @@ import tensorflow as tf
 from ..exceptions import CompileCacheWarning, TensorFlowInternalsWarning
 from .environment import setting, switch
 
-__all__ = ["MAX_BYTES", "CompileCacheInfo", "clear_compile_cache", "compile_cache_info", "compiling",
-           "enable_at_import", "first_call", "run_program"]
+__all__ = ["MAX_BYTES", "MAX_TRACE_BYTES", "CompileCacheInfo", "clear_compile_cache", "compile_cache_info", "compiling",
+           "enable_at_import", "first_call", "forget_trace", "read_trace", "run_program", "trace_folder", "write_trace"]
 
 #: Bound on the published entries' total size; past it the oldest go.
 MAX_BYTES = 256 << 20
@@ -76,6 +76,8 @@ MAX_BYTES = 256 << 20
 TESTED_TENSORFLOW = ((2, 16), (2, 22))
 #: Leftover temporary files of TensorFlow's writes older than this (seconds) are removed.
 STALE_TMP_S = 3600
+#: Bound on the traced programs kept on disk (``traces/<key>/``, issue 54), oldest out first.
+MAX_TRACE_BYTES = 64 << 20
 #: A published entry without a record younger than this (seconds) may be one whose writer is recording
 #: it now: it is skipped, not quarantined (it is never linked for TensorFlow either way).
 UNRECORDED_GRACE_S = 600
@@ -114,6 +116,7 @@ class CompileCacheInfo:
 _INFO = CompileCacheInfo(None, False, "zcache has not set up its compile cache (zcache is being imported).")
 _ROOT: str | None = None  # the cache root (absolute), once the set-up chose it
 _SHARED: str | None = None  # xla/<key>: the published entries and their records
+_TRACES: str | None = None  # traces/<key>/ under the cache root; None: no traced programs on disk
 _STAGE: str | None = None  # this process's folder, TensorFlow's; None when zcache does not manage the cache
 _READY: bool | None = None  # None: not prepared yet (no compile so far); False: refused at the first compile
 _KNOWN: dict[str, tuple[int, int, int]] = {}  # staged entries zcache trusts: name -> (size, mtime_ns, inode)
@@ -334,6 +337,7 @@ class _Settings:
     home: str  # HOME, else the password database's home folder
     xla_flags: str  # XLA_FLAGS: in the folder's key
     tf_xla_flags: str  # TF_XLA_FLAGS: in the folder's key; its cache directory flag leaves the cache to TensorFlow
+    traces: bool = False  # ZCACHE_TRACE_STORE: compiled fits' traced programs kept beside the compiled ones
 
 
 def _settings(environ) -> _Settings:
@@ -347,11 +351,12 @@ def _settings(environ) -> _Settings:
     on = switch("ZCACHE_COMPILE_CACHE", environ)  # zcache's own variables: through environment.py's table
     return _Settings(switch="" if on is None else ("1" if on else "0"),
                      cache_dir=setting("ZCACHE_CACHE_DIR", environ), xdg_cache_home=environ.get("XDG_CACHE_HOME", ""),
-                     home=home, xla_flags=environ.get("XLA_FLAGS", ""), tf_xla_flags=environ.get("TF_XLA_FLAGS", ""))
+                     home=home, xla_flags=environ.get("XLA_FLAGS", ""), tf_xla_flags=environ.get("TF_XLA_FLAGS", ""),
+                     traces=bool(switch("ZCACHE_TRACE_STORE", environ)))
 
 
 def _enable(environ) -> CompileCacheInfo:
-    global _ROOT, _SHARED, _STAGE, _READY
+    global _ROOT, _SHARED, _STAGE, _READY, _TRACES
     settings = _settings(environ)
     if settings.switch in _OFF:
         return CompileCacheInfo(None, False, "off: ZCACHE_COMPILE_CACHE=0.")
@@ -385,6 +390,7 @@ def _enable(environ) -> CompileCacheInfo:
                                              "op ran first); import zcache before running TensorFlow.")
     _ROOT, _SHARED, _STAGE, _READY = root, shared, stage, None
     _KNOWN.clear()
+    _TRACES = os.path.join(root, "traces", folder_key(settings)) if settings.traces else None
     return CompileCacheInfo(shared, True, "on: zcache's folder (made at the first XLA compile); each entry is checked "
                                           "against its writer's record before TensorFlow can load it.")
 
@@ -987,3 +993,125 @@ def point_tensorflow(directory: str, environ) -> bool | None:
         else:
             environ["TF_XLA_FLAGS"] = before
     return took
+
+
+# Traced programs (issue 54) -----------------------------------------------------------------------
+# A compiled fit's traced program (``zcache/_fitting/trace_store.py``) kept beside the compiled ones,
+# under the same rules: the folders of :func:`secure_folder`, made at the first write; each entry
+# written whole (a temporary file renamed) with its writer's record (:func:`_digest`, the folder's key
+# and the entry's name in the hash); the bytes hashed and compared with the record before every load,
+# a mismatch quarantined. Off unless ``ZCACHE_TRACE_STORE=1`` (and the compile cache is on).
+
+
+def trace_folder() -> str | None:
+    """The folder of traced programs (``<root>/traces/<key>``), None when they are not kept.
+
+    Returns
+    -------
+    str or None
+    """
+    return _TRACES
+
+
+def write_trace(name: str, data: bytes) -> bool:
+    """Keep ``data`` as the traced program ``name`` (made whole, then recorded); never raises.
+
+    Parameters
+    ----------
+    name : str
+        The entry's file name (letters, digits, ``.``, ``_``, ``-``).
+    data : bytes
+
+    Returns
+    -------
+    bool
+        Whether it was written (False: the store is off, or its folder refused).
+    """
+    if _TRACES is None or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        return False
+    try:
+        with _LOCK:
+            secure_folder(_ROOT, _TRACES)
+            path = os.path.join(_TRACES, name)
+            _unlink(path + _SUFFIX)  # no record while the entry changes: a reader refuses it meanwhile
+            _copy_bytes(data, path)
+            _write_record(path, _digest(_TRACES, name, data), _identity(os.lstat(path)))
+            entries = [n for n in _listdir(_TRACES) if not n.endswith((_SUFFIX, ".part")) and n != "quarantine"]
+            _bounded_to(_TRACES, entries, MAX_TRACE_BYTES)
+    except (Refused, OSError) as exc:
+        warnings.warn(f"zcache did not keep a traced program: {exc}", CompileCacheWarning, stacklevel=2)
+        return False
+    return True
+
+
+def read_trace(name: str) -> bytes | None:
+    """The bytes of the traced program ``name`` if they match their writer's record, else None; never raises.
+
+    An entry without a record (another program's file, a writer that has not finished) is not read;
+    one whose bytes differ from the record (damaged, truncated, replaced, copied from another key's
+    folder or renamed) is moved to ``quarantine/``.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    bytes or None
+    """
+    if _TRACES is None or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        return None
+    path = os.path.join(_TRACES, name)
+    try:
+        if not os.path.lexists(path):
+            return None
+        check_existing(_ROOT, _TRACES)
+        record = _read_record(path)
+        if record is None:
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            data = _read_all(fd) if stat.S_ISREG(st.st_mode) else b""
+        finally:
+            os.close(fd)
+    except Refused:  # a folder not the user's alone: nothing read, nothing moved
+        return None
+    except OSError:  # a symbolic link (O_NOFOLLOW), a file that cannot be read
+        with contextlib.suppress(OSError):
+            _quarantine_if(_TRACES, name)
+        return None
+    digest, size, _ = record
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or len(data) != size \
+            or _digest(_TRACES, name, data) != digest:
+        with contextlib.suppress(OSError):
+            _quarantine_if(_TRACES, name, st.st_ino)
+        return None
+    return data
+
+
+def forget_trace(name: str) -> None:
+    """Move the traced program ``name`` to ``quarantine/`` (it failed its check after loading); never raises.
+
+    Parameters
+    ----------
+    name : str
+    """
+    if _TRACES is not None and re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        with contextlib.suppress(OSError):
+            _quarantine_if(_TRACES, name)
+
+
+def _bounded_to(directory: str, entries: list[str], limit: int) -> None:
+    """Remove the oldest of ``entries`` (and their records) until the rest fit in ``limit`` bytes."""
+    sized = []
+    for name in entries:
+        with contextlib.suppress(FileNotFoundError):
+            st = os.lstat(os.path.join(directory, name))
+            sized.append((st.st_mtime, st.st_size, name))
+    used = 0
+    for _mtime_s, size, name in sorted(sized, reverse=True):
+        used += size
+        if used > limit:
+            _unlink(os.path.join(directory, name))
+            _unlink(os.path.join(directory, name + _SUFFIX))

@@ -20,6 +20,10 @@ name                       default     meaning
                                        absolute one only), else ``$HOME/.cache/zcache`` (a relative
                                        ``HOME`` turns the cache off). Read once, at import; the folder
                                        is made at the first compile.
+``ZCACHE_TRACE_STORE``     ``0``       ``1``: a compiled fit's traced program is kept in the cache
+                                       folder (``traces/``, with the compile cache's checks) and a later
+                                       process with the same loss loads it instead of tracing (issue
+                                       54); only while the compile cache is on. Read once, at import.
 =========================  ==========  ===============================================================
 
 Switches accept ``1``/``true``/``yes``/``on`` and ``0``/``false``/``no``/``off`` (any case); an empty
@@ -31,7 +35,7 @@ Examples
 --------
 >>> from zcache._engine.environment import SETTINGS, switch
 >>> sorted(SETTINGS)
-['ZCACHE_CACHE_DIR', 'ZCACHE_COMPILE_CACHE', 'ZCACHE_GC_FREEZE', 'ZCACHE_TF_LOGS']
+['ZCACHE_CACHE_DIR', 'ZCACHE_COMPILE_CACHE', 'ZCACHE_GC_FREEZE', 'ZCACHE_TF_LOGS', 'ZCACHE_TRACE_STORE']
 >>> switch("ZCACHE_GC_FREEZE", {"ZCACHE_GC_FREEZE": "off"})
 False
 """
@@ -62,6 +66,8 @@ SETTINGS: dict[str, Setting] = {
     "ZCACHE_COMPILE_CACHE": Setting("", "compiled XLA programs on disk (empty: on for checked TensorFlow versions)",
                                     True),
     "ZCACHE_CACHE_DIR": Setting("", "the folder of zcache's files on disk", False),
+    "ZCACHE_TRACE_STORE": Setting("0", "compiled fits' traced programs kept on disk and reused by later processes",
+                                  True),
 }
 
 _TRUE = ("1", "true", "yes", "on")

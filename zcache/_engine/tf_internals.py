@@ -41,10 +41,14 @@ __all__ = [
     "is_second_order_cond_error",
     "is_xla_shape_error",
     "calls_without_body_shape_inference",
+    "call_program",
+    "can_reuse_programs",
     "can_resume_recording",
     "keep_conditional",
     "leave_to_python",
     "made_by_zcache",
+    "program_bytes",
+    "register_program",
     "may_take_higher_order_gradient",
     "recording_resumed",
     "separately_compiled",
@@ -890,3 +894,113 @@ def forward_accumulator_watches(variables: list[tf.Variable]) -> bool:
     if not tf.inside_function() or in_zcache_graphs():
         return False
     return bool(_PACK_TANGENTS([v.value() for v in variables]).tangents)
+
+
+# 20. A traced program's functions as bytes, and called by name ------------------------------------
+# A compiled fit's program reused across processes (trace_store.py, issue 54): its FunctionDef and
+# every function it calls are written as a FunctionDefLibrary, added to a later process's eager
+# context under new names and called by name, as TensorFlow calls a traced function (nothing is
+# traced). The public API offers this only through a SavedModel, whose loading rebuilds the graphs in
+# Python (a trace's cost). Which functions a concrete function calls is its graph's library.
+try:
+    from tensorflow.core.framework import function_pb2 as _function_pb2
+    from tensorflow.python.eager import context as _eager_context
+
+    _eager_context.context().has_function  # noqa: B018 - the methods used below
+    _eager_context.context().add_function_def  # noqa: B018
+    _eager_context.context().call_function  # noqa: B018
+    _FUNCTIONS_OK = True
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _FUNCTIONS_OK = False
+    _missing("eager context add_function_def / call_function, FunctionDefLibrary",
+             "compiled fits trace their program in every process (no reuse across processes).")
+
+#: Node attributes that name a function (call ops, control flow); and list(func) ones.
+_FUNC_ATTRS = ("f", "then_branch", "else_branch", "cond", "body", "branches")
+
+
+def can_reuse_programs() -> bool:
+    """Whether a traced program can be written as bytes and called from them in another process."""
+    return _FUNCTIONS_OK
+
+
+def program_bytes(concrete: Any) -> tuple[bytes, str, int]:
+    """A concrete function as bytes: its FunctionDef and every function it calls.
+
+    Returns
+    -------
+    data : bytes
+        A serialized ``FunctionDefLibrary``.
+    name : str
+        The program's own function's name in it.
+    outputs : int
+        Its number of outputs.
+    """
+    library = _function_pb2.FunctionDefLibrary()
+    library.function.extend(concrete.graph.as_graph_def().library.function)
+    main = concrete.function_def
+    if all(f.signature.name != main.signature.name for f in library.function):
+        library.function.append(main)
+    return library.SerializeToString(), main.signature.name, len(main.signature.output_arg)
+
+
+def register_program(data: bytes, name: str, suffix: str) -> tuple[str, list[tf.DType], int]:
+    """Add the functions of :func:`program_bytes`'s ``data`` to this process, each renamed with ``suffix``.
+
+    Renamed (and every reference to them), a loaded function never meets a function of this process
+    that happens to bear the same traced name. A name already added (the same entry loaded twice)
+    is kept.
+
+    Returns
+    -------
+    name : str
+        The program's new name, for :func:`call_program`.
+    inputs : list of tf.DType
+        Its input types, in order.
+    outputs : int
+        Its number of outputs.
+
+    Raises
+    ------
+    ZCacheError
+        ``data`` is not such a library, or ``name`` is not in it.
+    """
+    library = _function_pb2.FunctionDefLibrary()
+    try:
+        library.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError: not a library
+        raise ZCacheError(f"not a function library ({exc})") from exc
+    renamed = {f.signature.name: f"{f.signature.name}{suffix}" for f in library.function}
+    if name not in renamed:
+        raise ZCacheError(f"the function {name!r} is not in the library")
+    ctx = _eager_context.context()
+    ctx.ensure_initialized()
+    main = None
+    for fdef in library.function:
+        fdef.signature.name = renamed[fdef.signature.name]
+        for node in fdef.node_def:
+            if node.op in renamed:
+                node.op = renamed[node.op]
+            for key in _FUNC_ATTRS:
+                if key in node.attr:
+                    value = node.attr[key]
+                    if value.HasField("func") and value.func.name in renamed:
+                        value.func.name = renamed[value.func.name]
+                    for func in value.list.func:
+                        if func.name in renamed:
+                            func.name = renamed[func.name]
+        if fdef.signature.name == renamed[name]:
+            main = fdef
+    for fdef in library.function:
+        if not ctx.has_function(fdef.signature.name):
+            ctx.add_function_def(fdef)
+    inputs = [tf.as_dtype(arg.type) for arg in main.signature.input_arg]
+    return main.signature.name, inputs, len(main.signature.output_arg)
+
+
+def call_program(name: str, inputs: list[Any], outputs: int) -> list[tf.Tensor]:
+    """Call a function :func:`register_program` added, eagerly, as TensorFlow calls a traced one.
+
+    With this thread's function call options (:func:`without_grappler` applies).
+    """
+    return _eager_context.context().call_function(name.encode(), list(inputs), outputs)

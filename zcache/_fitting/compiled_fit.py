@@ -76,6 +76,7 @@ from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
 from .per_loss import alive, kept
+from .trace_store import StoredProgram, forget, load, save
 
 __all__ = ["CompiledFit", "CompiledOutcome"]
 
@@ -397,9 +398,13 @@ class CompiledFit:
         key = (tuple(served), jit, structured)
         fn = self._programs.get(key)
         if fn is None:
-            fn = self._programs[key] = tf.function(functools.partial(self._body, jit=jit, structured=structured),
-                                                   autograph=False, reduce_retracing=True)
+            fn = self._programs[key] = self._traced(served, jit, structured)
         return fn
+
+    def _traced(self, served: dict[int, tf.Tensor], jit: bool, structured: bool | str) -> Any:
+        del served  # the program's key
+        return tf.function(functools.partial(self._body, jit=jit, structured=structured), autograph=False,
+                           reduce_retracing=True)
 
     def run(self, x0: np.ndarray, edm_max: float, maxiter: int = 500, jit: bool = False,
             structured_hessian: bool | str = False) -> CompiledOutcome:
@@ -441,19 +446,52 @@ class CompiledFit:
         # compiling(): a fit is long, so every call lets the compile cache check its folder first
         # and record what XLA compiled (the program, its value + gradient function) after.
         first = fn.experimental_get_tracing_count() == 0
+        structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        args = (tf.constant(x0), served, tf.constant(self.lower), tf.constant(self.upper),
+                tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
         with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
                 compiling(first):
             if first:
+                fn = self._first_program(fn, served, jit, structured)
+            out = fn(*args)
+            if isinstance(fn, StoredProgram) and not fn.checked and not self._agrees(out[2], x0):
+                # the stored program's loss at the start is not the loss's: its key missed something
+                forget(fn)
+                fn = self._programs[(tuple(served), jit, structured)] = self._traced(served, jit, structured)
                 with collector_out_of_traces():
                     self._trace_for_every_size(fn, served)
-            out = fn(tf.constant(x0), served, tf.constant(self.lower),
-                     tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+                out = fn(*args)
+            elif isinstance(fn, StoredProgram):
+                fn.checked = True
         x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason, made_posdef=bool(made))
 
-    def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> None:
+    def _first_program(self, fn: Any, served: dict[int, tf.Tensor], jit: bool, structured: bool | str) -> Any:
+        """The program's first use in this process: loaded from the trace store, else traced (and stored).
+
+        Loading replaces the trace only; a later process composes with whatever calls the program.
+        """
+        stored = load(self, served, jit, structured)
+        if stored is not None:
+            self._programs[(tuple(served), jit, structured)] = stored
+            return stored
+        with collector_out_of_traces():
+            concrete = self._trace_for_every_size(fn, served)
+        save(self, served, jit, structured, concrete)
+        return fn
+
+    def _agrees(self, f0: tf.Tensor, x0: np.ndarray) -> bool:
+        """Whether a loaded program's loss at ``x0`` is the loss's own, evaluated eagerly."""
+        sub = {p.node_id: tf.constant(v, tf.float64) for p, v in zip(self.params, x0, strict=True)}
+        with run_eagerly(), substituted(sub), collecting():
+            eager = float(self.loss.value())
+        got = float(f0)
+        # the same ops in a graph and eagerly: equal but for the order of a parallel reduction
+        return bool(np.isfinite(got) and abs(got - eager) <= 1e-10 * max(1.0, abs(eager)))
+
+    def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> Any:
         """Trace ``fn`` once with the events axis of every served value left open.
 
         A served value with one row per event (a data-only column) changes its number of rows
@@ -466,9 +504,9 @@ class CompiledFit:
         specs = {k: tf.TensorSpec([None, *v.shape[1:]] if v.shape.rank and v.shape[0] in rows else v.shape, v.dtype)
                  for k, v in served.items()}
         n = len(self.params)
-        fn.get_concrete_function(tf.TensorSpec([n], tf.float64), specs, tf.TensorSpec([n], tf.float64),
-                                 tf.TensorSpec([n], tf.float64), tf.TensorSpec([], tf.int32),
-                                 tf.TensorSpec([], tf.float64))
+        return fn.get_concrete_function(tf.TensorSpec([n], tf.float64), specs, tf.TensorSpec([n], tf.float64),
+                                        tf.TensorSpec([n], tf.float64), tf.TensorSpec([], tf.int32),
+                                        tf.TensorSpec([], tf.float64))
 
     def _verdict(self, x: np.ndarray, hess: np.ndarray, ok: bool, converged: bool) -> str | None:
         if not ok:

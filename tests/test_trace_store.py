@@ -1,0 +1,287 @@
+"""The trace store (zcache/_fitting/trace_store.py, issue 54): a compiled fit's traced program reused by a later process.
+
+The key is checked in this process (each thing a trace depends on changes it; a loss built the same way twice
+has the same one); the store's entries against damage, truncation, replacement and a foreign folder; the check
+after loading against a key that missed something; and, in fresh processes, that a second run traces nothing
+and gives the same fit to the bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import zcache
+from zcache._engine import compile_cache
+from zcache._fitting import trace_store
+from zcache._fitting.compiled_fit import CompiledFit
+from zcache.loss import UnbinnedNLL
+from zcache.models import Gaussian, Model, Space
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Tilted(Model):
+    """A user model: a line of slope ``slope`` times a factor set at construction."""
+
+    def __init__(self, space, slope, factor=1.0):
+        super().__init__(space, {"slope": slope})
+        self.factor = factor
+
+    def _unnormalized_pdf(self, x):
+        return 1.0 + self.factor * self.params["slope"].value() * x
+
+
+class TiltedOtherCode(Tilted):
+    def _unnormalized_pdf(self, x):
+        return 1.0 + self.factor * self.params["slope"].value() * x * 0.5
+
+
+def _gauss(n=100, sigma_floats=False, dtype=np.float64, shape=None):
+    mu = zcache.Parameter("mu_tsk", 0.1, lower=-2.0, upper=2.0)
+    sigma = zcache.Parameter("sigma_tsk", 1.0, lower=0.1, upper=3.0, floating=sigma_floats)
+    x = np.random.default_rng(1).normal(0.0, 1.0, n if shape is None else shape).astype(dtype)
+    loss = UnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), mu, sigma), zcache.Data(x))
+    return loss, [mu, sigma] if sigma_floats else [mu]
+
+
+def _key(loss, params, jit=False, structured=False):
+    fit = CompiledFit.of(loss, params)
+    return trace_store.program_key(fit, fit._served(np.array([float(p) for p in params])), jit, structured)
+
+
+def test_key_is_the_same_for_the_same_loss_and_events_axis_left_open():
+    """Two losses built alike have one key, also with another number of events (the program leaves it open)."""
+    a, b, c = _gauss(), _gauss(), _gauss(n=250)
+    assert _key(*a) is not None
+    assert _key(*a) == _key(*b) == _key(*c)
+
+
+def test_key_changes_with_what_a_trace_depends_on():
+    """The floating set, the data's dtype and shape past the events axis, options, modes and library versions."""
+    base = _key(*_gauss())
+    loss, params = _gauss(sigma_floats=True)
+    keys = {
+        "floating": _key(loss, params),
+        "fitted subset": _key(loss, params[:1]),
+        "dtype": _key(*_gauss(dtype=np.int64)),
+        "shape past the events axis": _key(*_gauss(shape=(100, 1))),
+        "structured": _key(*_gauss(), structured=True),
+    }
+    with zcache.set_autograd_mode(False):
+        keys["autograd mode"] = _key(*_gauss())
+    with zcache.set_graph_mode({"model": True}):
+        keys["graph mode"] = _key(*_gauss())
+    assert None not in keys.values()
+    assert len({base, *keys.values()}) == len(keys) + 1, keys
+
+
+def test_key_changes_with_library_versions_and_sources(monkeypatch):
+    base = _key(*_gauss())
+    monkeypatch.setattr(trace_store.tf, "__version__", "2.99.0")
+    other_tf = _key(*_gauss())
+    monkeypatch.undo()
+    monkeypatch.setattr(trace_store, "_source_digest", lambda: "0" * 64)
+    other_source = _key(*_gauss())
+    assert len({base, other_tf, other_source}) == 3
+
+
+def test_key_changes_with_user_code_and_constants():
+    """A user's model: another method body, another constant attribute, another limit: another key."""
+    def key(cls=Tilted, factor=1.0, upper=5.0):
+        slope = zcache.Parameter("slope_tsk", 0.2, lower=-0.5, upper=0.5)
+        model = cls(Space("x", 0.0, upper), slope, factor)
+        return _key(UnbinnedNLL(model, zcache.Data(np.linspace(0.1, 0.9, 20))), [slope])
+
+    base = key()
+    assert base is not None and base == key()
+    assert len({base, key(TiltedOtherCode), key(factor=2.0), key(upper=4.0)}) == 4
+
+
+def test_key_is_none_for_what_it_cannot_describe():
+    """An attribute the walk cannot describe (a generator here): no key, the program is traced."""
+    loss, params = _gauss()
+    loss.model.unknown = (i for i in range(3))
+    assert _key(loss, params) is None
+
+
+# -- the store's entries ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    folder = root / "traces" / "tfkey-a"
+    monkeypatch.setattr(compile_cache, "_ROOT", str(root))
+    monkeypatch.setattr(compile_cache, "_TRACES", str(folder))
+    return folder
+
+
+def test_entry_round_trip_and_folder_made_at_first_write(store):
+    assert not store.exists() and compile_cache.read_trace("e.tfprogram") is None
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    assert oct(store.stat().st_mode & 0o777) == "0o700"
+    assert compile_cache.read_trace("e.tfprogram") == b"program bytes"
+
+
+@pytest.mark.parametrize("harm", ["damaged", "truncated", "replaced", "foreign", "unrecorded", "link"])
+def test_a_harmed_entry_is_refused_and_quarantined(store, tmp_path, harm):
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    path = store / "e.tfprogram"
+    if harm in ("damaged", "truncated", "replaced"):
+        os.chmod(path, 0o600)
+        data = {"damaged": b"program bytez", "truncated": b"program", "replaced": b"another program"}[harm]
+        if harm == "replaced":
+            path.unlink()
+        path.write_bytes(data)
+    elif harm == "foreign":  # an entry and its record copied from another key's folder
+        other = store.parent / "tfkey-b"
+        compile_cache._TRACES = str(other)
+        assert compile_cache.write_trace("e.tfprogram", b"foreign program")
+        compile_cache._TRACES = str(store)
+        for name in ("e.tfprogram", "e.tfprogram.sha256"):
+            os.chmod(store / name, 0o600)
+            (store / name).write_bytes((other / name).read_bytes())
+    elif harm == "unrecorded":
+        (store / "e.tfprogram.sha256").unlink()
+    else:
+        target = tmp_path / "elsewhere"
+        target.write_bytes(b"program bytes")
+        path.unlink()
+        path.symlink_to(target)
+    assert compile_cache.read_trace("e.tfprogram") is None
+    if harm != "unrecorded":  # one without a record may be a writer's that has not finished: left alone
+        assert (store / "quarantine" / "e.tfprogram").exists() and not path.exists()
+
+
+def test_entries_are_bounded(store, monkeypatch):
+    monkeypatch.setattr(compile_cache, "MAX_TRACE_BYTES", 25)
+    for k in range(4):
+        assert compile_cache.write_trace(f"e{k}.tfprogram", b"0123456789")
+        os.utime(store / f"e{k}.tfprogram", (1000 + k, 1000 + k))
+    kept = sorted(n for n in os.listdir(store) if n.endswith(".tfprogram"))
+    assert kept == ["e2.tfprogram", "e3.tfprogram"]
+
+
+def test_store_is_off_by_default():
+    assert compile_cache.trace_folder() is None or os.environ.get("ZCACHE_TRACE_STORE") in ("1", "true", "yes", "on")
+
+
+# -- in this process: a loaded program, and the check after loading ------------------------------------
+
+
+def _fit(loss, params):
+    out = CompiledFit.of(loss, params).run(np.array([float(p) for p in params]), edm_max=2e-5 * loss.errordef)
+    return out
+
+
+def test_loaded_program_gives_the_traced_fit_and_a_wrong_one_is_dropped(store, monkeypatch):
+    """A program stored by one loss, loaded for an equal one: the same fit to the bit, no trace. Under a key
+    that missed something (forced here), the loaded program's loss at the start differs from the eager one:
+    the entry is dropped and the fit traced."""
+    loss, params = _gauss()
+    traced = _fit(loss, params)
+    assert CompiledFit.of(loss, params).traces == 1 and len(list(store.glob("*.tfprogram"))) == 1
+    loss2, params2 = _gauss()
+    loaded = _fit(loss2, params2)
+    assert CompiledFit.of(loss2, params2).traces == 0
+    np.testing.assert_array_equal(loaded.x, traced.x)
+    np.testing.assert_array_equal(loaded.hessian, traced.hessian)
+    assert loaded.fmin == traced.fmin and loaded.nfcn == traced.nfcn
+
+    key = trace_store._key_and_variables
+    (entry,) = store.glob("*.tfprogram")
+    # a loss that differs in a constant of its trace only (the range, in the normalization), under the
+    # first loss's key
+    mu = zcache.Parameter("mu_tsk", 0.1, lower=-2.0, upper=2.0)
+    x = np.random.default_rng(1).normal(0.0, 1.0, 100)
+    loss3 = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x))
+    monkeypatch.setattr(trace_store, "_key_and_variables",
+                        lambda fit, *a: (entry.name.split(".")[0], key(fit, *a)[1]))
+    wrong = _fit(loss3, [mu])
+    assert CompiledFit.of(loss3, [mu]).traces == 1  # traced after the check failed
+    assert (store / "quarantine" / entry.name).exists()
+    monkeypatch.undo()
+    fresh = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x))
+    np.testing.assert_array_equal(wrong.x, _fit(fresh, [mu]).x)
+
+
+# -- fresh processes ----------------------------------------------------------------------------------
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import zcache
+    from zcache._fitting.compiled_fit import CompiledFit
+    from zcache.loss import ExtendedUnbinnedNLL
+    from zcache.minimize import Minuit
+    from zcache.models import Exponential, Gaussian, Space, SumPdf
+    width, dtype, high = float(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(2.0, 0.5, 600), rng.exponential(4.0, 1400) - 2.0])
+    x = x[(x > -2.0) & (x < high)]
+    space = Space("x", -2.0, high)
+    mu = zcache.Parameter("mu", 1.8, lower=0.0, upper=4.0)
+    sigma = zcache.Parameter("sigma", width, lower=0.1, upper=2.0, floating=dtype != "fixed")
+    lam = zcache.Parameter("lam", -0.3, lower=-2.0, upper=-0.01)
+    ns = zcache.Parameter("ns", 500.0, lower=0.0, upper=1e4)
+    nb = zcache.Parameter("nb", 1400.0, lower=0.0, upper=1e4)
+    model = SumPdf([Gaussian(space, mu, sigma), Exponential(space, lam)], yields=[ns, nb])
+    loss = ExtendedUnbinnedNLL(model, zcache.Data(x))
+    result = Minuit().minimize(loss)
+    params = [p for p in (ns, nb, mu, sigma, lam) if p.floating]
+    print(json.dumps({"traces": CompiledFit.of(loss, params).traces, "path": result.path,
+                      "values": [float(p) for p in params], "fmin": float(result.fmin),
+                      "errors": [float(result.errors[p.name]) for p in params]}))
+""")
+
+
+def _run(cache, *args, store="1"):
+    env = {**os.environ, "ZCACHE_CACHE_DIR": str(cache), "ZCACHE_TRACE_STORE": store, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, env=env, timeout=900,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # 9 fresh processes, 5-50 s each (TensorFlow's import)
+def test_second_process_traces_nothing_and_refuses_harm(tmp_path):
+    cache = tmp_path / "cache"
+    first = _run(cache, "0.6", "float64", "8.0")
+    second = _run(cache, "0.6", "float64", "8.0")
+    assert first["traces"] == 1 and second["traces"] == 0 and first["path"] == second["path"] == "compiled"
+    assert second == {**first, "traces": 0}  # the same fit to the bit
+    (entry,) = (cache / "traces").glob("*/*.tfprogram")
+    os.chmod(entry, 0o600)
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 1
+    entry.write_bytes(bytes(data))
+    damaged = _run(cache, "0.6", "float64", "8.0")
+    assert damaged == first  # refused, traced again, written anew
+    assert _run(cache, "0.6", "float64", "8.0")["traces"] == 0
+    # another floating set, another constant (the range, in the normalization): never the stored program
+    fixed = _run(cache, "0.6", "fixed", "8.0")
+    assert fixed["traces"] == 1
+    assert _run(cache, "0.6", "float64", "9.0")["traces"] == 1
+    # a fixed parameter's value is read from its Variable, not traced: the same program serves another
+    other_width = _run(cache, "0.7", "fixed", "8.0")
+    assert other_width["traces"] == 0 and other_width["values"] != fixed["values"]
+    assert other_width == {**_run(cache, "0.7", "fixed", "8.0", store="0"), "traces": 0}
+    # off: nothing read
+    assert _run(cache, "0.6", "float64", "8.0", store="0")["traces"] == 1
+
+
+def test_a_folder_open_to_others_is_not_read(store):
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    os.chmod(store, 0o777)
+    try:
+        assert compile_cache.read_trace("e.tfprogram") is None
+        assert (store / "e.tfprogram").exists()  # left where it is
+    finally:
+        os.chmod(store, 0o700)
