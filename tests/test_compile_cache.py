@@ -26,6 +26,7 @@ import tensorflow as tf
 
 import zcache
 from zcache._engine import compile_cache as cc
+from zcache._engine import xla_cache_format
 from zcache.exceptions import CompileCacheWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +102,7 @@ def flip_code_bit(path: str, offset: int = 300) -> None:
     data[data.find(b"\x7fELF") + offset] ^= 0x01
     os.chmod(path, 0o600)
     pathlib.Path(path).write_bytes(bytes(data))
-    assert cc.well_formed_entry(os.path.basename(path), bytes(data))
+    assert xla_cache_format.well_formed_entry(os.path.basename(path), bytes(data))
 
 
 @pytest.fixture(scope="module")
@@ -455,7 +456,7 @@ def test_entry_format_is_what_tensorflow_writes(shared):
     folder, _, name = shared
     data = pathlib.Path(os.path.join(folder, name)).read_bytes()
     assert name.startswith("xla_compile_cache__") and name.endswith("__XLA_CPU_JIT.pb")
-    assert cc.well_formed_entry(name, data)
+    assert xla_cache_format.well_formed_entry(name, data)
     assert b"\x7fELF" in data  # the machine code is in the entry (what the records protect)
 
 
@@ -627,9 +628,9 @@ def test_tensorflow_flag_reader_is_there():
 
 def test_flag_value():
     flags = '--a=1 --tf_xla_persistent_cache_directory="/x y" --b --tf_xla_disable_constant_folding'
-    assert cc.flag_value(flags, "tf_xla_persistent_cache_directory") == "/x y"
-    assert cc.flag_value(flags, "tf_xla_disable_constant_folding") == "true"
-    assert cc.flag_value(flags, "c") is None
+    assert xla_cache_format.flag_value(flags, "tf_xla_persistent_cache_directory") == "/x y"
+    assert xla_cache_format.flag_value(flags, "tf_xla_disable_constant_folding") == "true"
+    assert xla_cache_format.flag_value(flags, "c") is None
 
 
 def test_enable_never_raises(monkeypatch, no_root):

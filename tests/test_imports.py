@@ -166,6 +166,9 @@ def test_no_private_names_across_modules():
 # Lines of code: a line that holds a token other than a comment, not in a docstring (module, class or function)
 # and not blank; decorators count with what they decorate.
 MAX_MODULE_LINES, MAX_CLASS_CODE_LINES, MAX_FUNCTION_CODE_LINES = 1000, 400, 100
+# Every private TensorFlow API zcache uses is in tf_internals, numbered, each with a loud test: one place by rule
+# (design/invariants.md), so it is not split by size; it still may not grow without bound.
+ONE_PLACE_BY_RULE = {"_engine/tf_internals.py": 1200}
 
 
 def _too_long(source: str, where: str) -> list[str]:
@@ -196,8 +199,13 @@ def _too_long(source: str, where: str) -> list[str]:
 
 
 def test_modules_classes_and_functions_stay_short():
-    bad = [line for path in sorted(PACKAGE.rglob("*.py"))
-           for line in _too_long(path.read_text(), str(path.relative_to(PACKAGE)))]
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where, source = str(path.relative_to(PACKAGE)), path.read_text()
+        found = _too_long(source, where)
+        if len(source.splitlines()) <= ONE_PLACE_BY_RULE.get(where, 0):  # its functions and classes still count
+            found = [line for line in found if not line.startswith(f"{where} (")]
+        bad += found
     assert bad == [], "split these into named steps (issue 53):\n" + "\n".join(bad)
 
 
