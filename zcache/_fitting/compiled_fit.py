@@ -441,17 +441,77 @@ class CompiledFit:
         # compiling(): a fit is long, so every call lets the compile cache check its folder first
         # and record what XLA compiled (the program, its value + gradient function) after.
         first = fn.experimental_get_tracing_count() == 0
-        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
-                compiling(first):
-            if first:
-                with collector_out_of_traces():
-                    self._trace_for_every_size(fn, served)
-            out = fn(tf.constant(x0), served, tf.constant(self.lower),
-                     tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+        with ENGINE_LOCK:
+            out = self._call(fn, served, x0, maxiter, edm_max, jit, first)
         x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason, made_posdef=bool(made))
+
+    def _call(self, fn: Any, served: dict[int, tf.Tensor], x0: np.ndarray, maxiter: int, edm_max: float, jit: bool,
+              first: bool) -> tuple[tf.Tensor, ...]:
+        """Trace ``fn`` where ``first``, then call it: the program's outputs as tensors."""
+        with calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
+                compiling(first):
+            if first:
+                with collector_out_of_traces():
+                    self._trace_for_every_size(fn, served)
+            return fn(tf.constant(x0), served, tf.constant(self.lower),
+                      tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+
+    def traced(self, jit: bool = False, structured_hessian: bool | str = False) -> bool:
+        """Whether a program with these settings has been traced (a :meth:`run` with them starts at its call).
+
+        Parameters
+        ----------
+        jit, structured_hessian
+            As for :meth:`run`.
+
+        Returns
+        -------
+        bool
+        """
+        structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        return any(key[1:] == (jit, structured) and fn.experimental_get_tracing_count() > 0
+                   for key, fn in list(self._programs.items()))
+
+    def builder(self, x0: np.ndarray, jit: bool = False, structured_hessian: bool | str = False) -> Any:
+        """The work that leaves :meth:`run` with these settings only the fit itself: trace and first call.
+
+        The caches the program is served are read here, on the calling thread (an eager read may
+        fill a cache). The returned function traces the program (unless it is traced) and calls it
+        once from ``x0`` with one BFGS step, so that TensorFlow's runtime prepares it; the outcome
+        is dropped. It reads no cache through the engine and writes no Variable (the program
+        writes none): it may run on another thread while this one fits (``zcache._fitting.tiers``).
+        It raises what the trace raises (the caller decides; :meth:`run` would raise the same).
+
+        Parameters
+        ----------
+        x0 : ndarray
+            (n,) a start inside the limits (the first fit's).
+        jit, structured_hessian
+            As for :meth:`run`.
+
+        Returns
+        -------
+        callable
+            Taking no argument, returning None.
+
+        Raises
+        ------
+        IllegalInGraphModeError
+            Inside a trace.
+        """
+        forbid_in_trace("a compiled fit")
+        x0 = np.clip(np.asarray(x0, dtype=np.float64), self.lower, self.upper)
+        served = self._served(x0)
+        fn = self._program(served, jit, structured_hessian if structured_hessian == "auto" else bool(structured_hessian))
+
+        def build() -> None:
+            first = fn.experimental_get_tracing_count() == 0
+            self._call(fn, served, x0, 1, 0.0, jit, first)
+
+        return build
 
     def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> None:
         """Trace ``fn`` once with the events axis of every served value left open.
