@@ -878,6 +878,32 @@ class FitMachine(RuleBasedStateMachine):
         assert self.values() == before and self.floating() == floating
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
+    # -- the tiered start (issue 54, h-tiered) ----------------------------------------------
+    @precondition(lambda self: self.floating())
+    @rule(data=st.data())
+    def tiers_agree(self, data: Any) -> None:
+        """Which tier serves a fit is drawn: a fitted set's first tiered fit (MIGRAD, Hessians by differences; a
+        set fitted before is compiled) against the compiled tier from the same start, in a drawn order: the same
+        verdict, minimum and errors, and the parameters left at the last fit's minimum."""
+        fitted = data.draw(st.lists(st.sampled_from(self.floating()), min_size=1, unique=True), label="fitted")
+        tiered_first = data.draw(st.booleans(), label="tiered first")
+        params = [self.p[n] for n in NAMES]
+        before = [q._current() for q in params]
+        results = {}
+        for tiered in (tiered_first, not tiered_first):
+            zcache.set_values(params, before)
+            results[tiered] = Minuit(tol=TOL, tiered=tiered).minimize(self.loss, [self.p[n] for n in fitted])
+        tier, compiled = results[True], results[False]
+        note(f"tiers: {fitted}, {tier.path} / {compiled.path} ({compiled.fallback}); {tier.values}; {compiled.values}")
+        assert tier.valid == compiled.valid
+        assert tier.path in ("migrad", "compiled")
+        last = results[not tiered_first]
+        assert [self.p[n]._current() for n in fitted] == [last.values[self.p[n].name] for n in fitted]
+        if compiled.valid:
+            for name, value in compiled.values.items():
+                assert abs(tier.values[name] - value) <= VALUE_TOL * compiled.errors[name], name
+        zcache.set_values(params, before)
+
     # -- invariants -----------------------------------------------------------------------
     @invariant()
     def loss_value_is_the_numpy_nll(self) -> None:
