@@ -599,13 +599,13 @@ class FitMachine(RuleBasedStateMachine):
         try:
             with zcache.set_jit_mode(jit):
                 zcache.set_values(params, start)
-                block = Minuit().minimize(loss)
+                block = Minuit(tiered=False).minimize(loss)  # the compiled fit from the first fit
                 # The reference, differences throughout: the same model, data and start each time, so
                 # fitted once per process and setting (a state that changed it would change the block's
                 # fit, compared below, too)
                 if (fix_c3, jit) not in _BLOCK_REFERENCE:
                     zcache.set_values(params, start)
-                    _BLOCK_REFERENCE[fix_c3, jit] = Minuit(structured_hessian=False).minimize(loss)
+                    _BLOCK_REFERENCE[fix_c3, jit] = Minuit(structured_hessian=False, tiered=False).minimize(loss)
             diff = _BLOCK_REFERENCE[fix_c3, jit]
             note(f"coupling block (c3 fixed: {fix_c3}, jit: {jit}): nfcn {block.nfcn} vs {diff.nfcn}, "
                  f"fmin {block.fmin} vs {diff.fmin}")
