@@ -98,6 +98,30 @@ def test_which_tier_serves_a_fit_depends_on_the_fits_before_it_only(monkeypatch)
     assert Minuit().minimize(loss, [mu]).path == "compiled"
 
 
+def test_an_untiered_fit_during_a_build_waits_for_it_and_traces_nothing(monkeypatch):
+    loss, _ = zoo.gauss("tier_untiered")
+    start = [float(p) for p in loss.params]
+    go = threading.Event()
+    real = CompiledFit.builder
+
+    def held_builder(self, *args, **kwargs):
+        work = real(self, *args, **kwargs)
+
+        def held() -> None:
+            go.wait()
+            work()
+
+        return held
+
+    monkeypatch.setattr(CompiledFit, "builder", held_builder)
+    assert Minuit().minimize(loss).path == "migrad"
+    threading.Timer(0.2, go.set).start()
+    zcache.set_values(loss.params, start)
+    assert Minuit(tiered=False).minimize(loss).path == "compiled"
+    assert CompiledFit.of(loss, list(loss.params)).traces == 1  # the build's trace, not a second one
+    assert not _builds_alive()
+
+
 def test_options_that_skip_the_tiers():
     loss, _ = zoo.gauss("tier_skip")
     assert Minuit(tiered=False).minimize(loss).path == "compiled"  # traced in the foreground, as before

@@ -415,13 +415,12 @@ class Minuit:
 
     def _serves_compiled(self, fit: CompiledFit, setting: tuple[bool, bool | str]) -> bool:
         """Whether the compiled tier serves this fit (``tiered``: not the first; ``zcache._fitting.tiers``)."""
-        if not self.tiered or fit.refused is not None:
+        if fit.refused is not None:
             return True
         if self.maxfcn is not None and self.maxfcn - fit.fixed_calls(self.structured_hessian) < 1:
             return True  # no BFGS step left: MIGRAD fits it, nothing to build
-        if fit.traced(*setting):
-            return True
-        return tiers.serves_compiled(fit, setting)
+        # a program traced already serves the first tiered fit too; a build in flight is waited for
+        return tiers.serves_compiled(fit, setting, tiered=self.tiered and not fit.traced(*setting))
 
     def _try_compiled(self, obj: Objective, fit: CompiledFit, start: float) -> tuple[FitResult | None, str | None, int]:
         """The compiled fit's result, or None with why it falls back and the calls it spent."""

@@ -138,19 +138,22 @@ class Build:
         return self._done.wait(timeout)
 
 
-def serves_compiled(fit: CompiledFit, setting: Any) -> bool:
+def serves_compiled(fit: CompiledFit, setting: Any, tiered: bool = True) -> bool:
     """Whether this fit of ``fit`` runs compiled (else it is the first, and MIGRAD's: then :func:`start_build`).
 
-    Every fit after the first of a compiled fit and setting is compiled, after waiting for a build still
-    running. A build that failed with one of :data:`REFUSING` refuses the loss as the foreground trace would
-    (``fit.refused``: :class:`zcache.minimize.Minuit` then fits it with MIGRAD and says why in
-    ``FitResult.fallback``); any other error is raised here.
+    Every fit after the first of a compiled fit and setting is compiled (with ``tiered=False`` the first too),
+    after waiting for a build still running (never two traces of one program at once). A build that failed
+    with one of :data:`REFUSING` refuses the loss as the foreground trace would (``fit.refused``:
+    :class:`zcache.minimize.Minuit` then fits it with MIGRAD and says why in ``FitResult.fallback``); any
+    other error is raised here.
 
     Parameters
     ----------
     fit : CompiledFit
     setting : hashable
         What selects the program (XLA or not, the Hessian's plan).
+    tiered : bool
+        ``Minuit(tiered=...)``: False serves every fit compiled.
 
     Returns
     -------
@@ -166,7 +169,7 @@ def serves_compiled(fit: CompiledFit, setting: Any) -> bool:
         count = served.get(setting, 0)
         served[setting] = count + 1
         build = _BUILDS.get(fit, {}).pop(setting, None)
-    if count == 0:
+    if count == 0 and tiered:
         return False
     if build is not None:
         build.wait()
