@@ -10,6 +10,7 @@ are refusals or raised, a build writes no cache while the foreground changes inp
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -196,6 +197,7 @@ def test_a_build_writes_no_cache_while_the_foreground_changes_inputs(monkeypatch
     go.set()
     rng = np.random.default_rng(0)
     while _builds_alive():
+        assert gc.get_freeze_count() == 0  # the build leaves the user's collector alone
         zcache.set_values(loss.params, np.array(start) * rng.uniform(0.95, 1.05, len(start)))
         data.set_data(rng.permutation(original))
         loss.value()
@@ -210,6 +212,14 @@ def test_a_build_writes_no_cache_while_the_foreground_changes_inputs(monkeypatch
     np.testing.assert_allclose([second.values[n] for n in second.names],
                                [reference.values[n.replace("tier_race", "tier_race_twin")] for n in second.names],
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_under_xla_the_first_fit_stays_compiled():
+    loss, _ = zoo.gauss("tier_jit")
+    with zcache.set_jit_mode("auto"):
+        assert Minuit().minimize(loss).path == "compiled"
+    assert not _builds_alive()
 
 
 @pytest.mark.slow

@@ -324,7 +324,8 @@ class Minuit:
         later fit of that loss and set is compiled (waiting for a build still running). Which tier
         serves a fit depends on the fits before it, never on timing; the tiers agree within the
         fit's tolerance (``zcache._fitting.tiers``, :func:`wait_for_builds`). ``False``: every fit
-        compiled, the first tracing in the foreground. No effect with ``compiled=False``.
+        compiled, the first tracing in the foreground. No effect with ``compiled=False`` or where XLA
+        compiles the loss (:func:`zcache.set_jit_mode`): there the first fit stays compiled.
 
     Raises
     ------
@@ -419,8 +420,11 @@ class Minuit:
             return True
         if self.maxfcn is not None and self.maxfcn - fit.fixed_calls(self.structured_hessian) < 1:
             return True  # no BFGS step left: MIGRAD fits it, nothing to build
-        # a program traced already serves the first tiered fit too; a build in flight is waited for
-        return tiers.serves_compiled(fit, setting, tiered=self.tiered and not fit.traced(*setting))
+        # a program traced already serves the first tiered fit too; a build in flight is waited for. Under
+        # XLA the cheap tier would compile value + gradient as well as the program's (not measured yet):
+        # the first fit stays compiled there.
+        tiered = self.tiered and not setting[0] and not fit.traced(*setting)
+        return tiers.serves_compiled(fit, setting, tiered=tiered)
 
     def _try_compiled(self, obj: Objective, fit: CompiledFit, start: float) -> tuple[FitResult | None, str | None, int]:
         """The compiled fit's result, or None with why it falls back and the calls it spent."""

@@ -51,6 +51,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Sequence
@@ -449,12 +450,12 @@ class CompiledFit:
                                reason=reason, made_posdef=bool(made))
 
     def _call(self, fn: Any, served: dict[int, tf.Tensor], x0: np.ndarray, maxiter: int, edm_max: float, jit: bool,
-              first: bool) -> tuple[tf.Tensor, ...]:
-        """Trace ``fn`` where ``first``, then call it: the program's outputs as tensors."""
+              first: bool, freeze: bool = True) -> tuple[tf.Tensor, ...]:
+        """Trace ``fn`` where ``first`` (``freeze``: with the collector out of the trace), then call it."""
         with calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
                 compiling(first):
             if first:
-                with collector_out_of_traces():
+                with collector_out_of_traces() if freeze else contextlib.nullcontext():
                     self._trace_for_every_size(fn, served)
             return fn(tf.constant(x0), served, tf.constant(self.lower),
                       tf.constant(self.upper), tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
@@ -508,8 +509,9 @@ class CompiledFit:
         fn = self._program(served, jit, structured_hessian if structured_hessian == "auto" else bool(structured_hessian))
 
         def build() -> None:
+            # not freezing the collector: the user's code runs meanwhile, and finds the collector as it left it
             first = fn.experimental_get_tracing_count() == 0
-            self._call(fn, served, x0, 1, 0.0, jit, first)
+            self._call(fn, served, x0, 1, 0.0, jit, first, freeze=False)
 
         return build
 

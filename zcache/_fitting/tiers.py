@@ -10,13 +10,18 @@ waits for it (it would have paid the trace itself). The build starts after the f
 cores a trace on another thread slowed the foreground fit by more than the build saved (``benchmarks/RESULTS.md``,
 "Tiered start (issue 54)"; both are Python holding the GIL most of the time).
 
+Under XLA (:func:`zcache.set_jit_mode`) the first fit stays compiled: the cheap tier would compile its value +
+gradient with XLA besides the program's, which was not measured to pay.
+
 Which tier serves a fit depends on how many fits of that loss and set came before, never on timing: the first
 MIGRAD, the others compiled, so a seeded study gives the same numbers to the last digit in every run. The two tiers
 agree within the fit's tolerance (the same minimum to a small fraction of the errors, the same errors, the same
 verdicts; ``tests/test_tiers.py``).
 
 The build reads no cache through the engine and writes no Variable: a trace builds graphs, and the program's one
-call reads the Variables it reads in any fit (a ``set_value`` meanwhile can only change the dropped outcome). Its
+call reads the Variables it reads in any fit (a ``set_value`` meanwhile can only change the dropped outcome). It
+leaves Python's collector as it is (no ``gc.freeze`` around its trace, unlike a trace in the foreground): the
+user's code runs meanwhile. Its
 errors are never lost: one of the kinds that make the compiled fit refuse a loss in the foreground refuses it here
 the same way (``CompiledFit.refused``, then ``FitResult.fallback``); any other is raised by the next fit that needs
 the program. Builds still running when Python exits are waited for (``atexit``), not left inside TensorFlow during
