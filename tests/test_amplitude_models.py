@@ -1110,7 +1110,7 @@ def test_a_compiled_fit_computes_each_column_once_per_dataset(kin, generated):
         return compute(x)
 
     w.kst._compute = counted
-    result = Minuit(precompute=False).minimize(w.loss)
+    result = Minuit(precompute=False, tiered=False).minimize(w.loss)
     assert result.valid and result.path == "compiled", result.fallback
     # once per dataset in the search for the served caches (eager), once per dataset in the program's trace
     assert sorted(r for r in rows if r is not None) == sorted([len(generated.x), len(generated.x_mc)])

@@ -889,7 +889,7 @@ def test_group_programs_trace_once_for_every_dataset_and_caller():
     # called); group 1's columns are one program, cached
     assert sorted(model._group_programs) == [0, 1] and list(model._times_programs) == [0]
     programs = [model._times_programs[0], model._group_programs[1][1], model._stack_fn]
-    result = Minuit().minimize(losses[0])
+    result = Minuit(tiered=False).minimize(losses[0])
     assert result.valid and result.path == "compiled"
     losses[0].datasets()[0].set_data(np.stack([cols["x"][300:700], cols["y"][300:700]], axis=1))  # another size
     losses[0].value_gradient()
@@ -994,7 +994,7 @@ def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
     if mode == "graph":  # a compiled fit's value + gradient, called at every step: the events enter XLA whole
         from zcache._fitting.compiled_fit import CompiledFit
 
-        result = Minuit().minimize(loss)
+        result = Minuit(tiered=False).minimize(loss)
         assert result.valid and result.path == "compiled"
         [program] = CompiledFit.of(loss, params)._programs.values()
         [concrete] = program._list_all_concrete_functions()
@@ -1052,7 +1052,7 @@ def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(flo
             np.testing.assert_allclose(g, want_g, rtol=1e-9, atol=1e-9 * np.abs(want_g).max())
     assert sorted(model._times_programs) == ([0] if floating else [])
     zcache.set_values(params, x)
-    result = Minuit().minimize(loss)
+    result = Minuit(tiered=False).minimize(loss)
     assert result.valid and result.path == "compiled", result.fallback
     assert sorted(model._times_programs) == ([0] if floating else [])
     outcome = CompiledFit.of(loss, params).run(x, edm_max=2e-5 * loss.errordef)
@@ -1195,8 +1195,11 @@ def test_compiled_fit_uses_the_structured_hessian_where_asked():
     assert len(sample) == 600
     data = zcache.Data(sample, name="hs_fit_sample", obs=["x", "y", "th"])
     results = {}
-    for how, minuit, jit in (("structured", Minuit(structured_hessian=True), False), ("default", Minuit(), False),
-                             ("jit", Minuit(structured_hessian=True), True), ("jit, differences", Minuit(), True)):
+    compiled = {"tiered": False}  # the compiled fit from the first fit (the tiered start: test_tiers)
+    for how, minuit, jit in (("structured", Minuit(structured_hessian=True, **compiled), False),
+                             ("default", Minuit(**compiled), False),
+                             ("jit", Minuit(structured_hessian=True, **compiled), True),
+                             ("jit, differences", Minuit(**compiled), True)):
         for p, v in zip(params, start):
             p.set_value(v)
         with zcache.set_jit_mode(jit):
@@ -1257,8 +1260,8 @@ def test_compiled_fit_takes_the_couplings_block_exactly(jit):
     start = [float(p) * f for p, f in zip(params, (1.02, 0.95, 0.97, 1.05, 0.9, 1.1, 1.1, 0.9), strict=True)]
     results = {}
     with zcache.set_jit_mode(jit):
-        for how, minuit in (("auto", Minuit()), ("differences", Minuit(structured_hessian=False)),
-                            ("structured", Minuit(structured_hessian=True))):
+        for how, minuit in (("auto", Minuit(tiered=False)), ("differences", Minuit(structured_hessian=False, tiered=False)),
+                            ("structured", Minuit(structured_hessian=True, tiered=False))):
             zcache.set_values(params, start)
             fitted = UnbinnedNLL(loss.model, loss.data)  # a loss of its own: its own compiled program
             results[how] = minuit.minimize(fitted), fitted

@@ -21,9 +21,16 @@ import zcache
 from zcache._fitting.compiled_fit import CompiledFit
 from zcache.binned import BinnedChi2, BinnedData, BinnedNLL, ExtendedBinnedNLL
 from zcache.loss import ExtendedUnbinnedNLL, GaussianConstraint, SimultaneousLoss, UnbinnedNLL
-from zcache.minimize import Minuit
+from zcache.minimize import Minuit as TieredMinuit
 from zcache.models import Exponential, FunctionPdf, Gaussian, ProductPdf, Space, SumPdf, set_seed
 from zcache.shapes import ARGUS, Bernstein, Chebyshev, CrystalBall, DoubleCrystalBall, JohnsonSU, Voigtian
+
+
+def Minuit(**options):  # noqa: N802 - reads like the class
+    """``zcache.minimize.Minuit`` whose first fit of a loss is compiled too (``tiered=False``): these tests are
+    about the compiled fit itself; the tiered start, whose first fit is MIGRAD's, is tests/test_tiers.py's."""
+    options.setdefault("tiered", False)
+    return TieredMinuit(**options)
 
 
 def P(name, value, lower=None, upper=None):  # noqa: N802 - reads like the constructor

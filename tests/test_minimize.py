@@ -790,7 +790,7 @@ def test_maxfcn_caps_loss_calls_on_the_compiled_and_the_migrad_path_alike(maxfcn
     results = {}
     for compiled in (True, False):
         zcache.set_values([mu, sigma], [2.0, 3.0])
-        results[compiled] = Minuit(maxfcn=maxfcn, compiled=compiled).minimize(loss)
+        results[compiled] = Minuit(maxfcn=maxfcn, compiled=compiled, tiered=False).minimize(loss)
     fast, migrad = results[True], results[False]
     assert fast.path == "compiled" and not fast.valid and fast.nfcn <= maxfcn
     assert "call limit maxfcn" in fast.fallback

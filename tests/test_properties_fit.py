@@ -601,13 +601,13 @@ class FitMachine(RuleBasedStateMachine):
         try:
             with zcache.set_jit_mode(jit):
                 zcache.set_values(params, start)
-                block = Minuit().minimize(loss)
+                block = Minuit(tiered=False).minimize(loss)  # the compiled fit from the first fit
                 # The reference, differences throughout: the same model, data and start each time, so
                 # fitted once per process and setting (a state that changed it would change the block's
                 # fit, compared below, too)
                 if (fix_c3, jit) not in _BLOCK_REFERENCE:
                     zcache.set_values(params, start)
-                    _BLOCK_REFERENCE[fix_c3, jit] = Minuit(structured_hessian=False).minimize(loss)
+                    _BLOCK_REFERENCE[fix_c3, jit] = Minuit(structured_hessian=False, tiered=False).minimize(loss)
             diff = _BLOCK_REFERENCE[fix_c3, jit]
             note(f"coupling block (c3 fixed: {fix_c3}, jit: {jit}): nfcn {block.nfcn} vs {diff.nfcn}, "
                  f"fmin {block.fmin} vs {diff.fmin}")
@@ -879,6 +879,32 @@ class FitMachine(RuleBasedStateMachine):
         assert pv.clsb[0] == pytest.approx(np.mean(alt >= pv.observed[0] - 1e-9 * (1 + pv.observed[0])))
         assert self.values() == before and self.floating() == floating
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
+
+    # -- the tiered start (issue 54, h-tiered) ----------------------------------------------
+    @precondition(lambda self: self.floating())
+    @rule(data=st.data())
+    def tiers_agree(self, data: Any) -> None:
+        """Which tier serves a fit is drawn: a fitted set's first tiered fit (MIGRAD, Hessians by differences; a
+        set fitted before is compiled) against the compiled tier from the same start, in a drawn order: the same
+        verdict, minimum and errors, and the parameters left at the last fit's minimum."""
+        fitted = data.draw(st.lists(st.sampled_from(self.floating()), min_size=1, unique=True), label="fitted")
+        tiered_first = data.draw(st.booleans(), label="tiered first")
+        params = [self.p[n] for n in NAMES]
+        before = [q._current() for q in params]
+        results = {}
+        for tiered in (tiered_first, not tiered_first):
+            zcache.set_values(params, before)
+            results[tiered] = Minuit(tol=TOL, tiered=tiered).minimize(self.loss, [self.p[n] for n in fitted])
+        tier, compiled = results[True], results[False]
+        note(f"tiers: {fitted}, {tier.path} / {compiled.path} ({compiled.fallback}); {tier.values}; {compiled.values}")
+        assert tier.valid == compiled.valid
+        assert tier.path in ("migrad", "compiled")
+        last = results[not tiered_first]
+        assert [self.p[n]._current() for n in fitted] == [last.values[self.p[n].name] for n in fitted]
+        if compiled.valid:
+            for name, value in compiled.values.items():
+                assert abs(tier.values[name] - value) <= VALUE_TOL * compiled.errors[name], name
+        zcache.set_values(params, before)
 
     # -- invariants -----------------------------------------------------------------------
     @invariant()

@@ -48,19 +48,20 @@ from collections.abc import Sequence
 
 import iminuit
 import numpy as np
-import tensorflow as tf
 
 from ._engine.mode import compiles, get_autograd_mode, traces
 from ._engine.parameter import Parameter
-from ._fitting import minuit2
+from ._fitting import minuit2, tiers
 from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
 from ._fitting.objective import LossState, Objective
 from ._fitting.results import FitMinuit, FitResult, MinosError
+from ._fitting.tiers import wait_for_builds
 from .exceptions import ZCacheError
 from .loss import BaseLoss
 
-__all__ = ["Minuit", "Scipy", "corrected_covariance", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit", "MinosError"]
+__all__ = ["Minuit", "Scipy", "corrected_covariance", "wait_for_builds", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit",
+           "MinosError"]
 
 _HUGE = 1e30
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
@@ -318,6 +319,15 @@ class Minuit:
         (:meth:`zcache.loss.BaseLoss.structured_hessian`), whose first fit costs more and later fits
         less (it pays in toy studies and scans: ``design/decisions/0003-compiled-fit.md``);
         ``False``: differences along every parameter.
+    tiered : bool
+        The tiered start of the compiled fit (default): the first fit of a loss and fitted set is
+        MIGRAD + HESSE on traced value + gradient (Hessians by differences of exact gradients,
+        ``FitResult.path == "migrad"``), after which another thread builds the compiled program; every
+        later fit of that loss and set is compiled (waiting for a build still running). Which tier
+        serves a fit depends on the fits before it, never on timing; the tiers agree within the
+        fit's tolerance (``zcache._fitting.tiers``, :func:`wait_for_builds`). ``False``: every fit
+        compiled, the first tracing in the foreground. No effect with ``compiled=False`` or where XLA
+        compiles the loss (:func:`zcache.set_jit_mode`): there the first fit stays compiled.
 
     Raises
     ------
@@ -337,6 +347,7 @@ class Minuit:
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
         structured_hessian: bool | str = "auto",
+        tiered: bool = True,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
@@ -358,10 +369,11 @@ class Minuit:
         self.weightcorr = weightcorr
         self.compiled = bool(compiled)
         self.structured_hessian = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        self.tiered = bool(tiered)
 
     def __repr__(self) -> str:
         return (f"Minuit(tol={self.tol}, strategy={self.strategy}, use_gradient={self.use_gradient}, "
-                f"compiled={self.compiled})")
+                f"compiled={self.compiled}, tiered={self.tiered})")
 
     def minimize(self, loss: BaseLoss, params: Sequence[Parameter] | None = None) -> FitResult:
         """Minimize ``loss`` over ``params``, updating them in place.
@@ -389,14 +401,35 @@ class Minuit:
         obj = _objective(loss, params, self.precompute, keep_floating=numerical, who="Minuit")
         fallback, spent = None, 0
         if self.compiled and not numerical and traces("loss") and obj.traces_whole:
-            result, fallback, spent = self._try_compiled(obj, start)
+            fit = CompiledFit.of(obj.loss, obj.params)  # the loss's own program, kept per loss and parameters
+            setting = (compiles("loss"), self.structured_hessian)
+            if not self._serves_compiled(fit, setting):
+                # the cheap tier: no program but value + gradient's (the Hessians by its differences);
+                # the compiled program is built on another thread once this fit is done
+                obj.exact_hessian = False
+                result = self._migrad_result(obj, start, None, 0)
+                tiers.start_build(fit, setting, functools.partial(fit.builder, obj.start, jit=setting[0],
+                                                                  structured_hessian=setting[1]))
+                return result
+            result, fallback, spent = self._try_compiled(obj, fit, start)
             if result is not None:
                 return result
         return self._migrad_result(obj, start, fallback, spent)
 
-    def _try_compiled(self, obj: Objective, start: float) -> tuple[FitResult | None, str | None, int]:
+    def _serves_compiled(self, fit: CompiledFit, setting: tuple[bool, bool | str]) -> bool:
+        """Whether the compiled tier serves this fit (``tiered``: not the first; ``zcache._fitting.tiers``)."""
+        if fit.refused is not None:
+            return True
+        if self.maxfcn is not None and self.maxfcn - fit.fixed_calls(self.structured_hessian) < 1:
+            return True  # no BFGS step left: MIGRAD fits it, nothing to build
+        # a program traced already serves the first tiered fit too; a build in flight is waited for. Under
+        # XLA the cheap tier would compile value + gradient as well as the program's (not measured yet):
+        # the first fit stays compiled there.
+        tiered = self.tiered and not setting[0] and not fit.traced(*setting)
+        return tiers.serves_compiled(fit, setting, tiered=tiered)
+
+    def _try_compiled(self, obj: Objective, fit: CompiledFit, start: float) -> tuple[FitResult | None, str | None, int]:
         """The compiled fit's result, or None with why it falls back and the calls it spent."""
-        fit = CompiledFit.of(obj.loss, obj.params)  # the loss's own program, kept per loss and parameters
         outcome = self._compiled(obj, fit)
         if outcome is not None and outcome.reason is None:
             return self._compiled_result(obj, outcome, start), None, 0
@@ -481,10 +514,10 @@ class Minuit:
             # MIGRAD's stopping rule: EDM < 0.002 tol errordef.
             outcome = fit.run(obj.start, edm_max=0.002 * self.tol * obj.errordef, maxiter=maxiter,
                               jit=compiles("loss"), structured_hessian=self.structured_hessian)
-        except (ZCacheError, tf.errors.OpError, ValueError, TypeError, NotImplementedError, LookupError) as err:
+        except tiers.REFUSING as err:
             # Not every loss traces with its parameters replaced by a vector (a model reading a
             # Variable behind zcache's back, say): MIGRAD fits it, and this loss is not tried again.
-            fit.refused = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            fit.refused = tiers.refusal(err)
             return None
         # The loss at the start is this minimization's offset, as MIGRAD's first call would set it.
         obj.offset = outcome.fstart

@@ -51,6 +51,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Sequence
@@ -447,26 +448,92 @@ class CompiledFit:
         # and record what XLA compiled (the program, its value + gradient function) after.
         first = fn.experimental_get_tracing_count() == 0
         structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
-        args = (tf.constant(x0), served, tf.constant(self.lower), tf.constant(self.upper),
-                tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
-        with ENGINE_LOCK, calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
-                compiling(first):
-            if first:
-                fn = self._first_program(fn, served, jit, structured)
-            out = fn(*args)
+        with ENGINE_LOCK:
+            fn, out = self._call(fn, served, x0, maxiter, edm_max, jit, structured, first)
             if isinstance(fn, StoredProgram) and not fn.checked and not self._agrees(out[2], x0):
                 # the stored program's loss at the start is not the loss's: its key missed something
                 forget(fn)
                 fn = self._programs[(tuple(served), jit, structured)] = self._traced(served, jit, structured)
-                with collector_out_of_traces():
-                    self._trace_for_every_size(fn, served)
-                out = fn(*args)
+                fn, out = self._call(fn, served, x0, maxiter, edm_max, jit, structured, True, store=False)
             elif isinstance(fn, StoredProgram):
                 fn.checked = True
         x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason, made_posdef=bool(made))
+
+    def _call(self, fn: Any, served: dict[int, tf.Tensor], x0: np.ndarray, maxiter: int, edm_max: float, jit: bool,
+              structured: bool | str, first: bool, freeze: bool = True, store: bool = True) -> tuple[Any, tuple]:
+        """Where ``first``, load ``fn`` from the trace store or trace it (``freeze``: with the collector out of
+        the trace; ``store``: the store asked and written); then call it. Returns the program called, its outputs."""
+        with calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
+                compiling(first):
+            if first:
+                with collector_out_of_traces() if freeze else contextlib.nullcontext():
+                    if store:
+                        fn = self._first_program(fn, served, jit, structured)
+                    else:
+                        self._trace_for_every_size(fn, served)
+            return fn, fn(tf.constant(x0), served, tf.constant(self.lower), tf.constant(self.upper),
+                          tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+
+    def traced(self, jit: bool = False, structured_hessian: bool | str = False) -> bool:
+        """Whether a program with these settings has been traced (a :meth:`run` with them starts at its call).
+
+        Parameters
+        ----------
+        jit, structured_hessian
+            As for :meth:`run`.
+
+        Returns
+        -------
+        bool
+        """
+        structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        return any(key[1:] == (jit, structured) and fn.experimental_get_tracing_count() > 0
+                   for key, fn in list(self._programs.items()))
+
+    def builder(self, x0: np.ndarray, jit: bool = False, structured_hessian: bool | str = False) -> Any:
+        """The work that leaves :meth:`run` with these settings only the fit itself: trace and first call.
+
+        The caches the program is served are read here, on the calling thread (an eager read may
+        fill a cache). The returned function traces the program (unless it is traced) and calls it
+        once from ``x0`` with one BFGS step, so that TensorFlow's runtime prepares it; the outcome
+        is dropped. It reads no cache through the engine and writes no Variable (the program
+        writes none): it may run on another thread while this one fits (``zcache._fitting.tiers``).
+        It raises what the trace raises (the caller decides; :meth:`run` would raise the same).
+
+        Parameters
+        ----------
+        x0 : ndarray
+            (n,) a start inside the limits (the first fit's).
+        jit, structured_hessian
+            As for :meth:`run`.
+
+        Returns
+        -------
+        callable
+            Taking no argument, returning None.
+
+        Raises
+        ------
+        IllegalInGraphModeError
+            Inside a trace.
+        """
+        forbid_in_trace("a compiled fit")
+        x0 = np.clip(np.asarray(x0, dtype=np.float64), self.lower, self.upper)
+        served = self._served(x0)
+        structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
+        fn = self._program(served, jit, structured)
+
+        def build() -> None:
+            # not freezing the collector: the user's code runs meanwhile, and finds the collector as it left it.
+            # A program loaded from the trace store is checked by the first run() that uses it, not here
+            # (the check evaluates the loss through the engine, which this thread must not).
+            first = fn.experimental_get_tracing_count() == 0
+            self._call(fn, served, x0, 1, 0.0, jit, structured, first, freeze=False)
+
+        return build
 
     def _first_program(self, fn: Any, served: dict[int, tf.Tensor], jit: bool, structured: bool | str) -> Any:
         """The program's first use in this process: loaded from the trace store, else traced (and stored).
@@ -477,8 +544,7 @@ class CompiledFit:
         if stored is not None:
             self._programs[(tuple(served), jit, structured)] = stored
             return stored
-        with collector_out_of_traces():
-            concrete = self._trace_for_every_size(fn, served)
+        concrete = self._trace_for_every_size(fn, served)
         save(self, served, jit, structured, concrete)
         return fn
 

@@ -162,6 +162,10 @@ class Objective:
         The change of the loss that makes one standard deviation.
     report : zcache.types.PrecomputeReport or None
         What precompute did (None without).
+    exact_hessian : bool or None
+        ``exact`` of :meth:`zcache.loss.BaseLoss.hessian_at` in :meth:`hessian`: None (default) its
+        choice; False central differences of exact gradients, no program of its own (the MIGRAD
+        tier of ``Minuit``'s tiered start).
 
     Raises
     ------
@@ -198,6 +202,7 @@ class Objective:
         self._remember = False
         self._kept: dict[bytes, np.ndarray] = {}
         self._kept_hessian: dict[bytes, np.ndarray] = {}
+        self.exact_hessian: bool | None = None
 
     def __repr__(self) -> str:
         return f"Objective({type(self.loss).__name__}, params={self.names})"
@@ -307,7 +312,7 @@ class Objective:
         x = self.clip(x)
         if self._remember and x.tobytes() in self._kept_hessian:
             return self._kept_hessian[x.tobytes()].copy()
-        hessian = self.loss.hessian_at(x, self.params).numpy()
+        hessian = self.loss.hessian_at(x, self.params, exact=self.exact_hessian).numpy()
         if self._remember:
             self._kept_hessian.clear()
             self._kept_hessian[x.tobytes()] = hessian
