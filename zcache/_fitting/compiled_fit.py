@@ -464,8 +464,10 @@ class CompiledFit:
 
     def _call(self, fn: Any, served: dict[int, tf.Tensor], x0: np.ndarray, maxiter: int, edm_max: float, jit: bool,
               structured: bool | str, first: bool, freeze: bool = True, store: bool = True) -> tuple[Any, tuple]:
-        """Where ``first``, load ``fn`` from the trace store or trace it (``freeze``: with the collector out of
-        the trace; ``store``: the store asked and written); then call it. Returns the program called, its outputs."""
+        """Load or trace ``fn`` where ``first``, then call it; the program called and its outputs.
+
+        ``freeze``: the collector out of the trace; ``store``: the trace store asked first and written after.
+        """
         with calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
                 compiling(first):
             if first:
