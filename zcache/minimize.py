@@ -57,7 +57,6 @@ from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
 from ._fitting.objective import LossState, Objective
 from ._fitting.results import FitMinuit, FitResult, MinosError
 from ._fitting.tiers import wait_for_builds
-from .exceptions import ZCacheError
 from .loss import BaseLoss
 
 __all__ = ["Minuit", "Scipy", "corrected_covariance", "wait_for_builds", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit",
