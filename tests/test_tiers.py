@@ -10,6 +10,7 @@ are refusals or raised, a build writes no cache while the foreground changes inp
 
 from __future__ import annotations
 
+import functools
 import gc
 import subprocess
 import sys
@@ -25,7 +26,11 @@ import zcache
 from zcache._engine import cache_state
 from zcache._fitting import tiers
 from zcache._fitting.compiled_fit import CompiledFit
-from zcache.minimize import Minuit, wait_for_builds
+from zcache.minimize import Minuit as _Minuit
+from zcache.minimize import wait_for_builds
+
+# the tiered start is opt-in: every Minuit here asks for it, unless the test says tiered=False
+Minuit = functools.partial(_Minuit, tiered=True)
 
 #: MIGRAD's EDM bound at the default tol=0.1: each tier's minimum is within sqrt(2 EDM) < 0.015 errors of the true
 #: one along the worst direction (EDM = 1/2 d^T V^-1 d for a distance d in errors, V the covariance), so the two
@@ -132,7 +137,7 @@ def test_options_that_skip_the_tiers():
     other, _ = zoo.gauss("tier_skip2")
     assert Minuit(compiled=False).minimize(other).path == "migrad"
     assert not _builds_alive()  # nothing to build for MIGRAD alone
-    assert repr(Minuit(tiered=False)).endswith("tiered=False)")
+    assert repr(_Minuit()).endswith("tiered=False)") and repr(Minuit()).endswith("tiered=True)")
 
 
 @pytest.mark.parametrize("error, refused", [(ValueError("no vector for this loss"), True),
@@ -231,7 +236,7 @@ def test_a_process_that_ends_during_a_build_waits_for_it_and_exits_cleanly(tmp_p
         from zcache.models import Gaussian, Space
         mu = zcache.Parameter("mu", 0.4, lower=-2.0, upper=2.0)
         loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(np.random.default_rng(1).normal(0, 1, 500)))
-        print(Minuit().minimize(loss).path, any(t.name.startswith("zcache-build") for t in threading.enumerate()))
+        print(Minuit(tiered=True).minimize(loss).path, any(t.name.startswith("zcache-build") for t in threading.enumerate()))
     """)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)

@@ -319,13 +319,13 @@ class Minuit:
         less (it pays in toy studies and scans: ``design/decisions/0003-compiled-fit.md``);
         ``False``: differences along every parameter.
     tiered : bool
-        The tiered start of the compiled fit (default): the first fit of a loss and fitted set is
+        The tiered start of the compiled fit (opt-in for now): the first fit of a loss and fitted set is
         MIGRAD + HESSE on traced value + gradient (Hessians by differences of exact gradients,
         ``FitResult.path == "migrad"``), after which another thread builds the compiled program; every
         later fit of that loss and set is compiled (waiting for a build still running). Which tier
         serves a fit depends on the fits before it, never on timing; the tiers agree within the
-        fit's tolerance (``zcache._fitting.tiers``, :func:`wait_for_builds`). ``False``: every fit
-        compiled, the first tracing in the foreground. No effect with ``compiled=False`` or where XLA
+        fit's tolerance (``zcache._fitting.tiers``, :func:`wait_for_builds`). ``False`` (the default):
+        every fit compiled, the first tracing in the foreground. No effect with ``compiled=False`` or where XLA
         compiles the loss (:func:`zcache.set_jit_mode`): there the first fit stays compiled.
 
     Raises
@@ -346,7 +346,7 @@ class Minuit:
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
         structured_hessian: bool | str = "auto",
-        tiered: bool = True,
+        tiered: bool = False,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
