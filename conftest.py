@@ -41,7 +41,8 @@ def pytest_addoption(parser):
                     help="record the CPU seconds of each test (setup + call + teardown) and print the N costliest, "
                          "the costliest files and the run's total CPU (0: only the totals)")
     group.addoption("--cpu-durations-json", default=None, metavar="PATH",
-                    help="with --cpu-durations: also write every test's CPU seconds and the workers' totals to PATH")
+                    help="with --cpu-durations: also write every test's CPU seconds and the workers' totals to PATH "
+                         "(and each test's as it ends to PATH.lines)")
     group.addoption("--cpu-budget", type=float, default=None, metavar="SECONDS",
                     help="with --cpu-durations: say whether the run's total CPU is within SECONDS (a report line, "
                          "never a failure: a loaded machine must not fail tests)")
@@ -99,6 +100,10 @@ class _CpuDurations:
     def pytest_runtest_logreport(self, report):
         if report.when == "teardown" and hasattr(report, "zcache_cpu_s"):
             self.tests[report.nodeid] = {"cpu": report.zcache_cpu_s, "slow": report.zcache_slow}
+            path = self.config.getoption("--cpu-durations-json")
+            if path and self.worker is None:  # one line per test as the run goes: a run stopped early keeps them
+                with open(path + ".lines", "a") as out:
+                    out.write(json.dumps([report.nodeid, report.zcache_cpu_s, report.zcache_slow]) + "\n")
 
     def pytest_collection_finish(self, session):
         self.start_cpu = time.process_time()  # imports of test modules + collection
