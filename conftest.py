@@ -23,9 +23,10 @@ if os.environ.get("ZCACHE_TEST_SESSION_CACHE") != os.environ.get("ZCACHE_CACHE_D
 # --- `--cpu-durations N`: CPU seconds per test (issue 53) ---------------------------------------------------------
 # Wall time lies on a shared machine; the CPU time a test's process spends does much less. This plugin records
 # time.process_time() (all threads of the process: TensorFlow's too) around each test's setup + call + teardown,
-# in each xdist worker, and the CPU of each worker's start (imports + collection) and whole session. It is here,
-# at the root, so that doctests (zcache/...) are measured too: tests/conftest.py's hooks see only tests/. The
-# budgets it compares with (`--cpu-budget`) and how to use it: CONTRIBUTING.md ("Test times").
+# in each xdist worker (with the CPU of the subprocesses it waited for), and the CPU of each worker's start
+# (imports + collection) and whole session. It is here, at the root, so that doctests (zcache/...) are measured
+# too: tests/conftest.py's hooks see only tests/. The budgets it compares with (`--cpu-budget`) and how to use it:
+# CONTRIBUTING.md ("Test times").
 
 import json  # noqa: E402
 import resource  # noqa: E402
@@ -38,8 +39,8 @@ def pytest_addoption(parser):
     """``--cpu-durations N``, ``--cpu-durations-json PATH`` and ``--cpu-budget SECONDS``."""
     group = parser.getgroup("cpu-durations", "CPU seconds per test (issue 53; CONTRIBUTING.md)")
     group.addoption("--cpu-durations", type=int, default=None, metavar="N",
-                    help="record the CPU seconds of each test (setup + call + teardown) and print the N costliest, "
-                         "the costliest files and the run's total CPU (0: only the totals)")
+                    help="record the CPU seconds of each test (setup + call + teardown, its finished subprocesses "
+                         "too) and print the N costliest, the costliest files and the run's total CPU (0: only the totals)")
     group.addoption("--cpu-durations-json", default=None, metavar="PATH",
                     help="with --cpu-durations: also write every test's CPU seconds and the workers' totals to PATH "
                          "(and each test's as it ends to PATH.lines)")
@@ -72,10 +73,11 @@ class _CpuDurations:
         self._phase_start = {}
 
     # Each phase separately: the teardown report, made inside the protocol, carries the sum to the controller.
+    # A test's subprocesses (a demo, a Dask cluster) count too, once they have been waited for.
     def _wrap(self, item):
-        start = time.process_time()
+        start = time.process_time() + _cpu_self_and_children()[1]
         yield
-        item.stash.setdefault(_CPU_KEY, [0.0])[0] += time.process_time() - start
+        item.stash.setdefault(_CPU_KEY, [0.0])[0] += time.process_time() + _cpu_self_and_children()[1] - start
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item):
