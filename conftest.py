@@ -149,9 +149,13 @@ class _CpuDurations:
         spawned = sum(p["children"] for p in workers.values()) if workers else main["children"]
         # the controller's finished children are the workers (once reaped) and what they spawned
         total = main["total"] + max(main["children"], in_workers + spawned)
-        write(f"CPU: {in_tests:.1f} s in {len(self.tests)} tests; {len(workers)} workers {in_workers:.1f} s "
-              f"({starts:.1f} s of it imports and collection), controller {main['total']:.1f} s, subprocesses "
-              f"{spawned:.1f} s; run total {total:.1f} s")
+        if workers:
+            where = (f"{len(workers)} workers {in_workers:.1f} s ({starts:.1f} s of it imports and collection), "
+                     f"controller {main['total']:.1f} s")
+        else:
+            where = f"one process {main['total']:.1f} s ({main.get('start', 0.0):.1f} s of it imports and collection)"
+        write(f"CPU: {in_tests:.1f} s in {len(self.tests)} tests; {where}, subprocesses {spawned:.1f} s; "
+              f"run total {total:.1f} s")
         budget = self.config.getoption("--cpu-budget")
         if budget is not None:
             verdict = "within" if total <= budget else "OVER"
