@@ -1102,7 +1102,9 @@ def _numdifftools_hessian(loss, x):
 
 
 @pytest.mark.parametrize("polar, weights, capacity, coupling_floats",
-                         [(True, False, None, True), (False, True, None, True),
+                         # the fast loop keeps the fixed-coupling case; the other two cost 8-9 CPU seconds each
+                         [pytest.param(True, False, None, True, marks=pytest.mark.slow),
+                          pytest.param(False, True, None, True, marks=pytest.mark.slow),
                           # a chunked Hessian: exhaustive, make test keeps the unchunked ones and test_chunks' Hessians
                           pytest.param(True, False, 300, True, marks=pytest.mark.exhaustive),
                           (True, False, None, False)])
@@ -1133,6 +1135,7 @@ def test_structured_hessian_equals_numdifftools(polar, weights, capacity, coupli
     np.testing.assert_allclose([float(p) for p in params], x, rtol=1e-15)
 
 
+@pytest.mark.slow  # about 7 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_structured_hessian_is_refused_where_it_would_not_hold():
     """A constraint, an extended loss, a parameter behind two symbols of a group: None, and hessian_at
     falls back to differentiating the loss."""
@@ -1175,6 +1178,7 @@ def test_a_parameter_the_model_does_not_read_gets_a_zero_row():
     np.testing.assert_allclose(full[:-1, :-1], plain, rtol=1e-14)
 
 
+@pytest.mark.slow  # about 10 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_compiled_fit_uses_the_structured_hessian_where_asked():
     """Minuit(structured_hessian=True), with and without XLA: the compiled fit's seed and final Hessians come
     from the structure (no gradient per parameter: nfcn drops by 2n); the default keeps differences. The same
