@@ -183,6 +183,7 @@ def test_writer_records_its_entry(first_run):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
 
 
+@pytest.mark.slow  # about 12 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_entry_damaged_before_a_second_process_is_not_loaded(first_run, tmp_path):
     """Issue 51: damage after the writer and before any reader; the reader used to record it as good."""
     cache, directory, name = copy_cache(first_run, tmp_path)
@@ -207,7 +208,9 @@ def test_copied_cache_is_hashed_once_then_trusted(first_run, tmp_path):
 
 # unrecorded and foreign are exhaustive: make test keeps replaced and truncated, and the CompileCacheMachine
 # draws every kind
-@pytest.mark.parametrize("damage", [pytest.param("unrecorded", marks=pytest.mark.exhaustive), "replaced", "truncated",
+# replaced: slow too (about 11 CPU seconds; the fast loop keeps truncated: CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("damage", [pytest.param("unrecorded", marks=pytest.mark.exhaustive),
+                                    pytest.param("replaced", marks=pytest.mark.slow), "truncated",
                                     pytest.param("foreign", marks=pytest.mark.exhaustive)])
 def test_untrusted_entry_is_never_loaded(first_run, tmp_path, damage):
     cache, directory, name = copy_cache(first_run, tmp_path)
