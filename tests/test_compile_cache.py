@@ -140,6 +140,7 @@ def test_second_process_loads_the_first_ones_program(first_run):
     assert entries(directory) == [name] and os.stat(os.path.join(directory, name)).st_mtime_ns == mtime
 
 
+@pytest.mark.slow  # about 6 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_loading_an_entry_logs_no_tensorflow_errors(first_run):
     """TensorFlow's error lines about a load (text parse, tuning features) are left out; its other lines stay."""
     second, err = run_script(first_run[0])
@@ -258,6 +259,8 @@ def test_switched_off(tmp_path):
     assert not os.path.exists(cache) and SAVED not in err
 
 
+# about 13 CPU seconds, a fresh process; the fast loop keeps test_second_process_loads_the_first_ones_program
+@pytest.mark.slow  # (CONTRIBUTING.md, "Test times")
 def test_import_makes_nothing_and_leaves_the_environment(tmp_path):
     cache = str(tmp_path / "zcache")
     report, _ = run_script(cache)
@@ -270,6 +273,7 @@ def test_import_makes_nothing_and_leaves_the_environment(tmp_path):
     assert out == ["False", "True"]
 
 
+@pytest.mark.slow  # about 7 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_relative_home_turns_the_cache_off(tmp_path):
     """Issue 51: HOME=relhome gave relhome/.cache/zcache/..., and after a chdir TensorFlow made an unchecked folder."""
     report, err = run_script(None, HOME="relhome", XDG_CACHE_HOME=None, ZCACHE_CACHE_DIR=None,

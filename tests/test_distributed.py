@@ -108,6 +108,7 @@ def by_name(loss):
     return {p.name: p for p in loss.get_params(floating=None)}
 
 
+@pytest.mark.slow  # about 8 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_import_zcache_imports_no_dask():
     code = "import sys, zcache, zcache.scale; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -135,6 +136,7 @@ def test_value_gradient_and_hessian_equal_the_in_process_loss(loss, local):
     assert stats["calls"] == 5 and 0 < stats["bytes_sent"] < 2000 and 0 < stats["bytes_received"] < 2000
 
 
+@pytest.mark.slow  # about 12 CPU seconds with its Dask cluster (CONTRIBUTING.md, "Test times")
 def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss, local):
     remote, here = by_name(loss), by_name(local)
 
