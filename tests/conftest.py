@@ -55,6 +55,11 @@ SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "minimize.py::zcache.minimize.Scipy", "_fitting/results.py::zcache._fitting.results", "shapes/__init__.py::zcache.shapes",
     "loss.py::zcache.loss.SimultaneousLoss", "binned.py::zcache.binned.BinnedNLL", "binned.py::zcache.binned.ExtendedBinnedNLL",
     *(f"_fitting/results.py::zcache._fitting.results.FitResult.{n}" for n in ("minos", "profile", "to_dict", "to_pandas")),
+    # toys and scans: 7-15 CPU seconds each (CONTRIBUTING.md, "Test times")
+    "inference/_toy_calculator.py::zcache.inference._toy_calculator.ToyCalculator",
+    "inference/_toy_calculator.py::zcache.inference._toy_calculator.ToyCalculator.discovery",
+    "inference/_scans.py::zcache.inference._scans.profile_scan",
+    "inference/_toys.py::zcache.inference._toys.run_hypothesis_toys",
 )}
 
 

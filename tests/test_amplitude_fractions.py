@@ -197,7 +197,8 @@ def test_errors_coherent_sum(kin, mc, mode):
     assert alone.values.shape == (3, 3)
 
 
-@pytest.mark.parametrize("mode", ["eager", "graph"])
+# [graph]: about 5 CPU seconds, slow; the fast loop keeps [eager] (CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("mode", ["eager", pytest.param("graph", marks=pytest.mark.slow)])
 def test_errors_bridge(mode):
     """The SymPy bridge with floating masses and widths (1 and 2 couplings per group), eager and traced."""
     for helicities in (1, 2):
@@ -209,6 +210,7 @@ def test_errors_bridge(mode):
 
 
 # -- after a real fit -----------------------------------------------------------------------------
+@pytest.mark.slow  # about 6 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_after_fit(kin, mc):
     """Minuit's result: finite errors (pickled too: parameters matched by name); result=None: NaN."""
     amp = _sum(kin, "fit")
@@ -230,6 +232,7 @@ def test_after_fit(kin, mc):
         fit_fractions_with_errors(pdf, result=dataclasses.replace(result, covariance=None))
 
 
+@pytest.mark.slow  # about 5 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_after_fit_bridge():
     model, cols = _bridge("fit")
     data = model.to_data({k: v[:300] for k, v in cols.items()}, name="ff_bridge_fit_data")

@@ -11,7 +11,7 @@ import numdifftools as nd
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import small_bridge_loss
+from helpers import slow_modes, small_bridge_loss
 
 import zcache
 from zcache._engine.tf_internals import stop_recording
@@ -161,6 +161,7 @@ def test_bridged_model_fused_equals_unfused_and_numdifftools(mode):
     np.testing.assert_allclose(g1, reference, rtol=1e-6, atol=1e-7 * scale)
 
 
+@slow_modes("mode", "graph")  # [graph]: about 5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_auto_fuses_the_groups_that_float_and_equals_plain(mode):
     """SymbolicModel(fused="auto"), the default: a group whose line shape floats when its program is
     first built is fused, a fixed one stays plain; value and gradient equal the plain model's."""

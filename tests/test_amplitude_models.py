@@ -1093,6 +1093,7 @@ def test_mass_check_inside_a_cache_raises_its_error_in_a_traced_loss(kin, mc, da
         assert float(loss.value()) == pytest.approx(before, rel=1e-14)
 
 
+@pytest.mark.slow  # about 28 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_a_compiled_fit_computes_each_column_once_per_dataset(kin, generated):
     """With the K* mass floating, the compiled fit's program computes the K* column once per dataset
     per trace, though every block of the integral matrix that has K* reads it (4 reads of the
@@ -1144,6 +1145,7 @@ def test_the_intensity_runs_no_pow_kernel(kin, mc, data):
 
 
 # -- issue 51: per-event results of padded data ---------------------------------------------------
+@pytest.mark.slow  # about 5 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_coherent_sum_intensity_and_amplitude_matrix_of_padded_data_have_one_row_per_event(kin, mc, x_data):
     """intensity / amplitude_matrix / amplitude of padded data gave one row per slot (capacity); now per event."""
     events = x_data[:37]

@@ -968,7 +968,8 @@ def test_the_data_only_stack_holds_real_rows():
     np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("mode", ["eager", "graph"])
+# [graph] slow: about 6 CPU seconds; the fast loop keeps [eager] (CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("mode", ["eager", pytest.param("graph", marks=pytest.mark.slow)])
 def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
     """Issue 26: a moved group's fused programs take the data's (N, columns) matrix and slice it inside
     XLA (sliced outside, each column was a strided copy per call): the graph of a value + gradient
@@ -1013,7 +1014,9 @@ def test_group_programs_take_the_events_matrix_in_any_column_order(mode):
 
 
 # floating=False exhaustive: make test keeps the floating line shape, the case whose group is computed at every call
-@pytest.mark.parametrize("floating", [True, pytest.param(False, marks=pytest.mark.exhaustive)])
+# True: slow too (about 7 CPU seconds; CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("floating", [pytest.param(True, marks=pytest.mark.slow),
+                                      pytest.param(False, marks=pytest.mark.exhaustive)])
 def test_a_compiled_fit_multiplies_the_couplings_into_a_moved_groups_program(floating):
     """Issue 26: a group whose line shape floats is computed at every call of a fit; its fused program
     then multiplies the couplings in (no (H, K, N) columns, no products over the events) and the
@@ -1102,7 +1105,9 @@ def _numdifftools_hessian(loss, x):
 
 
 @pytest.mark.parametrize("polar, weights, capacity, coupling_floats",
-                         [(True, False, None, True), (False, True, None, True),
+                         # the fast loop keeps the fixed-coupling case; the other two cost 8-9 CPU seconds each
+                         [pytest.param(True, False, None, True, marks=pytest.mark.slow),
+                          pytest.param(False, True, None, True, marks=pytest.mark.slow),
                           # a chunked Hessian: exhaustive, make test keeps the unchunked ones and test_chunks' Hessians
                           pytest.param(True, False, 300, True, marks=pytest.mark.exhaustive),
                           (True, False, None, False)])
@@ -1133,6 +1138,7 @@ def test_structured_hessian_equals_numdifftools(polar, weights, capacity, coupli
     np.testing.assert_allclose([float(p) for p in params], x, rtol=1e-15)
 
 
+@pytest.mark.slow  # about 7 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_structured_hessian_is_refused_where_it_would_not_hold():
     """A constraint, an extended loss, a parameter behind two symbols of a group: None, and hessian_at
     falls back to differentiating the loss."""
@@ -1175,6 +1181,7 @@ def test_a_parameter_the_model_does_not_read_gets_a_zero_row():
     np.testing.assert_allclose(full[:-1, :-1], plain, rtol=1e-14)
 
 
+@pytest.mark.slow  # about 10 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_compiled_fit_uses_the_structured_hessian_where_asked():
     """Minuit(structured_hessian=True), with and without XLA: the compiled fit's seed and final Hessians come
     from the structure (no gradient per parameter: nfcn drops by 2n); the default keeps differences. The same
@@ -1217,6 +1224,7 @@ def test_compiled_fit_uses_the_structured_hessian_where_asked():
             assert abs(r.errors[name] / d.errors[name] - 1.0) < 1e-4, name
 
 
+@pytest.mark.slow  # about 9 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_the_couplings_block_of_the_structured_hessian():
     """structured_hessian_block: the couplings' parts (4 of 8), the same from the model; its structured Hessian
     is the full one's block and numdifftools'; none with a constraint or a yield; a simultaneous loss offers
@@ -1249,7 +1257,8 @@ def test_the_couplings_block_of_the_structured_hessian():
 
 # jit=False exhaustive: the same program without XLA; make test keeps the compiled one, and the FitMachine's
 # coupling_block_fit runs both
-@pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.exhaustive), True])
+# True: slow too (about 23 CPU seconds; CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("jit", [pytest.param(False, marks=pytest.mark.exhaustive), pytest.param(True, marks=pytest.mark.slow)])
 def test_compiled_fit_takes_the_couplings_block_exactly(jit):
     """Minuit() (structured_hessian="auto") with line shapes floating: the compiled fit's two Hessians take the
     couplings' block exactly and difference the 4 line-shape parameters only (nfcn 2 x 4 lower than with
@@ -1302,6 +1311,7 @@ def test_structured_hessian_of_an_ampform_model(dzero):
     assert np.abs(loss.hessian_at(x, params).numpy() - eager).max() < 1e-11 * scale
 
 
+@pytest.mark.slow  # about 27 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_structured_hessian_of_a_simultaneous_loss():
     """Two bridged losses, each with parameters the other does not read: the sum of the parts' Hessians
     (zero rows where a part does not read a parameter) equals numdifftools on the sum."""

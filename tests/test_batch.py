@@ -244,6 +244,7 @@ def test_batched_calls_inside_a_users_tf_function_are_refused_by_name():
     assert float(mu) == 0.0
 
 
+@pytest.mark.slow  # about 18 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_pinned_parameters_give_each_toy_its_own_conditional_fit():
     """A profile scan in one program: mu pinned per row (its normalization cache is then a toy
     input, recomputed per row), the rest fitted; each row equals MIGRAD with mu fixed there."""

@@ -257,7 +257,8 @@ def test_cache_read_inside_a_users_vectorized_map():
     np.testing.assert_allclose(cache.value().numpy(), np.sin(0.5 * xs), rtol=1e-13)
 
 
-@pytest.mark.parametrize("pfor", [True, False], ids=["vectorized", "while-loop"])
+# [vectorized] slow: about 6 CPU seconds; the fast loop keeps [while-loop] (CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("pfor", [pytest.param(True, marks=pytest.mark.slow), False], ids=["vectorized", "while-loop"])
 def test_users_jacobian_hessian_of_a_likelihood_through_caches(pfor):
     """A user's own Hessian of an NLL (nested tapes, tape.jacobian) inside a plain tf.function, through a
     model's caches (the density, its normalization): exact on misses and hits, eagerly too. The jacobian's

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import tensorflow as tf
+from helpers import slow_modes
 
 import zcache
 import zcache.scale._chunks
@@ -188,6 +189,7 @@ def test_each_chunk_returns_its_freed_memory(monkeypatch) -> None:
     assert len(calls) == len(loss.parts)
 
 
+@pytest.mark.slow  # about 18 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:
     # extended, weighted and constrained at once (two chunks: each traces its own graphs)
     x = _events()
@@ -223,6 +225,7 @@ def test_value_gradient_hessian_equal_the_unchunked_loss() -> None:
     _close(np.concatenate([w.numpy() for _, w in terms]), terms_whole[1].numpy(), 0.0)
 
 
+@slow_modes("mode", "graph")  # [graph]: about 6 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_new_events_in_the_chunks_are_counted(mode) -> None:
     # set_data on the chunks with another total: the extended term's N (a data-only cache, computed
     # once) follows, in values, gradients, a precomputed objective and a fit (it kept the first N:
@@ -251,6 +254,7 @@ def test_new_events_in_the_chunks_are_counted(mode) -> None:
         assert fitted.values[name] == pytest.approx(value, abs=2e-3 * reference.errors[name])
 
 
+@pytest.mark.slow  # about 7 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_fit_equals_the_unchunked_fit_and_runs_migrad() -> None:
     x = _events(4000, seed=11)
     model, _ = _gauss_exp("fit")
@@ -339,6 +343,7 @@ def test_bad_input_is_refused() -> None:
 
 
 # -- caches per chunk: an amplitude model -------------------------------------------------------------
+@pytest.mark.slow  # about 8 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_amplitude_caches_are_per_chunk_and_only_moved_columns_recompute() -> None:
     kin = DalitzKinematics(1.86966, 0.493677, 0.13957039, 0.13957039)
     mc = kin.sample(2000, name="phsp_chunks")

@@ -141,6 +141,7 @@ def test_second_process_loads_the_first_ones_program(first_run):
     assert entries(directory) == [name] and os.stat(os.path.join(directory, name)).st_mtime_ns == mtime
 
 
+@pytest.mark.slow  # about 6 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_loading_an_entry_logs_no_tensorflow_errors(first_run):
     """TensorFlow's error lines about a load (text parse, tuning features) are left out; its other lines stay."""
     second, err = run_script(first_run[0])
@@ -184,6 +185,7 @@ def test_writer_records_its_entry(first_run):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o400
 
 
+@pytest.mark.slow  # about 12 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
 def test_entry_damaged_before_a_second_process_is_not_loaded(first_run, tmp_path):
     """Issue 51: damage after the writer and before any reader; the reader used to record it as good."""
     cache, directory, name = copy_cache(first_run, tmp_path)
@@ -208,7 +210,9 @@ def test_copied_cache_is_hashed_once_then_trusted(first_run, tmp_path):
 
 # unrecorded and foreign are exhaustive: make test keeps replaced and truncated, and the CompileCacheMachine
 # draws every kind
-@pytest.mark.parametrize("damage", [pytest.param("unrecorded", marks=pytest.mark.exhaustive), "replaced", "truncated",
+# replaced: slow too (about 11 CPU seconds; the fast loop keeps truncated: CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("damage", [pytest.param("unrecorded", marks=pytest.mark.exhaustive),
+                                    pytest.param("replaced", marks=pytest.mark.slow), "truncated",
                                     pytest.param("foreign", marks=pytest.mark.exhaustive)])
 def test_untrusted_entry_is_never_loaded(first_run, tmp_path, damage):
     cache, directory, name = copy_cache(first_run, tmp_path)
@@ -256,6 +260,8 @@ def test_switched_off(tmp_path):
     assert not os.path.exists(cache) and SAVED not in err
 
 
+# about 13 CPU seconds, a fresh process; the fast loop keeps test_second_process_loads_the_first_ones_program
+@pytest.mark.slow  # (CONTRIBUTING.md, "Test times")
 def test_import_makes_nothing_and_leaves_the_environment(tmp_path):
     cache = str(tmp_path / "zcache")
     report, _ = run_script(cache)
@@ -268,6 +274,7 @@ def test_import_makes_nothing_and_leaves_the_environment(tmp_path):
     assert out == ["False", "True"]
 
 
+@pytest.mark.slow  # about 7 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_relative_home_turns_the_cache_off(tmp_path):
     """Issue 51: HOME=relhome gave relhome/.cache/zcache/..., and after a chdir TensorFlow made an unchecked folder."""
     report, err = run_script(None, HOME="relhome", XDG_CACHE_HOME=None, ZCACHE_CACHE_DIR=None,

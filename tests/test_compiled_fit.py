@@ -213,7 +213,9 @@ ZOO = {
 }
 if os.environ.get("ZCACHE_LONG_TESTS"):
     ZOO.update(double_crystal_ball=double_crystal_ball, voigtian=voigtian)
-FAST = {"gauss", "gauss_exp", "weighted", "binned"}
+#: models of test_compiled_fit_equals_migrad_hesse in the fast loop: one (each of the others costs 2.5-4.5 CPU
+#: seconds; `make test` runs them all: CONTRIBUTING.md, "Test times")
+FAST = {"gauss"}
 
 
 def compare(loss, params=None, ref_tol=1e-5, **options):
@@ -259,6 +261,7 @@ def test_compiled_fit_in_modes(mode):
     assert new.path == "compiled"
 
 
+@pytest.mark.slow  # 4.5-7.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_eager_mode_and_numerical_gradients_fit_with_migrad():
     """The compiled path needs a traced loss and zcache's automatic gradient: elsewhere MIGRAD fits."""
     loss, _ = gauss("eager")
@@ -270,6 +273,7 @@ def test_eager_mode_and_numerical_gradients_fit_with_migrad():
     assert Minuit().minimize(loss).path == "compiled"
 
 
+@pytest.mark.slow  # 4.5-7.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_a_yield_at_its_limit_falls_back_to_migrad_and_says_so():
     """Background-only data: the signal yield's minimum is its limit 0. The compiled fit ends on the
     limit, and MIGRAD (which handles a parameter at a limit) takes over: same verdict as MIGRAD alone."""
@@ -316,6 +320,7 @@ def test_a_loop_of_fits_traces_once():
     assert fit.traces == 1
 
 
+@pytest.mark.slow  # 3.5-4.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_the_first_fit_of_a_fresh_loss_evaluates_it_only_in_its_program():
     """A fit that is the loss's first evaluation: every cache's dependencies are discovered by the
     search for the caches no fitted parameter reaches (no extra evaluation of the loss before the
@@ -350,6 +355,7 @@ def test_the_first_fit_of_a_fresh_loss_evaluates_it_only_in_its_program():
         assert result.values[name] == pytest.approx(value, abs=1e-3 * reference.errors[name])
 
 
+@pytest.mark.slow  # 3.5-4.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_the_program_calls_its_value_gradient_without_shape_inference_through_it():
     """The program's calls of its value + gradient function (start, seed Hessian, BFGS step, final
     Hessian, Newton step, flat directions) are built without TensorFlow's shape inference through that
@@ -374,6 +380,7 @@ def test_the_program_calls_its_value_gradient_without_shape_inference_through_it
     assert all(n.attr["_disable_call_shape_inference"].b for n in sites)
 
 
+@pytest.mark.slow  # 3.5-4.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_the_program_calls_one_value_gradient_function_not_inlined_copies():
     """Issue 54: the value + gradient function is prepared once and called from each of its sites, not
     inlined at each (every copy was prepared again at the program's first call); the fit is MIGRAD +

@@ -108,6 +108,7 @@ def by_name(loss):
     return {p.name: p for p in loss.get_params(floating=None)}
 
 
+@pytest.mark.slow  # about 8 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_import_zcache_imports_no_dask():
     code = "import sys, zcache, zcache.scale; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -135,6 +136,7 @@ def test_value_gradient_and_hessian_equal_the_in_process_loss(loss, local):
     assert stats["calls"] == 5 and 0 < stats["bytes_sent"] < 2000 and 0 < stats["bytes_received"] < 2000
 
 
+@pytest.mark.slow  # about 12 CPU seconds with its Dask cluster (CONTRIBUTING.md, "Test times")
 def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss, local):
     remote, here = by_name(loss), by_name(local)
 
@@ -203,6 +205,7 @@ def test_named_errors(client, loss, events):
         DistributedLoss(gauss_exp, [], client)
 
 
+@pytest.mark.slow  # about 29 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_a_worker_killed_mid_fit_is_replaced_and_the_fit_unchanged(client, loss):
     """The worker holding part 0 (an array) and part 2 (a file spec) is killed at the fit's 3rd
     call: the parts are rebuilt elsewhere (the array scattered again from the client's copy) and
@@ -397,6 +400,7 @@ def test_distributed_extended_fit_equals_the_in_process_fit(extended_pair):
         assert fit.values[name] == pytest.approx(compiled.values[name], abs=2e-3 * fit.errors[name]), name
 
 
+@pytest.mark.slow  # about 13 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_distributed_extended_parts_survive_the_loss_of_the_worker_holding_the_yield_term(client, extended_pair):
     """Part 0 answers for the whole-sample terms: killed with its worker between two calls, it is rebuilt
     elsewhere and the next call's value and gradient are those before (the yield term still once)."""
@@ -456,6 +460,7 @@ def test_whole_sample_terms_leave_a_sum_over_events(kind, extended_events):
     assert sum(float(h.value()) for h in halves) != pytest.approx(float(whole.value()), rel=1e-3)  # the bug's sum
 
 
+@pytest.mark.slow  # about 51 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_binned_and_template_losses_have_no_whole_sample_split():
     from zcache.binned import BinnedData, BinnedNLL, Template
     from zcache.loss import SimultaneousLoss

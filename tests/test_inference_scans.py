@@ -271,6 +271,7 @@ class _FailingMinuit(Minuit):
         return result
 
 
+@pytest.mark.slow  # about 5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_a_failure_half_way_leaves_values_and_flags_as_before(gauss):
     loss, mu, sigma, x = gauss
     mu.set_value(0.321)
