@@ -607,7 +607,7 @@ print("OBS", ",".join(bridged.space.obs))
 """
 
 
-@pytest.mark.slow  # three processes, each building an ampform model (~8 s each)
+@pytest.mark.exhaustive  # CI's 25 minutes; three fresh processes
 def test_bridged_columns_do_not_depend_on_string_hashing():
     """The columns' order (the group programs' argument order) is the same in every process.
 
@@ -1311,7 +1311,7 @@ def test_structured_hessian_of_an_ampform_model(dzero):
     assert np.abs(loss.hessian_at(x, params).numpy() - eager).max() < 1e-11 * scale
 
 
-@pytest.mark.slow  # about 27 CPU seconds in the fast loop (CONTRIBUTING.md, "Test times")
+@pytest.mark.exhaustive  # CI's 25 minutes; the structured Hessian's other cases run in make test
 def test_structured_hessian_of_a_simultaneous_loss():
     """Two bridged losses, each with parameters the other does not read: the sum of the parts' Hessians
     (zero rows where a part does not read a parameter) equals numdifftools on the sum."""

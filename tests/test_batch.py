@@ -442,7 +442,7 @@ def test_without_hesse_the_edm_and_flag_are_bfgs_own():
     assert with_hesse[6].numpy().tolist() == [5, 5]
 
 
-@pytest.mark.slow  # 40 s under load: compiles the batched minimizer twice
+@pytest.mark.exhaustive  # CI's 25 minutes; the hesse=False scans are checked against iminuit in test_inference_scans
 def test_without_hesse_minima_equal_the_hesse_path_within_the_bound():
     """Conditional fits of pinned rows with and without HESSE: both converged, the minima equal
     within MIGRAD's bound (the loss within edm_max, the values within sqrt(edm_max / errordef)
@@ -471,7 +471,7 @@ def test_without_hesse_minima_equal_the_hesse_path_within_the_bound():
     np.testing.assert_allclose(fast.errors, full.errors, rtol=0.2)
 
 
-@pytest.mark.slow  # compiles two batched programs (each about 10 s under load)
+@pytest.mark.exhaustive  # CI's 25 minutes; scan_fits is checked against iminuit by test_inference_scans' grid in passes
 def test_scan_fits_on_one_dataset_equal_minimize_per_toy_and_migrad():
     """scan_fits (one dataset, chunks in one program) takes the steps minimize(hesse=False) takes on the
     same rows given as toys: the same minima and evaluations, with 5 rows in chunks of 2 (a last chunk

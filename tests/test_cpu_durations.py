@@ -74,7 +74,7 @@ def test_one_process_counts_every_test_once(tmp_path):
     assert "CPU budget:" in stdout and ": OVER" in stdout
 
 
-@pytest.mark.slow  # two xdist workers start (seconds); the one-process case above runs in the fast loop
+@pytest.mark.exhaustive  # CI's 25 minutes; the one-process report runs in make test
 def test_xdist_workers_report_to_the_controller(tmp_path):
     stdout, record, lines = _run(tmp_path, "-n", "2", "--cpu-durations", "3", "--cpu-budget", "100000")
     _check(stdout, record, lines, 3, ["gw0", "gw1", "main"])

@@ -653,7 +653,7 @@ def _fresh_answers(tag, x, values, mu0, sigma0, sigma_fixed, compiled):
 
 
 @pytest.mark.slow  # traces two losses' fits (about 10 s)
-@pytest.mark.parametrize("compiled", BOTH_PATHS)
+@pytest.mark.parametrize("compiled", [BOTH_PATHS[0], pytest.param(False, id="eager-migrad", marks=pytest.mark.exhaustive)])
 def test_calculators_of_one_loss_share_the_asimov_fits_on_the_data_of_their_state(compiled):
     from zcache.inference._asymptotic import shared_asimov_losses
 

@@ -186,7 +186,7 @@ def test_batched_statistics_equal_serial_minuit_fits(sb):
             np.testing.assert_allclose(x["mu_hat"], y["mu_hat"], atol=0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # CI's 25 minutes; batched equals serial (test_batched_statistics_equal_serial_minuit_fits) runs
 def test_same_seed_same_answer_whatever_the_batch_size(sb, tmp_path, monkeypatch):
     loss, s, b, _ = sb
     before = _state(loss)

@@ -603,7 +603,7 @@ def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):
 
 
 # -- an amplitude fit ----------------------------------------------------------------------------
-@pytest.mark.slow  # XLA compiles a Dalitz amplitude loss
+@pytest.mark.exhaustive  # CI's 25 minutes; XLA's Dalitz loss runs in make bench-smoke and test-all
 def test_amplitude_loss_compiles_and_keeps_its_mass_check():
     """A Dalitz amplitude loss compiles (a mass whose limits lie inside the channel's range needs no
     in-graph check); a mass without such limits keeps the check, runs uncompiled, and still raises."""

@@ -219,7 +219,7 @@ def test_a_build_writes_no_cache_while_the_foreground_changes_inputs(monkeypatch
                                rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # CI's 25 minutes; the tiered start is opt-in
 def test_under_xla_the_first_fit_stays_compiled():
     loss, _ = zoo.gauss("tier_jit")
     with zcache.set_jit_mode("auto"):
@@ -227,7 +227,7 @@ def test_under_xla_the_first_fit_stays_compiled():
     assert not _builds_alive()
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # CI's 25 minutes; the tiered start is opt-in
 def test_a_process_that_ends_during_a_build_waits_for_it_and_exits_cleanly(tmp_path):
     script = textwrap.dedent("""
         import threading, numpy as np, zcache

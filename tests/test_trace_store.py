@@ -250,7 +250,7 @@ def _run(cache, *args, store="1"):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow  # 9 fresh processes, 5-50 s each (TensorFlow's import)
+@pytest.mark.exhaustive  # CI's 25 minutes; the store is opt-in, its keys and refusals are tested in-process above
 def test_second_process_traces_nothing_and_refuses_harm(tmp_path):
     cache = tmp_path / "cache"
     first = _run(cache, "0.6", "float64", "8.0")

@@ -36,11 +36,11 @@ Examples
 >>> from zcache.minimize import Minuit, wait_for_builds
 >>> mu = zcache.Parameter("mu_tier", 0.5, lower=-2.0, upper=2.0)
 >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(np.random.default_rng(4).normal(0, 1, 500)))
->>> first = Minuit().minimize(loss)   # MIGRAD; the compiled program is built after it, on a thread
+>>> first = Minuit(tiered=True).minimize(loss)   # MIGRAD; the compiled program is built after it, on a thread
 >>> wait_for_builds()
 True
 >>> _ = mu.set_value(0.5)
->>> second = Minuit().minimize(loss)
+>>> second = Minuit(tiered=True).minimize(loss)
 >>> first.path, second.path, bool(abs(first.values["mu_tier"] - second.values["mu_tier"]) < 0.01 * second.errors["mu_tier"])
 ('migrad', 'compiled', True)
 """
