@@ -405,6 +405,34 @@ def test_the_program_calls_one_value_gradient_function_not_inlined_copies():
         assert abs(result.values[p.name] - reference.values[p.name]) < 0.05 * reference.errors[p.name]
 
 
+def test_the_compile_cache_checks_a_program_at_its_first_call_and_new_shapes_only(monkeypatch):
+    """A warm fit runs what TensorFlow holds in memory: the compile cache checks its folder (a stat per entry)
+    at a program's first call and at each new number of events (XLA compiles per shape), not at every fit."""
+    from zcache._engine import compile_cache
+
+    if compile_cache.compile_cache_info().directory is None:
+        pytest.skip("the compile cache is off in this session")
+    model, loss, params = gauss_exp_study("checks", n=500)
+    rng = np.random.default_rng(5)
+    # 30 % Gauss, 70 % exp(-0.3 x) on [0, 10] (inverse CDF)
+    toys = [np.concatenate([np.clip(rng.normal(5.0, 0.6, n - 7 * n // 10), 0.0, 10.0),
+                            -np.log1p(-rng.random(7 * n // 10) * (1.0 - np.exp(-3.0))) / 0.3])
+            for n in (500, 500, 500, 520, 520, 500)]
+    checks = []
+    real = compile_cache._before
+    monkeypatch.setattr(compile_cache, "_before", lambda: checks.append(1) or real())
+    per_fit = []
+    for x in toys:
+        loss.data.set_data(x)
+        zcache.set_values(params, [5.0, 0.6, -0.3, 150.0, 350.0])
+        before = len(checks)
+        result = Minuit().minimize(loss)
+        assert result.valid and result.path == "compiled", result.fallback
+        per_fit.append(len(checks) - before)
+    assert per_fit[0] >= 1 and per_fit[3] >= 1  # the first call; 520 events, new to the program
+    assert per_fit[1] == per_fit[2] == per_fit[4] == per_fit[5] == 0  # warm: shapes seen before
+
+
 @pytest.mark.slow  # 300 fits (1,000 took 26 s of CI's time for the same property)
 def test_hundreds_of_fits_trace_once():
     model, loss, params = gauss_exp_study("thousand", n=200)

@@ -62,8 +62,9 @@ import numpy as np
 import tensorflow as tf
 
 from .._engine.collector import collector_out_of_traces
-from .._engine.compile_cache import compiling
+from .._engine.compile_cache import compiling, first_call
 from .._engine.context import ENGINE_LOCK, differentiating, finding_invariants, run_eagerly, substituted
+from .._engine.data import storage_rows
 from .._engine.dependencies import GRAPH
 from .._engine.finite_differences import default_step
 from .._engine.parameter import Parameter
@@ -199,6 +200,8 @@ class CompiledFit:
         self.upper = np.array([np.inf if p.upper is None else p.upper for p in self.params])
         self._programs: dict[Any, Any] = {}
         self._invariants: tuple[int, list[Any]] | None = None
+        #: (program key, served shapes, dataset rows) of the calls the compile cache has checked (_call)
+        self._checked_calls: set[tuple[Any, ...]] = set()
         self.traces = 0
         #: Why this loss cannot run as a compiled fit (set by the caller after a failed trace).
         self.refused: str | None = None
@@ -444,8 +447,6 @@ class CompiledFit:
         # The program calls its value + gradient function at six places: built without shape
         # inference through that function's body at each (tf_internals item 16; about half of a
         # large program's trace), since its outputs' shapes are the function's own.
-        # compiling(): a fit is long, so every call lets the compile cache check its folder first
-        # and record what XLA compiled (the program, its value + gradient function) after.
         first = fn.experimental_get_tracing_count() == 0
         structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
         with ENGINE_LOCK:
@@ -468,8 +469,17 @@ class CompiledFit:
 
         ``freeze``: the collector out of the trace; ``store``: the trace store asked first and written after.
         """
+        # The compile cache checks its folder before a call that may compile (or load) XLA code and records
+        # what XLA compiled after it (the program's value + gradient function, a fused program of the loss):
+        # the first call of a program, and the first with new shapes (the served values', the datasets' rows:
+        # XLA compiles per shape). A later call runs what TensorFlow holds in memory: the check (a listdir and a
+        # stat per entry of the folder) would cost every warm fit for nothing.
+        key = ((tuple(served), jit, structured), tuple(tuple(v.shape) for v in served.values()),
+               tuple(storage_rows(d) for d in self.loss.datasets()))
+        if first:
+            self._checked_calls.add(key)
         with calling_jit(jit), without_grappler(), calls_without_body_shape_inference(), zcache_graphs(), \
-                compiling(first):
+                compiling(True) if first else first_call(self._checked_calls, key):
             if first:
                 with collector_out_of_traces() if freeze else contextlib.nullcontext():
                     if store:
