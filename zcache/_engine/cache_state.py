@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..exceptions import CachedValueError
-from .tf_internals import eager_variable, keep_conditional, xla_calling_graph
+from .tf_internals import assign_eagerly, eager_variable, keep_conditional, xla_calling_graph
 
 __all__ = ["CacheState", "invalidate_eagerly"]
 
@@ -149,8 +149,8 @@ class CacheState:
             if self.stored is None:
                 self.stored = eager_variable(out, shape=tf.TensorShape(None), trainable=False, name="cache")
             else:
-                self.stored.assign(out)
-            self.flag.assign(True)
+                assign_eagerly(self.stored, out)  # stored has no static shape: any shape of out
+            assign_eagerly(self.flag, True)
             self.py_valid = True
 
     def release(self) -> None:
@@ -234,4 +234,4 @@ def invalidate_eagerly(caches: Iterable[Any]) -> None:
             clear_flags(_padded(writes))
         else:
             for flag in writes:
-                flag.assign(False)
+                assign_eagerly(flag, False)

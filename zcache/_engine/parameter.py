@@ -21,7 +21,7 @@ from .dependencies import GRAPH, PARAMETER
 from .inputs import WRITES, input_changed, invalidate_in_graph, variable_name
 from .restorer import Restorer
 from .tensorlike import StandIn, TensorLike
-from .tf_internals import eager_variable
+from .tf_internals import assign_eagerly, eager_variable
 from .trace import journal, note_mutation, require_managed_trace
 from .traced_checks import checks_hold, require
 
@@ -196,7 +196,7 @@ class Parameter(TensorLike):
         return self._mirror
 
     def _assign(self, v: float) -> None:
-        self._var.assign(v)
+        assign_eagerly(self._var, v)  # v is checked (_checked)
         self._mirror = v
 
     def _set_value_in_graph(self, value: Any) -> Restorer:

@@ -286,6 +286,25 @@ def eager_variable(initial_value: Any, **kwargs: Any) -> tf.Variable:
     return variable
 
 
+def assign_eagerly(variable: tf.Variable, value: Any) -> None:
+    """``variable.assign(value)`` outside a trace: the one kernel ``assign`` runs, without its Python.
+
+    ``ResourceVariable.assign`` wraps its ``AssignVariableOp`` in a shape check, a lazy read-back
+    object and a tape notification, more than half of the time of an eager write of a scalar; a fit
+    writes its parameters and caches' flags eagerly several times per fit. The values zcache writes
+    are checked before, and the Variables are zcache's own (``eager_variable``). Public API
+    (``tf.raw_ops``), kept here beside :func:`eager_variable`.
+
+    Parameters
+    ----------
+    variable : tf.Variable
+        The Variable (a resource variable, eager).
+    value : array_like or tf.Tensor
+        The new value, of the Variable's dtype.
+    """
+    tf.raw_ops.AssignVariableOp(resource=variable.handle, value=tf.convert_to_tensor(value, variable.dtype))
+
+
 #: Every Variable zcache made, by id (weakly; a Variable is not hashable): the others a cached
 #: function reads are the user's own.
 _ZCACHE_VARIABLES: weakref.WeakValueDictionary[int, tf.Variable] = weakref.WeakValueDictionary()
