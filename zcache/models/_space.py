@@ -94,10 +94,13 @@ class Space:
         """
         data = x if isinstance(x, Data) else None
         x = tf.convert_to_tensor(x, tf.float64)
-        lo, hi = tf.constant(self.lower, tf.float64), tf.constant(self.upper, tf.float64)
         if x.shape.rank == 1:
-            out = tf.logical_and(x >= lo[0], x <= hi[0])
+            # the limits as scalars, not slices of a vector: an eager slice is an op of its own (the
+            # range check of a loss's data runs eagerly after every set_data)
+            lo, hi = tf.constant(self.lower[0], tf.float64), tf.constant(self.upper[0], tf.float64)
+            out = tf.logical_and(x >= lo, x <= hi)
         else:
+            lo, hi = tf.constant(self.lower, tf.float64), tf.constant(self.upper, tf.float64)
             out = tf.reduce_all(tf.logical_and(x >= lo, x <= hi), axis=-1)
         return out if data is None else data.unpadded(out)
 
