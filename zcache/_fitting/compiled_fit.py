@@ -202,6 +202,8 @@ class CompiledFit:
         self._invariants: tuple[int, list[Any]] | None = None
         #: (program key, served shapes, dataset rows) of the calls the compile cache has checked (_call)
         self._checked_calls: set[tuple[Any, ...]] = set()
+        #: the same key -> (program, its concrete function called with that key's arguments) (_call)
+        self._concrete: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.traces = 0
         #: Why this loss cannot run as a compiled fit (set by the caller after a failed trace).
         self.refused: str | None = None
@@ -486,8 +488,18 @@ class CompiledFit:
                         fn = self._first_program(fn, served, jit, structured)
                     else:
                         self._trace_for_every_size(fn, served)
-            return fn, fn(tf.constant(x0), served, tf.constant(self.lower), tf.constant(self.upper),
-                          tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+            args = (tf.constant(x0), served, tf.constant(self.lower), tf.constant(self.upper),
+                    tf.constant(int(maxiter), tf.int32), tf.constant(float(edm_max), tf.float64))
+            # A warm call with a key seen before calls the concrete program directly: tf.function's dispatch
+            # (binding the arguments, the served dict's trace type, the lookup of the trace) is skipped. A new
+            # key goes through the tf.function (which traces again for shapes its trace does not cover).
+            known = self._concrete.get(key)
+            if known is not None and known[0] is fn:
+                return fn, known[1](*args, jit=jit, structured=structured)  # fn's partial binds these two
+            out = fn(*args)
+            if isinstance(fn, tf.types.experimental.PolymorphicFunction):
+                self._concrete[key] = (fn, fn.get_concrete_function(*args))  # the trace just called
+            return fn, out
 
     def traced(self, jit: bool = False, structured_hessian: bool | str = False) -> bool:
         """Whether a program with these settings has been traced (a :meth:`run` with them starts at its call).
