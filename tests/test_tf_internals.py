@@ -202,6 +202,22 @@ def test_eager_variable_inside_a_trace_does_not_retrace():
     assert f.experimental_get_tracing_count() == 1
 
 
+def test_assign_eagerly_writes_as_assign_does():
+    """The bare kernel: the value lands, of any shape where the Variable has none, and a wrong dtype is refused."""
+    scalar = _tf_internals.eager_variable(np.float64(1.0))
+    _tf_internals.assign_eagerly(scalar, 2.5)
+    assert scalar.numpy() == 2.5
+    stored = _tf_internals.eager_variable(np.zeros(0), shape=tf.TensorShape(None))
+    _tf_internals.assign_eagerly(stored, tf.constant([1.0, 2.0, 3.0], tf.float64))
+    assert stored.numpy().tolist() == [1.0, 2.0, 3.0]
+    flag = _tf_internals.eager_variable(False)
+    _tf_internals.assign_eagerly(flag, True)
+    assert bool(flag.numpy())
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+        _tf_internals.assign_eagerly(scalar, tf.constant([1, 2], tf.int32))
+    assert scalar.numpy() == 2.5
+
+
 def test_eager_tensor_type():
     assert type(tf.constant([1, 2])) is _tf_internals.EAGER_TENSOR
     assert isinstance(tf.constant(1.0), tf.Tensor)
