@@ -77,6 +77,14 @@ UNDETERMINED_VALUE_TOL = 0.1
 #: the floating parameters of a search at a known mass (small_signal_fit), and their start
 SEARCH = ("lam", "nsig", "nbkg")
 SEARCH_START = {"lam": -0.3, "nsig": 5.0, "nbkg": 450.0}
+#: the expected yields at which ``toy_p_value`` throws its toys: its batched fits compile once per floating set
+#: and toy size class (``size_class`` of the yield + 6 sigma + 10 rows): this window is three classes (832, 896,
+#: 960 rows: yields 610-782), where free totals of 300-950 events span thirteen (416-1152 rows)
+TOY_YIELD = (620.0, 780.0)
+#: the totals of the samples ``new_data`` and ``small_signal_fit`` draw (the first sample's 700 among them): with
+#: ``nbkg`` floating the profiled yield at ``toy_p_value``'s tested value is the total within about -30 / +45
+#: events, inside ``TOY_YIELD``
+DATA_TOTAL = (640, 720)
 
 
 # -- the independent reference ----------------------------------------------------------------
@@ -466,9 +474,10 @@ class FitMachine(RuleBasedStateMachine):
         value = data.draw(st.floats(*MOVES[name]), label="value")
         self.p[name].set_value(value)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), nbkg=st.integers(300, 600))
-    def new_data(self, seed: int, nsig: int, nbkg: int) -> None:
-        self.x = np_sample(seed, nsig, nbkg)
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), total=st.integers(*DATA_TOTAL))
+    def new_data(self, seed: int, nsig: int, total: int) -> None:
+        # the total in DATA_TOTAL (toy_p_value's size classes), the background 290-570 events
+        self.x = np_sample(seed, nsig, total - nsig)
         self.loss.data.set_data(self.x)
 
     @precondition(lambda self: self.floating())
@@ -493,7 +502,7 @@ class FitMachine(RuleBasedStateMachine):
         assert self.values() == before
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), nbkg=st.integers(300, 600))
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), nbkg=st.integers(DATA_TOTAL[0], DATA_TOTAL[1] - 6))
     def small_signal_fit(self, seed: int, nsig: int, nbkg: int) -> None:
         """A search at a known mass (mu, sigma fixed at the truth) on background-only or
         small-signal data: nsig ends at or near its limit 0. zcache's fit is valid where iminuit's
@@ -857,12 +866,18 @@ class FitMachine(RuleBasedStateMachine):
         """A small toy p-value of nsig with the floating set of the moment (4 toys per hypothesis, one batch
         each): every toy's statistic (POI pinned and free) equals the same toy fitted serially with Minuit,
         the CLs+b is the fraction of toys at least as extreme as the observed statistic, and every
-        parameter's value and floating flag, and the data, are as before."""
+        parameter's value and floating flag, and the data, are as before. The tested value is nsig times
+        ``shift`` (at least 50); with nbkg fixed it is also clipped so that the expected yield, tested + nbkg,
+        stays in ``TOY_YIELD`` (the batched fits' size classes; with nbkg floating ``DATA_TOTAL`` does that)."""
         from zcache.inference import ToyCalculator, _toys
 
         before, floating = self.values(), self.floating()
         poi = self.p["nsig"]
-        tested = float(np.clip(before["nsig"] * shift, 50.0, LIMITS["nsig"][1]))
+        low, high = 50.0, LIMITS["nsig"][1]
+        if not self.p["nbkg"].floating:  # the expected yield is tested + nbkg: kept in TOY_YIELD where it can be
+            low, high = max(low, TOY_YIELD[0] - before["nbkg"]), min(high, TOY_YIELD[1] - before["nbkg"])
+            low, high = (low, high) if low <= high else (50.0, LIMITS["nsig"][1])
+        tested = float(np.clip(before["nsig"] * shift, low, high))
         kw = dict(n_toys=4, null_value=0.8 * tested, seed=seed)
         batched = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=4, **kw)
         serial = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=None, **kw)
