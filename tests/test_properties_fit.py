@@ -81,10 +81,12 @@ SEARCH_START = {"lam": -0.3, "nsig": 5.0, "nbkg": 450.0}
 #: and toy size class (``size_class`` of the yield + 6 sigma + 10 rows): this window is three classes (832, 896,
 #: 960 rows: yields 610-782), where free totals of 300-950 events span thirteen (416-1152 rows)
 TOY_YIELD = (620.0, 780.0)
-#: the totals of the samples ``new_data`` and ``small_signal_fit`` draw (the first sample's 700 among them): with
-#: ``nbkg`` floating the profiled yield at ``toy_p_value``'s tested value is the total within about -30 / +45
-#: events, inside ``TOY_YIELD``
-DATA_TOTAL = (640, 720)
+#: the totals of the samples ``new_data`` and ``small_signal_fit`` draw (with the first sample's 700): every
+#: program compiled with XLA (compiled fits and Hessians, batched scans and toys) compiles again for each new
+#: number of events, so a worker life meets two; and with ``nbkg`` floating ``toy_p_value``'s expected yield is
+#: the total within about -60 / +95 events (a 350-event signal tested at 0.8 / 1.3 times it), in ``TOY_YIELD``
+#: but at those extremes
+DATA_TOTALS = (680, 700)
 
 
 # -- the independent reference ----------------------------------------------------------------
@@ -474,9 +476,9 @@ class FitMachine(RuleBasedStateMachine):
         value = data.draw(st.floats(*MOVES[name]), label="value")
         self.p[name].set_value(value)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), total=st.integers(*DATA_TOTAL))
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), total=st.sampled_from(DATA_TOTALS))
     def new_data(self, seed: int, nsig: int, total: int) -> None:
-        # the total in DATA_TOTAL (toy_p_value's size classes), the background 290-570 events
+        # one of DATA_TOTALS (the compiled programs' shapes), the background 330-550 events
         self.x = np_sample(seed, nsig, total - nsig)
         self.loss.data.set_data(self.x)
 
@@ -502,15 +504,15 @@ class FitMachine(RuleBasedStateMachine):
         assert self.values() == before
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), nbkg=st.integers(DATA_TOTAL[0], DATA_TOTAL[1] - 6))
-    def small_signal_fit(self, seed: int, nsig: int, nbkg: int) -> None:
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), total=st.sampled_from(DATA_TOTALS))
+    def small_signal_fit(self, seed: int, nsig: int, total: int) -> None:
         """A search at a known mass (mu, sigma fixed at the truth) on background-only or
         small-signal data: nsig ends at or near its limit 0. zcache's fit is valid where iminuit's
         on the numpy NLL is, at the same minimum, with the documented errors (the curvature of the
         loss in the parameters themselves: numdifftools on the numpy NLL); the batched fit of the
         same events (padded) gives the same values and errors, or declines (a toy at a limit,
         which run_toys refits with MIGRAD)."""
-        self.x = np_sample(seed, nsig, nbkg)
+        self.x = np_sample(seed, nsig, total - nsig)  # a background of 674-700 events
         self.loss.data.set_data(self.x)
         for n in NAMES:
             self.p[n].floating = n in SEARCH
@@ -868,7 +870,7 @@ class FitMachine(RuleBasedStateMachine):
         the CLs+b is the fraction of toys at least as extreme as the observed statistic, and every
         parameter's value and floating flag, and the data, are as before. The tested value is nsig times
         ``shift`` (at least 50); with nbkg fixed it is also clipped so that the expected yield, tested + nbkg,
-        stays in ``TOY_YIELD`` (the batched fits' size classes; with nbkg floating ``DATA_TOTAL`` does that)."""
+        stays in ``TOY_YIELD`` (the batched fits' size classes; with nbkg floating ``DATA_TOTALS`` does that)."""
         from zcache.inference import ToyCalculator, _toys
 
         before, floating = self.values(), self.floating()
