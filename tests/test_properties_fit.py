@@ -477,9 +477,11 @@ class FitMachine(RuleBasedStateMachine):
         self.p[name].set_value(value)
 
     @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), total=st.sampled_from(DATA_TOTALS))
-    def new_data(self, seed: int, nsig: int, total: int) -> None:
-        # one of DATA_TOTALS (the compiled programs' shapes), the background 330-550 events
-        self.x = np_sample(seed, nsig, total - nsig)
+    def new_data(self, seed: int, nsig: int, total: int | None = None, nbkg: int | None = None) -> None:
+        """A new sample: the rule draws its total from DATA_TOTALS (the compiled programs' shapes; the background
+        is then 330-550 events); a call with ``nbkg`` instead of ``total`` (a regression's replay) gets that
+        background, whatever the total."""
+        self.x = np_sample(seed, nsig, nbkg if total is None else total - nsig)
         self.loss.data.set_data(self.x)
 
     @precondition(lambda self: self.floating())
