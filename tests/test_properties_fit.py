@@ -77,6 +77,16 @@ UNDETERMINED_VALUE_TOL = 0.1
 #: the floating parameters of a search at a known mass (small_signal_fit), and their start
 SEARCH = ("lam", "nsig", "nbkg")
 SEARCH_START = {"lam": -0.3, "nsig": 5.0, "nbkg": 450.0}
+#: the expected yields at which ``toy_p_value`` throws its toys: its batched fits compile once per floating set
+#: and toy size class (``size_class`` of the yield + 6 sigma + 10 rows): this window is three classes (832, 896,
+#: 960 rows: yields 610-782), where free totals of 300-950 events span thirteen (416-1152 rows)
+TOY_YIELD = (620.0, 780.0)
+#: the totals of the samples ``new_data`` and ``small_signal_fit`` draw (with the first sample's 700): every
+#: program compiled with XLA (compiled fits and Hessians, batched scans and toys) compiles again for each new
+#: number of events, so a worker life meets two; and with ``nbkg`` floating ``toy_p_value``'s expected yield is
+#: the total within about -60 / +95 events (a 350-event signal tested at 0.8 / 1.3 times it), in ``TOY_YIELD``
+#: but at those extremes
+DATA_TOTALS = (680, 700)
 
 
 # -- the independent reference ----------------------------------------------------------------
@@ -466,9 +476,12 @@ class FitMachine(RuleBasedStateMachine):
         value = data.draw(st.floats(*MOVES[name]), label="value")
         self.p[name].set_value(value)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), nbkg=st.integers(300, 600))
-    def new_data(self, seed: int, nsig: int, nbkg: int) -> None:
-        self.x = np_sample(seed, nsig, nbkg)
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(150, 350), total=st.sampled_from(DATA_TOTALS))
+    def new_data(self, seed: int, nsig: int, total: int | None = None, nbkg: int | None = None) -> None:
+        """A new sample: the rule draws its total from DATA_TOTALS (the compiled programs' shapes; the background
+        is then 330-550 events); a call with ``nbkg`` instead of ``total`` (a regression's replay) gets that
+        background, whatever the total."""
+        self.x = np_sample(seed, nsig, nbkg if total is None else total - nsig)
         self.loss.data.set_data(self.x)
 
     @precondition(lambda self: self.floating())
@@ -493,15 +506,15 @@ class FitMachine(RuleBasedStateMachine):
         assert self.values() == before
         np.testing.assert_array_equal(self.loss.data.numpy(), self.x)
 
-    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), nbkg=st.integers(300, 600))
-    def small_signal_fit(self, seed: int, nsig: int, nbkg: int) -> None:
+    @rule(seed=st.integers(1, 2**16), nsig=st.integers(0, 6), total=st.sampled_from(DATA_TOTALS))
+    def small_signal_fit(self, seed: int, nsig: int, total: int) -> None:
         """A search at a known mass (mu, sigma fixed at the truth) on background-only or
         small-signal data: nsig ends at or near its limit 0. zcache's fit is valid where iminuit's
         on the numpy NLL is, at the same minimum, with the documented errors (the curvature of the
         loss in the parameters themselves: numdifftools on the numpy NLL); the batched fit of the
         same events (padded) gives the same values and errors, or declines (a toy at a limit,
         which run_toys refits with MIGRAD)."""
-        self.x = np_sample(seed, nsig, nbkg)
+        self.x = np_sample(seed, nsig, total - nsig)  # a background of 674-700 events
         self.loss.data.set_data(self.x)
         for n in NAMES:
             self.p[n].floating = n in SEARCH
@@ -857,12 +870,18 @@ class FitMachine(RuleBasedStateMachine):
         """A small toy p-value of nsig with the floating set of the moment (4 toys per hypothesis, one batch
         each): every toy's statistic (POI pinned and free) equals the same toy fitted serially with Minuit,
         the CLs+b is the fraction of toys at least as extreme as the observed statistic, and every
-        parameter's value and floating flag, and the data, are as before."""
+        parameter's value and floating flag, and the data, are as before. The tested value is nsig times
+        ``shift`` (at least 50); with nbkg fixed it is also clipped so that the expected yield, tested + nbkg,
+        stays in ``TOY_YIELD`` (the batched fits' size classes; with nbkg floating ``DATA_TOTALS`` does that)."""
         from zcache.inference import ToyCalculator, _toys
 
         before, floating = self.values(), self.floating()
         poi = self.p["nsig"]
-        tested = float(np.clip(before["nsig"] * shift, 50.0, LIMITS["nsig"][1]))
+        low, high = 50.0, LIMITS["nsig"][1]
+        if not self.p["nbkg"].floating:  # the expected yield is tested + nbkg: kept in TOY_YIELD where it can be
+            low, high = max(low, TOY_YIELD[0] - before["nbkg"]), min(high, TOY_YIELD[1] - before["nbkg"])
+            low, high = (low, high) if low <= high else (50.0, LIMITS["nsig"][1])
+        tested = float(np.clip(before["nsig"] * shift, low, high))
         kw = dict(n_toys=4, null_value=0.8 * tested, seed=seed)
         batched = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=4, **kw)
         serial = _toys.run_hypothesis_toys(self.loss, poi, [tested], batch=None, **kw)
