@@ -212,6 +212,65 @@ def test_loaded_program_gives_the_traced_fit_and_a_wrong_one_is_dropped(store, m
     np.testing.assert_array_equal(wrong.x, _fit(fresh, [mu]).x)
 
 
+class TiltedSteeperAwayFromStart(Tilted):
+    """Tilted's pdf at the slope 0.2 (every x), another one elsewhere: the loss agrees at that start, its gradient
+    (twice Tilted's slope derivative) does not."""
+
+    def _unnormalized_pdf(self, x):
+        return 1.0 + self.factor * (2.0 * self.params["slope"].value() - 0.2) * x
+
+
+def test_a_loaded_program_whose_gradient_differs_is_dropped(store, monkeypatch):
+    """The check after loading covers the gradient: a stored program with the loss's value at the start but another
+    gradient (a key that missed the gradient path, forced here) is quarantined and the fit traced."""
+    def loss_of(cls):
+        slope = zcache.Parameter("slope_tsk", 0.2, lower=-0.5, upper=0.5)
+        data = zcache.Data(np.random.default_rng(3).uniform(0.0, 1.0, 200))
+        return UnbinnedNLL(cls(Space("x", 0.0, 1.0), slope), data), [slope]
+
+    stored = _fit(*loss_of(Tilted))
+    (entry,) = store.glob("*.tfprogram")
+    loss, params = loss_of(TiltedSteeperAwayFromStart)
+    fit = CompiledFit.of(loss, params)
+    x0 = np.array([0.2])
+    served = fit._served(x0)
+    with zcache._engine.context.run_eagerly():
+        f, g, _ = fit._value_gradient(trace_store.tf.constant(x0), served)
+    loss_t, params_t = loss_of(Tilted)
+    fit_t = CompiledFit.of(loss_t, params_t)
+    with zcache._engine.context.run_eagerly():
+        f_t, g_t, _ = fit_t._value_gradient(trace_store.tf.constant(x0), fit_t._served(x0))
+    # the premise: the value alone cannot tell them apart
+    assert trace_store.agrees(float(f), g_t.numpy(), float(f_t), g_t.numpy())
+    assert not trace_store.agrees(float(f_t), g_t.numpy(), float(f), g.numpy())
+
+    key = trace_store._key_and_variables
+    monkeypatch.setattr(trace_store, "_key_and_variables",
+                        lambda fit, *a: (entry.name.split(".")[0], key(fit, *a)[1]))
+    got = _fit(loss, params)
+    assert fit.traces == 1  # traced after the check failed
+    assert (store / "quarantine" / entry.name).exists()
+    monkeypatch.undo()
+    assert abs(got.x[0] - stored.x[0]) > 1e-3  # the steeper model's own fit, not the stored one's
+    np.testing.assert_array_equal(got.x, _fit(*loss_of(TiltedSteeperAwayFromStart)).x)
+
+
+@pytest.mark.parametrize("harm", ["value", "gradient", "not finite", "shape"])
+def test_agrees_refuses_each_difference(harm):
+    good = np.array([3.0, -2e-4])
+    assert trace_store.agrees(1234.5, good, 1234.5, good + np.array([0.0, 1e-9]))  # rounding: accepted
+    f, g, ge = 1234.5, good.copy(), good.copy()
+    if harm == "value":
+        f = 1234.5 * (1 + 1e-8)
+    elif harm == "gradient":
+        ge[1] += 1e-6  # the small component, off by more than the tolerance of the largest
+    elif harm == "not finite":
+        g[0] = np.nan
+    else:
+        ge = good[:1]
+    assert not trace_store.agrees(f, g, 1234.5, ge)
+
+
 # -- fresh processes ----------------------------------------------------------------------------------
 
 SCRIPT = textwrap.dedent("""

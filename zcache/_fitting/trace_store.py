@@ -22,9 +22,9 @@ does not know how to describe makes the key None: traced, as always.
 stored as positions in the walk's order of Variables, and a loading process passes its own
 Variables at those positions. A capture the walk does not reach: not stored.
 
-**After loading**, the program's loss at the start (an output) is compared with an eager evaluation
-(:meth:`CompiledFit._served` runs the loss at the start eagerly anyway): a mismatch (a key that missed
-something) drops the entry and the fit is traced.
+**After loading**, the program's loss and gradient at the start (outputs) are compared with an eager
+evaluation (:func:`agrees`), once per process and program: a mismatch (a key that missed something)
+moves the entry to quarantine and the fit is traced.
 
 Examples
 --------
@@ -61,10 +61,10 @@ from .._engine.mode import get_autograd_mode, get_graph_mode, get_jit_mode
 from .._engine.parameter import Parameter
 from .._engine.tf_internals import call_program, can_reuse_programs, program_bytes, register_program
 
-__all__ = ["FORMAT", "StoredProgram", "forget", "load", "program_key", "save"]
+__all__ = ["FORMAT", "GRADIENT_RTOL", "VALUE_RTOL", "StoredProgram", "agrees", "forget", "load", "program_key", "save"]
 
-#: The entry format; part of the key.
-FORMAT = 1
+#: The entry format; part of the key (2: the program's outputs end with the gradient at the start).
+FORMAT = 2
 
 _ZCACHE = pathlib.Path(__file__).resolve().parents[1]
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -408,6 +408,48 @@ def load(fit: Any, served: dict[int, tf.Tensor], jit: bool, structured: bool | s
         compile_cache.forget_trace(entry)
         return None
     return StoredProgram(name, inputs, outputs, captures, entry)
+
+
+#: The check after loading: the loaded program's loss and gradient at the start against an eager
+#: evaluation's. The same ops run in a graph and eagerly, equal but for the order of a parallel reduction:
+#: the loss to ``VALUE_RTOL`` of its size, each gradient component to ``GRADIENT_RTOL`` of the gradient's
+#: largest component (a component's rounding is that of the sum over events, not of its own size).
+VALUE_RTOL = 1e-10
+GRADIENT_RTOL = 1e-8
+
+
+def agrees(f: float, g: np.ndarray, eager_f: float, eager_g: np.ndarray) -> bool:
+    """Whether a loaded program's loss ``f`` and gradient ``g`` at the start are the eager ones.
+
+    Parameters
+    ----------
+    f : float
+    g : ndarray
+        (n,) the loaded program's.
+    eager_f : float
+    eager_g : ndarray
+        (n,) the loss's own, evaluated eagerly.
+
+    Returns
+    -------
+    bool
+        False also where a value is not finite or the shapes differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> agrees(2.0, np.array([1.0, 0.0]), 2.0, np.array([1.0, 1e-12]))
+    True
+    >>> agrees(2.0, np.array([1.0, 0.0]), 2.0, np.array([1.0, 0.5]))   # the value alone agrees
+    False
+    """
+    g, eager_g = np.asarray(g, dtype=np.float64), np.asarray(eager_g, dtype=np.float64)
+    if g.shape != eager_g.shape or not (np.isfinite(f) and np.all(np.isfinite(g))):
+        return False
+    if not abs(f - eager_f) <= VALUE_RTOL * max(1.0, abs(eager_f)):
+        return False
+    scale = max(1.0, float(np.max(np.abs(eager_g), initial=0.0)))
+    return bool(np.all(np.abs(g - eager_g) <= GRADIENT_RTOL * scale))
 
 
 def forget(program: StoredProgram) -> None:
