@@ -344,3 +344,94 @@ def test_a_folder_open_to_others_is_not_read(store):
         assert (store / "e.tfprogram").exists()  # left where it is
     finally:
         os.chmod(store, 0o700)
+
+
+# -- more kinds of loss: the bridge, binned, simultaneous with a constraint, weighted -----------------------
+
+def _bridge(expr_factor=1.0, fixed=(), upper=1.35, n_cols=3, dtype=np.float64):
+    import sympy as sp
+
+    from zcache.amplitude import SymbolicModel
+
+    x, y, th, m1, g1, c1, c2 = sp.symbols("x y th m1 g1 c1 c2")
+    bw = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    expr = sp.Abs(c1 * bw * sp.cos(th) + c2 * expr_factor * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(2)
+    cols = {"x": rng.uniform(0.3, 1.5, 200), "y": rng.uniform(0.3, 1.5, 200), "th": rng.uniform(0, np.pi, 200)}
+    names = ["x", "y", "th"][:n_cols] if n_cols == 3 else ["x", "th"]
+    if n_cols != 3:
+        del cols["y"]
+    params = {m1: dict(value=0.9, lower=0.45, upper=upper, floating="m1" not in fixed),
+              g1: dict(value=0.1, lower=0.05, upper=0.15, floating="g1" not in fixed)}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, names, cols, name="tsk_bw")
+    data = model.to_data({k: v[:80].astype(dtype) for k, v in cols.items()}, name="tsk_bw_data")
+    loss = UnbinnedNLL(model, data)
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _binned(edges_high=5.0, fixed=(), upper=2000.0, dtype=np.float64):
+    from zcache.binned import BinnedData, ExtendedBinnedNLL
+    from zcache.models import Exponential, SumPdf
+
+    space = Space("x", -5.0, edges_high)
+    lam = zcache.Parameter("tsk_lam", -0.3, lower=-2.0, upper=-0.01, floating="lam" not in fixed)
+    n = zcache.Parameter("tsk_n", 400.0, lower=0.0, upper=upper)
+    ns = zcache.Parameter("tsk_ns", 100.0, lower=0.0, upper=2000.0)
+    counts, edges = np.histogram(np.random.default_rng(4).normal(0.0, 2.0, 500), bins=20, range=(-5.0, edges_high))
+    model = SumPdf([Exponential(space, lam), Gaussian(space, 0.5, 0.5)], yields=[n, ns])
+    loss = ExtendedBinnedNLL(model, BinnedData(counts.astype(dtype), edges))
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _simultaneous(constraint_mu=1.4, fixed=(), upper=3.0, dtype=np.float64, shape=None):
+    from zcache.loss import GaussianConstraint, SimultaneousLoss
+
+    space = Space("x", -5.0, 5.0)
+    mu = zcache.Parameter("tsk_smu", 0.1, lower=-2.0, upper=2.0)
+    s1 = zcache.Parameter("tsk_s1", 1.0, lower=0.3, upper=upper, floating="s1" not in fixed)
+    s2 = zcache.Parameter("tsk_s2", 1.5, lower=0.3, upper=3.0)
+    rng = np.random.default_rng(6)
+    a = UnbinnedNLL(Gaussian(space, mu, s1), zcache.Data(rng.normal(0.2, 1.0, 100 if shape is None else shape)
+                                                          .astype(dtype)))
+    b = UnbinnedNLL(Gaussian(space, mu, s2), zcache.Data(rng.normal(0.2, 1.5, 100)),
+                    constraints=[GaussianConstraint([s2], [constraint_mu], [0.1])])
+    loss = SimultaneousLoss([a, b])
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _weighted(weights=True, fixed=(), upper=3.0, dtype=np.float64):
+    mu = zcache.Parameter("tsk_wmu", 0.1, lower=-2.0, upper=2.0)
+    sg = zcache.Parameter("tsk_wsg", 1.0, lower=0.3, upper=upper, floating="sg" not in fixed)
+    rng = np.random.default_rng(9)
+    x = rng.normal(0.2, 1.0, 100).astype(dtype)
+    data = zcache.Data(x, weights=rng.uniform(0.5, 1.5, 100) if weights else None)
+    loss = UnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), mu, sg), data)
+    return loss, [p for p in loss.params if p.floating]
+
+
+@pytest.mark.slow  # builds 24 losses, the bridge's among them
+@pytest.mark.parametrize("make, constant, floating, upper, dtype, shape", [
+    # a Data keeps floats as float64, whatever their dtype was: an int64 column is another dtype
+    (_bridge, dict(expr_factor=2.0), "g1", 1.3, None, None),  # to_data makes its columns float64
+    (_binned, dict(edges_high=6.0), "lam", 1900.0, None, None),  # BinnedData keeps counts as float64
+    (_simultaneous, dict(constraint_mu=1.3), "s1", 2.9, np.int64, dict(shape=(100, 1))),
+    (_weighted, dict(weights=False), "sg", 2.9, np.int64, None),
+], ids=["bridge", "binned", "simultaneous+constraint", "weighted"])
+def test_key_of_more_kinds_changes_with_what_their_trace_depends_on(make, constant, floating, upper, dtype, shape,
+                                                                    monkeypatch):
+    """For each kind: built twice alike, one key; a changed constant (the expression, the edges, the constraint,
+    weights or none), floating set, dtype, data shape, limit or zcache source: another key (or none: traced)."""
+    base = _key(*make())
+    assert base is not None and base == _key(*make())
+    keys = {"constant": _key(*make(**constant)), "floating": _key(*make(fixed=(floating,))),
+            "limits": _key(*make(upper=upper))}
+    if dtype is not None:
+        keys["dtype"] = _key(*make(dtype=dtype))
+    if shape is not None:
+        keys["data shape"] = _key(*make(**shape))
+    monkeypatch.setattr(trace_store, "_source_digest", lambda: "1" * 64)
+    keys["zcache source"] = _key(*make())
+    monkeypatch.undo()
+    assert base not in keys.values(), keys
+    found = [k for k in keys.values() if k is not None]
+    assert len(set(found)) == len(found), keys

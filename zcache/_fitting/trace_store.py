@@ -48,6 +48,8 @@ import hashlib
 import json
 import marshal
 import pathlib
+import re
+import sys
 import types
 import weakref
 from typing import Any
@@ -78,7 +80,14 @@ _UNORDERED = frozenset({"_deps"})
 _RUNTIME = {
     "CacheState": frozenset({"py_hits", "py_misses", "py_valid", "traced", "held_bytes", "last_use", "evicted",
                              "graph_uses", "evictions", "stored", "dtype", "rank", "shape"}),
+    # the bridge's programs, traced from the expression and its translation (both walked) at first use
+    "SymbolicModel": frozenset({"_stack_fn", "_group_programs", "_program_calls", "_times_programs", "_fused_groups",
+                                "_jet_programs"}),
 }
+
+
+#: Libraries whose classes are described by the library's version, not walked method by method.
+_LIBRARIES = frozenset({"tensorflow", "numpy", "abc", "typing", "collections", "sympy"})
 
 
 class _Doubt(Exception):
@@ -126,8 +135,11 @@ class _Walk:
         for base in c.__mro__:
             if base is object or base.__module__ == "builtins" or base.__module__.split(".")[0] in ("zcache",):
                 continue  # zcache's code is in the source digest
-            if base.__module__.split(".")[0] in ("tensorflow", "numpy", "abc", "typing", "collections"):
-                continue  # the library's version is in the key
+            top = base.__module__.split(".")[0]
+            if top in _LIBRARIES:
+                # the library's version is in the key (TensorFlow's in "format"; the others' here)
+                self.emit("library", top, getattr(sys.modules.get(top), "__version__", None))
+                continue
             self.emit("base", base.__module__, base.__qualname__)
             for name, attr in sorted(vars(base).items()):
                 if name in ("__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__annotations__"):
@@ -136,7 +148,7 @@ class _Walk:
                 self.walk(attr)
 
     def walk(self, obj: Any) -> None:  # noqa: C901 - one case per kind of object
-        if isinstance(obj, _PLAIN) or obj is Ellipsis:
+        if isinstance(obj, _PLAIN) or obj is Ellipsis or obj is NotImplemented:
             self.emit("v", type(obj).__name__, obj)
             return
         if id(obj) in self.seen:
@@ -176,6 +188,12 @@ class _Walk:
                 self.walk(v)
         elif isinstance(obj, (set, frozenset)):
             self.emit("set", sorted(repr(item) for item in obj))
+        elif _sympy_basic(obj):
+            # an expression by its exact structure (symbols with their assumptions), and SymPy's version
+            sympy = sys.modules["sympy"]
+            self.emit("sympy", sympy.__version__, sympy.srepr(obj))
+        elif isinstance(obj, re.Pattern):
+            self.emit("pattern", obj.pattern, obj.flags)
         elif isinstance(obj, types.ModuleType):
             self.emit("module", obj.__name__)
         elif isinstance(obj, type):
@@ -234,8 +252,13 @@ class _Walk:
 
     def function(self, fn: types.FunctionType) -> None:
         self.emit("function", fn.__module__, fn.__qualname__)
-        if (fn.__module__ or "").split(".")[0] == "zcache":
+        top = (fn.__module__ or "").split(".")[0]
+        if top == "zcache":
             return  # in the source digest; its closure is walked where zcache stored it on an object
+        if top in _LIBRARIES:
+            # a library's function (tf.sin, say): by its name and the library's version
+            self.emit("library", top, getattr(sys.modules.get(top), "__version__", None))
+            return
         self.emit("code", hashlib.sha256(_code_bytes(fn.__code__)).hexdigest())
         self.walk(fn.__defaults__)
         self.walk(fn.__kwdefaults__)
@@ -245,6 +268,12 @@ class _Walk:
                 value = fn.__globals__[name]
                 self.emit("global", name)
                 self.walk(value)
+
+
+def _sympy_basic(obj: Any) -> bool:
+    """Whether ``obj`` is a SymPy expression (SymPy is not imported here: only the bridge imports it)."""
+    sympy = sys.modules.get("sympy")
+    return sympy is not None and type(obj).__module__.startswith("sympy.") and isinstance(obj, sympy.Basic)
 
 
 def _filled(cell: Any) -> bool:
