@@ -77,8 +77,7 @@ from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
 from .per_loss import alive, kept
-from . import trace_store
-from .trace_store import StoredProgram, forget, load, save
+from .trace_store import StoredProgram, agrees, forget, load, save
 
 __all__ = ["CompiledFit", "CompiledOutcome"]
 
@@ -556,7 +555,7 @@ class CompiledFit:
         """Whether a loaded program's loss and gradient at ``x0`` are the loss's own, evaluated eagerly."""
         with run_eagerly():
             eager_f, eager_g, _ = self._value_gradient(tf.constant(x0), served)
-        return trace_store.agrees(float(f0), g0.numpy(), float(eager_f), eager_g.numpy())
+        return agrees(float(f0), g0.numpy(), float(eager_f), eager_g.numpy())
 
     def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> Any:
         """Trace ``fn`` once with the events axis of every served value left open.
