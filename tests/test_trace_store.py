@@ -169,6 +169,14 @@ def test_entries_are_bounded(store, monkeypatch):
     assert kept == ["e2.tfprogram", "e3.tfprogram"]
 
 
+def test_clear_compile_cache_clears_the_traced_programs_too(store):
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    assert compile_cache.write_trace("f.tfprogram", b"other bytes")
+    assert zcache.clear_compile_cache() == 4  # two entries, two records
+    assert compile_cache.read_trace("e.tfprogram") is None and not list(store.iterdir())
+    assert zcache.clear_compile_cache() == 0
+
+
 def test_store_is_off_by_default():
     assert compile_cache.trace_folder() is None or os.environ.get("ZCACHE_TRACE_STORE") in ("1", "true", "yes", "on")
 
