@@ -15,8 +15,9 @@ walk of the loss's object graph: every class met (its methods' code objects, the
 names, recursively, for classes outside zcache; zcache's own are in the source digest), every
 attribute by value (numbers, strings, arrays, tensors' values), every function's code, defaults,
 closure and the plain globals it names, each Parameter (dtype, limits, floating, fitted position)
-and each Data (dtype, shape past the events axis) by what the trace sees of it. An object the walk
-does not know how to describe makes the key None: traced, as always.
+and each Data (dtype, shape past the events axis) by what the trace sees of it; a SymPy expression by
+``srepr`` and SymPy's version, TensorFlow's, NumPy's and SymPy's classes and functions by name and the
+library's version. An object the walk does not know how to describe makes the key None: traced, as always.
 
 **The variables** a program reads (its captured inputs: a Data's Variable, a fixed parameter's) are
 stored as positions in the walk's order of Variables, and a loading process passes its own
