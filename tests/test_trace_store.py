@@ -169,6 +169,14 @@ def test_entries_are_bounded(store, monkeypatch):
     assert kept == ["e2.tfprogram", "e3.tfprogram"]
 
 
+def test_clear_compile_cache_clears_the_traced_programs_too(store):
+    assert compile_cache.write_trace("e.tfprogram", b"program bytes")
+    assert compile_cache.write_trace("f.tfprogram", b"other bytes")
+    assert zcache.clear_compile_cache() == 4  # two entries, two records
+    assert compile_cache.read_trace("e.tfprogram") is None and not list(store.iterdir())
+    assert zcache.clear_compile_cache() == 0
+
+
 def test_store_is_off_by_default():
     assert compile_cache.trace_folder() is None or os.environ.get("ZCACHE_TRACE_STORE") in ("1", "true", "yes", "on")
 
@@ -210,6 +218,65 @@ def test_loaded_program_gives_the_traced_fit_and_a_wrong_one_is_dropped(store, m
     monkeypatch.undo()
     fresh = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(x))
     np.testing.assert_array_equal(wrong.x, _fit(fresh, [mu]).x)
+
+
+class TiltedSteeperAwayFromStart(Tilted):
+    """Tilted's pdf at the slope 0.2 (every x), another one elsewhere: the loss agrees at that start, its gradient
+    (twice Tilted's slope derivative) does not."""
+
+    def _unnormalized_pdf(self, x):
+        return 1.0 + self.factor * (2.0 * self.params["slope"].value() - 0.2) * x
+
+
+def test_a_loaded_program_whose_gradient_differs_is_dropped(store, monkeypatch):
+    """The check after loading covers the gradient: a stored program with the loss's value at the start but another
+    gradient (a key that missed the gradient path, forced here) is quarantined and the fit traced."""
+    def loss_of(cls):
+        slope = zcache.Parameter("slope_tsk", 0.2, lower=-0.5, upper=0.5)
+        data = zcache.Data(np.random.default_rng(3).uniform(0.0, 1.0, 200))
+        return UnbinnedNLL(cls(Space("x", 0.0, 1.0), slope), data), [slope]
+
+    stored = _fit(*loss_of(Tilted))
+    (entry,) = store.glob("*.tfprogram")
+    loss, params = loss_of(TiltedSteeperAwayFromStart)
+    fit = CompiledFit.of(loss, params)
+    x0 = np.array([0.2])
+    served = fit._served(x0)
+    with zcache._engine.context.run_eagerly():
+        f, g, _ = fit._value_gradient(trace_store.tf.constant(x0), served)
+    loss_t, params_t = loss_of(Tilted)
+    fit_t = CompiledFit.of(loss_t, params_t)
+    with zcache._engine.context.run_eagerly():
+        f_t, g_t, _ = fit_t._value_gradient(trace_store.tf.constant(x0), fit_t._served(x0))
+    # the premise: the value alone cannot tell them apart
+    assert trace_store.agrees(float(f), g_t.numpy(), float(f_t), g_t.numpy())
+    assert not trace_store.agrees(float(f_t), g_t.numpy(), float(f), g.numpy())
+
+    key = trace_store._key_and_variables
+    monkeypatch.setattr(trace_store, "_key_and_variables",
+                        lambda fit, *a: (entry.name.split(".")[0], key(fit, *a)[1]))
+    got = _fit(loss, params)
+    assert fit.traces == 1  # traced after the check failed
+    assert (store / "quarantine" / entry.name).exists()
+    monkeypatch.undo()
+    assert abs(got.x[0] - stored.x[0]) > 1e-3  # the steeper model's own fit, not the stored one's
+    np.testing.assert_array_equal(got.x, _fit(*loss_of(TiltedSteeperAwayFromStart)).x)
+
+
+@pytest.mark.parametrize("harm", ["value", "gradient", "not finite", "shape"])
+def test_agrees_refuses_each_difference(harm):
+    good = np.array([3.0, -2e-4])
+    assert trace_store.agrees(1234.5, good, 1234.5, good + np.array([0.0, 1e-9]))  # rounding: accepted
+    f, g, ge = 1234.5, good.copy(), good.copy()
+    if harm == "value":
+        f = 1234.5 * (1 + 1e-8)
+    elif harm == "gradient":
+        ge[1] += 1e-6  # the small component, off by more than the tolerance of the largest
+    elif harm == "not finite":
+        g[0] = np.nan
+    else:
+        ge = good[:1]
+    assert not trace_store.agrees(f, g, 1234.5, ge)
 
 
 # -- fresh processes ----------------------------------------------------------------------------------
@@ -285,3 +352,153 @@ def test_a_folder_open_to_others_is_not_read(store):
         assert (store / "e.tfprogram").exists()  # left where it is
     finally:
         os.chmod(store, 0o700)
+
+
+# -- more kinds of loss: the bridge, binned, simultaneous with a constraint, weighted -----------------------
+
+def _bridge(expr_factor=1.0, fixed=(), upper=2.0, n_cols=3, dtype=np.float64):
+    import sympy as sp
+
+    from zcache.amplitude import SymbolicModel
+
+    x, y, th, m1, g1, c1, c2 = sp.symbols("x y th m1 g1 c1 c2")
+    bw = sp.sqrt(m1 * g1) / (m1**2 - x**2 - sp.I * m1 * g1)
+    expr = sp.Abs(c1 * bw * sp.cos(th) + c2 * expr_factor * sp.sin(th) ** 2) ** 2
+    rng = np.random.default_rng(2)
+    cols = {"x": rng.uniform(0.3, 1.5, 200), "y": rng.uniform(0.3, 1.5, 200), "th": rng.uniform(0, np.pi, 200)}
+    names = ["x", "y", "th"][:n_cols] if n_cols == 3 else ["x", "th"]
+    if n_cols != 3:
+        del cols["y"]
+    params = {m1: dict(value=0.9, lower=0.3, upper=upper, floating="m1" not in fixed),
+              g1: dict(value=0.1, lower=0.01, upper=2.0, floating="g1" not in fixed)}
+    model = SymbolicModel(expr, {**params, c1: 1.0 + 0j, c2: 0.5 + 0.5j}, names, cols, name="tsk_bw")
+    data = model.to_data({k: v[:80].astype(dtype) for k, v in cols.items()}, name="tsk_bw_data")
+    loss = UnbinnedNLL(model, data)
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _binned(edges_high=5.0, fixed=(), upper=2000.0, dtype=np.float64):
+    from zcache.binned import BinnedData, ExtendedBinnedNLL
+    from zcache.models import Exponential, SumPdf
+
+    space = Space("x", -5.0, edges_high)
+    lam = zcache.Parameter("tsk_lam", -0.3, lower=-2.0, upper=2.0, floating="lam" not in fixed)
+    n = zcache.Parameter("tsk_n", 400.0, lower=0.0, upper=upper)
+    ns = zcache.Parameter("tsk_ns", 100.0, lower=0.0, upper=2000.0)
+    rng = np.random.default_rng(4)
+    x = np.concatenate([rng.exponential(3.0, 400) - 5.0, rng.normal(0.5, 0.5, 100)])
+    counts, edges = np.histogram(x, bins=20, range=(-5.0, edges_high))
+    model = SumPdf([Exponential(space, lam), Gaussian(space, 0.5, 0.5)], yields=[n, ns])
+    loss = ExtendedBinnedNLL(model, BinnedData(counts.astype(dtype), edges))
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _simultaneous(constraint_mu=1.4, fixed=(), upper=3.0, dtype=np.float64, shape=None):
+    from zcache.loss import GaussianConstraint, SimultaneousLoss
+
+    space = Space("x", -5.0, 5.0)
+    mu = zcache.Parameter("tsk_smu", 0.1, lower=-2.0, upper=2.0)
+    s1 = zcache.Parameter("tsk_s1", 1.0, lower=0.3, upper=upper, floating="s1" not in fixed)
+    s2 = zcache.Parameter("tsk_s2", 1.5, lower=0.3, upper=3.0)
+    rng = np.random.default_rng(6)
+    a = UnbinnedNLL(Gaussian(space, mu, s1), zcache.Data(rng.normal(0.2, 1.0, 100 if shape is None else shape)
+                                                          .astype(dtype)))
+    b = UnbinnedNLL(Gaussian(space, mu, s2), zcache.Data(rng.normal(0.2, 1.5, 100)),
+                    constraints=[GaussianConstraint([s2], [constraint_mu], [0.1])])
+    loss = SimultaneousLoss([a, b])
+    return loss, [p for p in loss.params if p.floating]
+
+
+def _weighted(weights=True, fixed=(), upper=3.0, dtype=np.float64):
+    mu = zcache.Parameter("tsk_wmu", 0.1, lower=-2.0, upper=2.0)
+    sg = zcache.Parameter("tsk_wsg", 1.0, lower=0.3, upper=upper, floating="sg" not in fixed)
+    rng = np.random.default_rng(9)
+    x = rng.normal(0.2, 1.0, 100).astype(dtype)
+    data = zcache.Data(x, weights=rng.uniform(0.5, 1.5, 100) if weights else None)
+    loss = UnbinnedNLL(Gaussian(Space("x", -5.0, 5.0), mu, sg), data)
+    return loss, [p for p in loss.params if p.floating]
+
+
+@pytest.mark.slow  # builds 24 losses, the bridge's among them
+@pytest.mark.parametrize("make, constant, floating, upper, dtype, shape", [
+    # a Data keeps floats as float64, whatever their dtype was: an int64 column is another dtype
+    (_bridge, dict(expr_factor=2.0), "g1", 1.9, None, None),  # to_data makes its columns float64
+    (_binned, dict(edges_high=6.0), "lam", 1900.0, None, None),  # BinnedData keeps counts as float64
+    (_simultaneous, dict(constraint_mu=1.3), "s1", 2.9, np.int64, dict(shape=(100, 1))),
+    (_weighted, dict(weights=False), "sg", 2.9, np.int64, None),
+], ids=["bridge", "binned", "simultaneous+constraint", "weighted"])
+def test_key_of_more_kinds_changes_with_what_their_trace_depends_on(make, constant, floating, upper, dtype, shape,
+                                                                    monkeypatch):
+    """For each kind: built twice alike, one key; a changed constant (the expression, the edges, the constraint,
+    weights or none), floating set, dtype, data shape, limit or zcache source: another key (or none: traced)."""
+    base = _key(*make())
+    assert base is not None and base == _key(*make())
+    keys = {"constant": _key(*make(**constant)), "floating": _key(*make(fixed=(floating,))),
+            "limits": _key(*make(upper=upper))}
+    if dtype is not None:
+        keys["dtype"] = _key(*make(dtype=dtype))
+    if shape is not None:
+        keys["data shape"] = _key(*make(**shape))
+    monkeypatch.setattr(trace_store, "_source_digest", lambda: "1" * 64)
+    keys["zcache source"] = _key(*make())
+    monkeypatch.undo()
+    assert base not in keys.values(), keys
+    found = [k for k in keys.values() if k is not None]
+    assert len(set(found)) == len(found), keys
+
+
+KINDS_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    sys.path.insert(0, "tests")
+    import zcache
+    import test_trace_store as t
+    from zcache._fitting.compiled_fit import _KEPT
+    from zcache.minimize import Minuit
+    out = {}
+    for kind in sys.argv[1].split(","):
+        loss, params = {"bridge": t._bridge, "binned": t._binned, "simultaneous": t._simultaneous,
+                        "weighted": t._weighted}[kind]()
+        result = Minuit().minimize(loss)
+        out[kind] = {"traces": sum(f.traces for f in _KEPT.get(loss, {}).values()), "path": result.path,
+                     "fmin": float(result.fmin), "values": {k: float(v) for k, v in sorted(result.values.items())},
+                     "errors": {k: float(v) for k, v in sorted(result.errors.items())}}
+    out["cpu"] = time.process_time()
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.slow  # a fit traced and one loaded per kind
+@pytest.mark.parametrize("make", [_bridge, _binned, _simultaneous, _weighted],
+                         ids=["bridge", "binned", "simultaneous+constraint", "weighted"])
+def test_more_kinds_reuse_their_program_in_this_process(make, store):
+    """The key before the trace is the key after it (a cache the trace fills is not in it): a loss built alike
+    loads the stored program, traces nothing and gives the fit to the bit."""
+    traced = _fit(*make())
+    loss, params = make()
+    loaded = _fit(loss, params)
+    assert len(list(store.glob("*.tfprogram"))) == 1 and CompiledFit.of(loss, params).traces == 0
+    np.testing.assert_array_equal(loaded.x, traced.x)
+    np.testing.assert_array_equal(loaded.hessian, traced.hessian)
+    assert loaded.fmin == traced.fmin and loaded.nfcn == traced.nfcn
+
+
+# CPU: ~18 s for the two children (5 s of imports each; 2026-12-02, at load 15), beyond CI's 25 minutes; the
+# in-process test above checks each kind's reuse, this one the fresh process's.
+@pytest.mark.exhaustive
+def test_second_process_reuses_the_traces_of_more_kinds(tmp_path):
+    """A bridged amplitude model, a binned loss, a simultaneous loss with a constraint and a weighted loss: the
+    second process traces none of them and gives each fit to the bit. (A ChunkedLoss never runs as a compiled fit:
+    nothing to reuse.)"""
+    kinds = "bridge,binned,simultaneous,weighted"
+    env = {**os.environ, "ZCACHE_CACHE_DIR": str(tmp_path / "cache"), "ZCACHE_TRACE_STORE": "1", "PYTHONPATH": ROOT}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", KINDS_SCRIPT, kinds], capture_output=True, text=True, env=env,
+                             timeout=900, cwd=ROOT)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert len(list((tmp_path / "cache" / "traces").glob("*/*.tfprogram"))) == 4
+    for kind in kinds.split(","):
+        assert first[kind]["traces"] == 1 and second[kind]["traces"] == 0, kind
+        assert second[kind] == {**first[kind], "traces": 0}, kind

@@ -141,10 +141,11 @@ def compile_cache_info() -> CompileCacheInfo:
 
 
 def clear_compile_cache() -> int:
-    """Delete zcache's compiled programs on disk (every TensorFlow version's); the next run compiles anew.
+    """Delete zcache's compiled and traced programs on disk (every TensorFlow version's); the next run compiles anew.
 
-    Programs this process has compiled stay in its memory; a folder set by the user's ``TF_XLA_FLAGS``
-    is not touched.
+    Both folders under the cache root go: ``xla/`` (XLA's machine code) and ``traces/`` (compiled fits'
+    traced programs, ``ZCACHE_TRACE_STORE``). Programs this process has compiled or loaded stay in its
+    memory; a folder set by the user's ``TF_XLA_FLAGS`` is not touched.
 
     Returns
     -------
@@ -164,21 +165,23 @@ def clear_compile_cache() -> int:
             root = _cache_root(_settings(os.environ))
         except Refused:
             return 0
-    top = os.path.join(root, "xla")
     removed = 0
-    if not os.path.lexists(top):
-        return 0
-    try:
-        _check_own(root)
-        _check_own(top)
-    except Refused as exc:  # not a folder of the user's alone: not deleted from
-        warnings.warn(f"zcache did not clear its compile cache: {exc}", CompileCacheWarning, stacklevel=2)
-        return 0
-    with _LOCK:
-        for dirpath, _dirs, files in os.walk(top):
-            for name in files:
-                removed += _unlink(os.path.join(dirpath, name))
-        _KNOWN.clear()
+    for folder in ("xla", "traces"):
+        top = os.path.join(root, folder)
+        if not os.path.lexists(top):
+            continue
+        try:
+            _check_own(root)
+            _check_own(top)
+        except Refused as exc:  # not a folder of the user's alone: not deleted from
+            warnings.warn(f"zcache did not clear its {folder}/ folder: {exc}", CompileCacheWarning, stacklevel=2)
+            continue
+        with _LOCK:
+            for dirpath, _dirs, files in os.walk(top):
+                for name in files:
+                    removed += _unlink(os.path.join(dirpath, name))
+            if folder == "xla":
+                _KNOWN.clear()
     return removed
 
 
@@ -656,7 +659,9 @@ def fill_stage(shared: str, stage: str, known: dict[str, tuple[int, int, int]], 
                 report["removed"] += _unlink(path)
         elif name.endswith(".pb"):
             entries.append(name)
-    for name in _bounded(shared, entries, report):
+    kept, removed = _bounded(shared, entries, MAX_BYTES)
+    report["removed"] += removed
+    for name in kept:
         record = _read_record(os.path.join(shared, name))
         if record is None:
             if _mtime(os.path.join(shared, name), now) < now - UNRECORDED_GRACE_S:
@@ -762,8 +767,12 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _bounded(directory: str, entries: list[str], report: dict[str, int]) -> list[str]:
-    """The entries kept: the newest first while their total stays within :data:`MAX_BYTES`."""
+def _bounded(directory: str, entries: list[str], limit: int) -> tuple[list[str], int]:
+    """The entries kept (sorted by name): the newest first while their total stays within ``limit`` bytes.
+
+    The others are removed with their records (the compile cache's, ``MAX_BYTES``; the traced programs',
+    ``MAX_TRACE_BYTES``); the second result is how many were.
+    """
     sized = []
     for name in entries:
         try:
@@ -771,15 +780,15 @@ def _bounded(directory: str, entries: list[str], report: dict[str, int]) -> list
         except FileNotFoundError:
             continue
         sized.append((st.st_mtime, st.st_size, name))
-    kept, used = [], 0
+    kept, used, removed = [], 0, 0
     for _mtime_s, size, name in sorted(sized, reverse=True):
-        if used + size > MAX_BYTES:
-            report["removed"] += _unlink(os.path.join(directory, name))
+        if used + size > limit:
+            removed += _unlink(os.path.join(directory, name))
             _unlink(os.path.join(directory, name + _SUFFIX))
             continue
         kept.append(name)
         used += size
-    return sorted(kept)
+    return sorted(kept), removed
 
 
 def _quarantine_if(directory: str, name: str, inode: int | None = None) -> str:
@@ -915,7 +924,7 @@ def write_trace(name: str, data: bytes) -> bool:
             _copy_bytes(data, path)
             _write_record(path, _digest(_TRACES, name, data), _identity(os.lstat(path)))
             entries = [n for n in _listdir(_TRACES) if not n.endswith((_SUFFIX, ".part")) and n != "quarantine"]
-            _bounded_to(_TRACES, entries, MAX_TRACE_BYTES)
+            _bounded(_TRACES, entries, MAX_TRACE_BYTES)
     except (Refused, OSError) as exc:
         warnings.warn(f"zcache did not keep a traced program: {exc}", CompileCacheWarning, stacklevel=2)
         return False
@@ -978,18 +987,3 @@ def forget_trace(name: str) -> None:
     if _TRACES is not None and re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         with contextlib.suppress(OSError):
             _quarantine_if(_TRACES, name)
-
-
-def _bounded_to(directory: str, entries: list[str], limit: int) -> None:
-    """Remove the oldest of ``entries`` (and their records) until the rest fit in ``limit`` bytes."""
-    sized = []
-    for name in entries:
-        with contextlib.suppress(FileNotFoundError):
-            st = os.lstat(os.path.join(directory, name))
-            sized.append((st.st_mtime, st.st_size, name))
-    used = 0
-    for _mtime_s, size, name in sorted(sized, reverse=True):
-        used += size
-        if used > limit:
-            _unlink(os.path.join(directory, name))
-            _unlink(os.path.join(directory, name + _SUFFIX))

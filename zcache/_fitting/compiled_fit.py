@@ -78,7 +78,7 @@ from .._engine.trace import forbid_in_trace
 from .._engine.traced_checks import calling_jit, collecting
 from .batched_bfgs import HESSE_STEP, forward_hessian, lockstep_bfgs
 from .per_loss import alive, kept
-from .trace_store import StoredProgram, forget, load, save
+from .trace_store import StoredProgram, agrees, forget, load, save
 
 __all__ = ["CompiledFit", "CompiledOutcome"]
 
@@ -341,7 +341,8 @@ class CompiledFit:
 
         hess, edm, converged, made = tf.cond(posdef, lambda: (hess, edm, converged, tf.constant(False)), flat)
         seed_calls = 0 if exact is not None else n - (len(block[0]) if block is not None else 0)
-        return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + seed_calls + tf.cast(made, tf.int32), made
+        # g0: the gradient at the start, for the check of a program loaded from the trace store (run())
+        return x, f, f0[0], hess, edm, ok, converged, nfcn[0] + seed_calls + tf.cast(made, tf.int32), made, g0[0]
 
     def _hessian_plan(self, structured: bool | str) -> tuple[bool, tuple[int, ...] | None]:
         """How the program's two Hessians are made: (exact from the loss, positions of an exact block)."""
@@ -453,14 +454,14 @@ class CompiledFit:
         structured = structured_hessian if structured_hessian == "auto" else bool(structured_hessian)
         with ENGINE_LOCK:
             fn, out = self._call(fn, served, x0, maxiter, edm_max, jit, structured, first)
-            if isinstance(fn, StoredProgram) and not fn.checked and not self._agrees(out[2], x0):
-                # the stored program's loss at the start is not the loss's: its key missed something
+            if isinstance(fn, StoredProgram) and not fn.checked and not self._agrees(out[2], out[9], x0, served):
+                # the stored program's loss or gradient at the start is not the loss's: its key missed something
                 forget(fn)
                 fn = self._programs[(tuple(served), jit, structured)] = self._traced(served, jit, structured)
                 fn, out = self._call(fn, served, x0, maxiter, edm_max, jit, structured, True, store=False)
             elif isinstance(fn, StoredProgram):
                 fn.checked = True
-        x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out)
+        x, f, f0, hess, edm, ok, converged, nfcn, made = (t.numpy() for t in out[:9])
         reason = self._verdict(x, hess, bool(ok), bool(converged))
         return CompiledOutcome(x=x, fmin=float(f), fstart=float(f0), hessian=hess, edm=float(edm), nfcn=int(nfcn),
                                reason=reason, made_posdef=bool(made))
@@ -572,14 +573,11 @@ class CompiledFit:
         save(self, served, jit, structured, concrete)
         return fn
 
-    def _agrees(self, f0: tf.Tensor, x0: np.ndarray) -> bool:
-        """Whether a loaded program's loss at ``x0`` is the loss's own, evaluated eagerly."""
-        sub = {p.node_id: tf.constant(v, tf.float64) for p, v in zip(self.params, x0, strict=True)}
-        with run_eagerly(), substituted(sub), collecting():
-            eager = float(self.loss.value())
-        got = float(f0)
-        # the same ops in a graph and eagerly: equal but for the order of a parallel reduction
-        return bool(np.isfinite(got) and abs(got - eager) <= 1e-10 * max(1.0, abs(eager)))
+    def _agrees(self, f0: tf.Tensor, g0: tf.Tensor, x0: np.ndarray, served: dict[int, tf.Tensor]) -> bool:
+        """Whether a loaded program's loss and gradient at ``x0`` are the loss's own, evaluated eagerly."""
+        with run_eagerly():
+            eager_f, eager_g, _ = self._value_gradient(tf.constant(x0), served)
+        return agrees(float(f0), g0.numpy(), float(eager_f), eager_g.numpy())
 
     def _trace_for_every_size(self, fn: Any, served: dict[int, tf.Tensor]) -> Any:
         """Trace ``fn`` once with the events axis of every served value left open.

@@ -15,16 +15,17 @@ walk of the loss's object graph: every class met (its methods' code objects, the
 names, recursively, for classes outside zcache; zcache's own are in the source digest), every
 attribute by value (numbers, strings, arrays, tensors' values), every function's code, defaults,
 closure and the plain globals it names, each Parameter (dtype, limits, floating, fitted position)
-and each Data (dtype, shape past the events axis) by what the trace sees of it. An object the walk
-does not know how to describe makes the key None: traced, as always.
+and each Data (dtype, shape past the events axis) by what the trace sees of it; a SymPy expression by
+``srepr`` and SymPy's version, TensorFlow's, NumPy's and SymPy's classes and functions by name and the
+library's version. An object the walk does not know how to describe makes the key None: traced, as always.
 
 **The variables** a program reads (its captured inputs: a Data's Variable, a fixed parameter's) are
 stored as positions in the walk's order of Variables, and a loading process passes its own
 Variables at those positions. A capture the walk does not reach: not stored.
 
-**After loading**, the program's loss at the start (an output) is compared with an eager evaluation
-(:meth:`CompiledFit._served` runs the loss at the start eagerly anyway): a mismatch (a key that missed
-something) drops the entry and the fit is traced.
+**After loading**, the program's loss and gradient at the start (outputs) are compared with an eager
+evaluation (:func:`agrees`), once per process and program: a mismatch (a key that missed something)
+moves the entry to quarantine and the fit is traced.
 
 Examples
 --------
@@ -48,6 +49,8 @@ import hashlib
 import json
 import marshal
 import pathlib
+import re
+import sys
 import types
 import weakref
 from typing import Any
@@ -61,10 +64,10 @@ from .._engine.mode import get_autograd_mode, get_graph_mode, get_jit_mode
 from .._engine.parameter import Parameter
 from .._engine.tf_internals import call_program, can_reuse_programs, program_bytes, register_program
 
-__all__ = ["FORMAT", "StoredProgram", "forget", "load", "program_key", "save"]
+__all__ = ["FORMAT", "GRADIENT_RTOL", "VALUE_RTOL", "StoredProgram", "agrees", "forget", "load", "program_key", "save"]
 
-#: The entry format; part of the key.
-FORMAT = 1
+#: The entry format; part of the key (2: the program's outputs end with the gradient at the start).
+FORMAT = 2
 
 _ZCACHE = pathlib.Path(__file__).resolve().parents[1]
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -78,7 +81,14 @@ _UNORDERED = frozenset({"_deps"})
 _RUNTIME = {
     "CacheState": frozenset({"py_hits", "py_misses", "py_valid", "traced", "held_bytes", "last_use", "evicted",
                              "graph_uses", "evictions", "stored", "dtype", "rank", "shape"}),
+    # the bridge's programs, traced from the expression and its translation (both walked) at first use
+    "SymbolicModel": frozenset({"_stack_fn", "_group_programs", "_program_calls", "_times_programs", "_fused_groups",
+                                "_jet_programs"}),
 }
+
+
+#: Libraries whose classes are described by the library's version, not walked method by method.
+_LIBRARIES = frozenset({"tensorflow", "numpy", "abc", "typing", "collections", "sympy"})
 
 
 class _Doubt(Exception):
@@ -126,8 +136,11 @@ class _Walk:
         for base in c.__mro__:
             if base is object or base.__module__ == "builtins" or base.__module__.split(".")[0] in ("zcache",):
                 continue  # zcache's code is in the source digest
-            if base.__module__.split(".")[0] in ("tensorflow", "numpy", "abc", "typing", "collections"):
-                continue  # the library's version is in the key
+            top = base.__module__.split(".")[0]
+            if top in _LIBRARIES:
+                # the library's version is in the key (TensorFlow's in "format"; the others' here)
+                self.emit("library", top, getattr(sys.modules.get(top), "__version__", None))
+                continue
             self.emit("base", base.__module__, base.__qualname__)
             for name, attr in sorted(vars(base).items()):
                 if name in ("__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__annotations__"):
@@ -136,7 +149,7 @@ class _Walk:
                 self.walk(attr)
 
     def walk(self, obj: Any) -> None:  # noqa: C901 - one case per kind of object
-        if isinstance(obj, _PLAIN) or obj is Ellipsis:
+        if isinstance(obj, _PLAIN) or obj is Ellipsis or obj is NotImplemented:
             self.emit("v", type(obj).__name__, obj)
             return
         if id(obj) in self.seen:
@@ -176,6 +189,12 @@ class _Walk:
                 self.walk(v)
         elif isinstance(obj, (set, frozenset)):
             self.emit("set", sorted(repr(item) for item in obj))
+        elif _sympy_basic(obj):
+            # an expression by its exact structure (symbols with their assumptions), and SymPy's version
+            sympy = sys.modules["sympy"]
+            self.emit("sympy", sympy.__version__, sympy.srepr(obj))
+        elif isinstance(obj, re.Pattern):
+            self.emit("pattern", obj.pattern, obj.flags)
         elif isinstance(obj, types.ModuleType):
             self.emit("module", obj.__name__)
         elif isinstance(obj, type):
@@ -234,8 +253,13 @@ class _Walk:
 
     def function(self, fn: types.FunctionType) -> None:
         self.emit("function", fn.__module__, fn.__qualname__)
-        if (fn.__module__ or "").split(".")[0] == "zcache":
+        top = (fn.__module__ or "").split(".")[0]
+        if top == "zcache":
             return  # in the source digest; its closure is walked where zcache stored it on an object
+        if top in _LIBRARIES:
+            # a library's function (tf.sin, say): by its name and the library's version
+            self.emit("library", top, getattr(sys.modules.get(top), "__version__", None))
+            return
         self.emit("code", hashlib.sha256(_code_bytes(fn.__code__)).hexdigest())
         self.walk(fn.__defaults__)
         self.walk(fn.__kwdefaults__)
@@ -245,6 +269,12 @@ class _Walk:
                 value = fn.__globals__[name]
                 self.emit("global", name)
                 self.walk(value)
+
+
+def _sympy_basic(obj: Any) -> bool:
+    """Whether ``obj`` is a SymPy expression (SymPy is not imported here: only the bridge imports it)."""
+    sympy = sys.modules.get("sympy")
+    return sympy is not None and type(obj).__module__.startswith("sympy.") and isinstance(obj, sympy.Basic)
 
 
 def _filled(cell: Any) -> bool:
@@ -408,6 +438,48 @@ def load(fit: Any, served: dict[int, tf.Tensor], jit: bool, structured: bool | s
         compile_cache.forget_trace(entry)
         return None
     return StoredProgram(name, inputs, outputs, captures, entry)
+
+
+#: The check after loading: the loaded program's loss and gradient at the start against an eager
+#: evaluation's. The same ops run in a graph and eagerly, equal but for the order of a parallel reduction:
+#: the loss to ``VALUE_RTOL`` of its size, each gradient component to ``GRADIENT_RTOL`` of the gradient's
+#: largest component (a component's rounding is that of the sum over events, not of its own size).
+VALUE_RTOL = 1e-10
+GRADIENT_RTOL = 1e-8
+
+
+def agrees(f: float, g: np.ndarray, eager_f: float, eager_g: np.ndarray) -> bool:
+    """Whether a loaded program's loss ``f`` and gradient ``g`` at the start are the eager ones.
+
+    Parameters
+    ----------
+    f : float
+    g : ndarray
+        (n,) the loaded program's.
+    eager_f : float
+    eager_g : ndarray
+        (n,) the loss's own, evaluated eagerly.
+
+    Returns
+    -------
+    bool
+        False also where a value is not finite or the shapes differ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> agrees(2.0, np.array([1.0, 0.0]), 2.0, np.array([1.0, 1e-12]))
+    True
+    >>> agrees(2.0, np.array([1.0, 0.0]), 2.0, np.array([1.0, 0.5]))   # the value alone agrees
+    False
+    """
+    g, eager_g = np.asarray(g, dtype=np.float64), np.asarray(eager_g, dtype=np.float64)
+    if g.shape != eager_g.shape or not (np.isfinite(f) and np.all(np.isfinite(g))):
+        return False
+    if not abs(f - eager_f) <= VALUE_RTOL * max(1.0, abs(eager_f)):
+        return False
+    scale = max(1.0, float(np.max(np.abs(eager_g), initial=0.0)))
+    return bool(np.all(np.abs(g - eager_g) <= GRADIENT_RTOL * scale))
 
 
 def forget(program: StoredProgram) -> None:
