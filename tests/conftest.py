@@ -110,6 +110,23 @@ def mode(request):
         yield request.param
 
 
+@pytest.fixture(scope="session")
+def dask_client():
+    """One 2-worker ``zcache.toys.local_cluster`` (worker processes, 127.0.0.1) and its client for the session of
+    each pytest(-xdist) process, shared by test_distributed.py and test_toys.py: each worker process pays Python's,
+    Dask's and TensorFlow's imports once, not once per module. A test that kills a worker (the nanny starts a
+    replacement, as it would for a user) waits for the replacement before it ends
+    (``helpers.wait_for_replaced_worker``), so the next test finds two workers again."""
+    distributed = pytest.importorskip("distributed")
+    from zcache.toys import local_cluster
+
+    cluster = local_cluster(2)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(12345)

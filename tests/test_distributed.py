@@ -1,7 +1,7 @@
 """zcache.scale.DistributedLoss (issue 28): a likelihood whose events live on Dask workers.
 
-One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
-part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
+One 2-worker LocalCluster for the session (tests/conftest.py's ``dask_client``); a Gauss + Exp model whose
+~6000 events are read by each part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
 shipped as an array (an UnbinnedNLL). Issue 51: extended parts (ExtendedUnbinnedNLL, ChunkedLoss(extended=True),
 a constrained loss, a SimultaneousLoss of extended channels) whose whole-sample terms are counted once.
 """
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
+from helpers import wait_for_replaced_worker
 
 import zcache
 from zcache.exceptions import DataRangeError, ModelError, WholeSampleTermError
@@ -67,14 +66,9 @@ def other_parameters(part):
 
 
 @pytest.fixture(scope="module")
-def client():
-    from zcache.toys import local_cluster
-
-    cluster = local_cluster(2)
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+def client(dask_client):
+    """The session's 2-worker LocalCluster (tests/conftest.py), shared with test_toys.py."""
+    return dask_client
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +100,6 @@ def local(events):
 
 def by_name(loss):
     return {p.name: p for p in loss.get_params(floating=None)}
-
-
-@pytest.mark.slow  # about 8 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
-def test_import_zcache_imports_no_dask():
-    code = "import sys, zcache, zcache.scale; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
 
 
 # exhaustive (the cluster's start): make test keeps the distributed fit, whose values, errors (from the summed
@@ -226,10 +213,13 @@ def test_a_worker_killed_mid_fit_is_replaced_and_the_fit_unchanged(client, loss)
         return fit_call(*args, **kwargs)
 
     loss.value_gradient_at = kill_at_third_call
+    workers = set(client.scheduler_info()["workers"])
     try:
         fit = Minuit().minimize(loss)
     finally:
         del loss.value_gradient_at
+        if len(calls) >= 3:
+            wait_for_replaced_worker(client, workers)  # the cluster is the session's: two workers again
     assert len(calls) > 3 and loss.stats.rebuilt >= 2 and victim not in client.run(os.getpid).values()
     assert fit.valid
     for name in reference.values:
@@ -411,8 +401,12 @@ def test_distributed_extended_parts_survive_the_loss_of_the_worker_holding_the_y
     v, g = loss.value_gradient_at(x)
     rebuilt = loss.stats.rebuilt
     victim = client.run(os.getpid)[loss._where[0]]
+    workers = set(client.scheduler_info()["workers"])
     os.kill(victim, signal.SIGKILL)
-    v_after, g_after = loss.value_gradient_at(x)
+    try:
+        v_after, g_after = loss.value_gradient_at(x)
+    finally:
+        wait_for_replaced_worker(client, workers)  # the cluster is the session's: two workers again
     assert loss.stats.rebuilt > rebuilt
     assert float(v_after) == float(v) and np.array_equal(g_after.numpy(), g.numpy())
     np.testing.assert_allclose(float(v_after), float(local.value_gradient_at(x)[0]), rtol=1e-10)
