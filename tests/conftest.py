@@ -60,6 +60,9 @@ SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "inference/_toy_calculator.py::zcache.inference._toy_calculator.ToyCalculator.discovery",
     "inference/_scans.py::zcache.inference._scans.profile_scan",
     "inference/_toys.py::zcache.inference._toys.run_hypothesis_toys",
+    # an upper limit (a scan of CLs) and sWeights' corrected covariance: about 4 and 3 CPU seconds
+    "inference/_answers.py::zcache.inference._answers.upper_limit",
+    "inference/_splot.py::zcache.inference._splot.sweighted_covariance",
 )}
 
 

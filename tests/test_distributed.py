@@ -157,6 +157,7 @@ def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss,
     assert minos.valid and minos.lower < 0 < minos.upper
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_close_drops_the_parts_from_the_workers(client, events):
     from zcache.scale import _distributed as zd
 
@@ -174,6 +175,7 @@ def test_close_drops_the_parts_from_the_workers(client, events):
     assert zd._PARTS == {}  # nothing was built in the client
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_named_errors(client, loss, events):
     with pytest.raises(ModelError, match="not its parameters"):
         loss.value_at([5.0], [zcache.Parameter("mu", 5.0)])
@@ -328,6 +330,7 @@ def at_point(loss, **values):
 # the chunked, simultaneous and constrained kinds, traced and eager, are exhaustive: make test keeps the unbinned
 # kind traced and eager and the extended distributed fit of each kind (test_distributed_extended_fit_equals_...);
 # extended_pair's own parameters, in its order (so that the module-scoped losses are shared with that test)
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 @pytest.mark.parametrize("graph", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["traced", "eager"])
 @pytest.mark.parametrize("extended_pair", ["unbinned", *(pytest.param(k, marks=pytest.mark.exhaustive)
                                                          for k in ("chunked", "constrained", "simultaneous"))],
@@ -365,6 +368,7 @@ def test_distributed_extended_parts_count_the_yield_term_once(client, extended_p
         client.run(zcache.set_graph_mode, previous[next(iter(previous))])
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_distributed_extended_fit_equals_the_in_process_fit(extended_pair):
     """The report's fit (two parts of 974 events): MIGRAD on the parts equals MIGRAD on all events here, and the
     fitted yields add up to the events (the extended MLE), not to half of them."""
@@ -418,6 +422,7 @@ def count_parts():
     return len(zd._PARTS)
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_distributed_refuses_parts_whose_whole_sample_terms_differ_or_cannot_be_split(client, extended_events):
     ev, _ = extended_events
     halves = np.array_split(ev, 2)
