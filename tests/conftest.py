@@ -60,6 +60,9 @@ SLOW_DOCTESTS = {f"zcache/{name}" for name in (
     "inference/_toy_calculator.py::zcache.inference._toy_calculator.ToyCalculator.discovery",
     "inference/_scans.py::zcache.inference._scans.profile_scan",
     "inference/_toys.py::zcache.inference._toys.run_hypothesis_toys",
+    # an upper limit (a scan of CLs) and sWeights' corrected covariance: about 4 and 3 CPU seconds
+    "inference/_answers.py::zcache.inference._answers.upper_limit",
+    "inference/_splot.py::zcache.inference._splot.sweighted_covariance",
 )}
 
 
@@ -108,6 +111,23 @@ def mode(request):
     exactly like True)."""
     with zcache.set_graph_mode(request.param):
         yield request.param
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One 2-worker ``zcache.toys.local_cluster`` (worker processes, 127.0.0.1) and its client for the session of
+    each pytest(-xdist) process, shared by test_distributed.py and test_toys.py: each worker process pays Python's,
+    Dask's and TensorFlow's imports once, not once per module. A test that kills a worker (the nanny starts a
+    replacement, as it would for a user) waits for the replacement before it ends
+    (``helpers.wait_for_replaced_worker``), so the next test finds two workers again."""
+    distributed = pytest.importorskip("distributed")
+    from zcache.toys import local_cluster
+
+    cluster = local_cluster(2)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
 
 
 @pytest.fixture

@@ -283,3 +283,18 @@ def coupling_block_loss(tag: str, *, extra: dict | None = None):
     sample = pool[rng.uniform(0, intensity.max(), len(pool)) < intensity][:1500]
     assert len(sample) == 1500
     return UnbinnedNLL(model, zcache.Data(sample, name=f"{tag}_data", obs=["x", "y", "th"]), **(extra or {}))
+
+
+def wait_for_replaced_worker(client, before: set[str], timeout: float = 120.0) -> None:
+    """Wait until the cluster of ``client`` has as many workers as the addresses in ``before`` again, one of them
+    new: the nanny's replacement of a worker a test killed (tests/conftest.py's ``dask_client`` is shared)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        now = set(client.scheduler_info()["workers"])
+        if len(now) == len(before) and now != before:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no replacement worker after {timeout} s: {sorted(before)} -> {sorted(now)}")
+        time.sleep(0.2)

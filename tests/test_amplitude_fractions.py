@@ -180,6 +180,8 @@ def test_table_and_accessors():
 
 
 # -- errors against numerical propagation ---------------------------------------------------------
+# about 3 CPU seconds each: slow; the fast loop keeps test_errors_bridge[eager] (CONTRIBUTING.md, "Test times")
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_errors_coherent_sum(kin, mc, mode):
     """Couplings and a floating mass and width: J C J^T equals numdifftools' Jacobian, eager and traced."""

@@ -71,6 +71,9 @@ def reference():
     return _numpy_nll(V0), gradient, hessian
 
 
+# about 5, 5 and 2 CPU seconds: slow (CONTRIBUTING.md, "Test times"); the fast loop keeps the fused program's
+# other tests (a gradient where tapes are paused, a user's vectorized map)
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["eager", "traced", "traced-while-loop-jacobian"])
 def test_value_gradient_hessian_equal_the_plain_function_and_numdifftools(fused, reference, how):
     value, gradient, hessian = reference

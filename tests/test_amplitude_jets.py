@@ -47,6 +47,7 @@ def _function(x, y, jets):
     return tf.math.real(zz) + branch + 2.5 * x
 
 
+@pytest.mark.slow  # about 4 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_jets_equal_numdifftools_per_event():
     import numdifftools as nd
 

@@ -1122,6 +1122,7 @@ def test_a_compiled_fit_computes_each_column_once_per_dataset(kin, generated):
         assert result.values[name] == pytest.approx(value, abs=2e-3 * reference.errors[name])
 
 
+@pytest.mark.slow  # about 3 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_the_intensity_runs_no_pow_kernel(kin, mc, data):
     """|A|^2 of the coherent core is squares, not ``** 2``: without Grappler (a compiled fit's program)
     TensorFlow keeps ``x ** 2`` as its generic Pow kernel, whose gradient takes logs; measured 10-17 ms

@@ -861,6 +861,7 @@ def test_width_default_lower_limit(dzero, mode):
     assert float(width.value()) == value
 
 
+@pytest.mark.slow  # about 4 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_group_programs_trace_once_for_every_dataset_and_caller():
     """Issue 26: each group's amplitudes (or, its line shape floating, their sums with the couplings) and
     the data-only columns are one tf.function each, traced once for the data and the phase-space sample
@@ -916,6 +917,7 @@ def _two_resonances(name, floating):
     return model, *losses
 
 
+@pytest.mark.slow  # about 2.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_the_coherent_sums_gradient_slices_nothing():
     """The couplings reach the sum through a split and reshapes, whose gradients are a concat and
     reshapes: no StridedSliceGrad (each writes a new buffer; ~8 per call of a small couplings fit's
@@ -1110,7 +1112,8 @@ def _numdifftools_hessian(loss, x):
                           pytest.param(False, True, None, True, marks=pytest.mark.slow),
                           # a chunked Hessian: exhaustive, make test keeps the unchunked ones and test_chunks' Hessians
                           pytest.param(True, False, 300, True, marks=pytest.mark.exhaustive),
-                          (True, False, None, False)])
+                          # about 7 CPU seconds: slow as well (the fast loop keeps the couplings block's own test)
+                          pytest.param(True, False, None, False, marks=pytest.mark.slow)])
 def test_structured_hessian_equals_numdifftools(polar, weights, capacity, coupling_floats):
     """Couplings polar and Cartesian (or fixed), weighted data, padded data: the structured Hessian (jets of
     the line shapes, coupling blocks from the amplitudes) equals numdifftools on the exact gradient, eagerly,

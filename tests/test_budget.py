@@ -197,7 +197,10 @@ def test_jit_compiled_loss_gives_the_same_numbers_under_a_budget():
         assert loss.jit_fallback is None
 
 
-@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])  # True: 6 s
+# about 3 (False) and 6 (True) CPU seconds: slow (CONTRIBUTING.md, "Test times"); the fast loop keeps the budget's
+# other tests (eviction, transient excess, refused budgets)
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [False, True])
 def test_a_fit_under_half_the_budget_gives_the_same_result(compiled):
     """Gauss + Exponential (the shape fixed: its pdf is cached) fitted by Minuit with and without a budget.
 

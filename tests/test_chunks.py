@@ -297,6 +297,7 @@ def test_eager_mode_gives_the_same_numbers() -> None:
     _close(eager[1], traced[1], 1e-10)
 
 
+@pytest.mark.slow  # about 3.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_threads_and_traces() -> None:
     """Two threads fitting at different points get their own sums; a user's GradientTape sees the chunks; a
     user's tf.function is refused by name."""

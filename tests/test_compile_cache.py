@@ -123,6 +123,7 @@ def no_root(monkeypatch):
 # Across processes ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 14 CPU seconds, two fresh processes (CONTRIBUTING.md, "Test times")
 def test_second_process_loads_the_first_ones_program(first_run):
     cache, report, err = first_run
     directory = report["directory"]
@@ -199,6 +200,7 @@ def test_entry_damaged_before_a_second_process_is_not_loaded(first_run, tmp_path
     assert LOADED in err3 and SAVED not in err3 and third["value"] == first_run[1]["value"]
 
 
+@pytest.mark.slow  # about 7 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_copied_cache_is_hashed_once_then_trusted(first_run, tmp_path):
     """A copied folder: other inodes and mtimes, the same bytes; the record then takes the new stat."""
     cache, directory, name = copy_cache(first_run, tmp_path)
@@ -210,9 +212,11 @@ def test_copied_cache_is_hashed_once_then_trusted(first_run, tmp_path):
 
 # unrecorded and foreign are exhaustive: make test keeps replaced and truncated, and the CompileCacheMachine
 # draws every kind
-# replaced: slow too (about 11 CPU seconds; the fast loop keeps truncated: CONTRIBUTING.md, "Test times")
+# replaced and truncated: slow too (11-14 CPU seconds each, two fresh processes: CONTRIBUTING.md, "Test times");
+# the fast loop keeps the in-process checks of damaged entries (test_damaged_entry_is_quarantined, ...)
 @pytest.mark.parametrize("damage", [pytest.param("unrecorded", marks=pytest.mark.exhaustive),
-                                    pytest.param("replaced", marks=pytest.mark.slow), "truncated",
+                                    pytest.param("replaced", marks=pytest.mark.slow),
+                                    pytest.param("truncated", marks=pytest.mark.slow),
                                     pytest.param("foreign", marks=pytest.mark.exhaustive)])
 def test_untrusted_entry_is_never_loaded(first_run, tmp_path, damage):
     cache, directory, name = copy_cache(first_run, tmp_path)
@@ -243,6 +247,7 @@ def test_untrusted_entry_is_never_loaded(first_run, tmp_path, damage):
         assert os.path.exists(path)
 
 
+@pytest.mark.slow  # about 6 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_users_own_jit_function_is_not_published(tmp_path):
     """A plain tf.function(jit_compile=True) compiles outside zcache's checks: its entry is not trusted."""
     cache = str(tmp_path / "zcache")
@@ -253,6 +258,7 @@ def test_users_own_jit_function_is_not_published(tmp_path):
     assert len(entries(report["directory"])) == 2  # f's and f2's, not g's
 
 
+@pytest.mark.slow  # about 6 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
 def test_switched_off(tmp_path):
     cache = str(tmp_path / "zcache")
     report, err = run_script(cache, ZCACHE_COMPILE_CACHE="0")

@@ -1,7 +1,7 @@
 """zcache.scale.DistributedLoss (issue 28): a likelihood whose events live on Dask workers.
 
-One 2-worker LocalCluster for the module; a Gauss + Exp model whose ~6000 events are read by each
-part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
+One 2-worker LocalCluster for the session (tests/conftest.py's ``dask_client``); a Gauss + Exp model whose
+~6000 events are read by each part from a .npy file (a part is ``(path, start, stop)``, whose loss is a two-chunk ChunkedLoss) or
 shipped as an array (an UnbinnedNLL). Issue 51: extended parts (ExtendedUnbinnedNLL, ChunkedLoss(extended=True),
 a constrained loss, a SimultaneousLoss of extended channels) whose whole-sample terms are counted once.
 """
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
+from helpers import wait_for_replaced_worker
 
 import zcache
 from zcache.exceptions import DataRangeError, ModelError, WholeSampleTermError
@@ -67,14 +66,9 @@ def other_parameters(part):
 
 
 @pytest.fixture(scope="module")
-def client():
-    from zcache.toys import local_cluster
-
-    cluster = local_cluster(2)
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+def client(dask_client):
+    """The session's 2-worker LocalCluster (tests/conftest.py), shared with test_toys.py."""
+    return dask_client
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +100,6 @@ def local(events):
 
 def by_name(loss):
     return {p.name: p for p in loss.get_params(floating=None)}
-
-
-@pytest.mark.slow  # about 8 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
-def test_import_zcache_imports_no_dask():
-    code = "import sys, zcache, zcache.scale; print(any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
 
 
 # exhaustive (the cluster's start): make test keeps the distributed fit, whose values, errors (from the summed
@@ -170,6 +157,7 @@ def test_a_fit_equals_the_in_process_fit_with_fixed_and_toggled_parameters(loss,
     assert minos.valid and minos.lower < 0 < minos.upper
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_close_drops_the_parts_from_the_workers(client, events):
     from zcache.scale import _distributed as zd
 
@@ -187,6 +175,7 @@ def test_close_drops_the_parts_from_the_workers(client, events):
     assert zd._PARTS == {}  # nothing was built in the client
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_named_errors(client, loss, events):
     with pytest.raises(ModelError, match="not its parameters"):
         loss.value_at([5.0], [zcache.Parameter("mu", 5.0)])
@@ -226,10 +215,13 @@ def test_a_worker_killed_mid_fit_is_replaced_and_the_fit_unchanged(client, loss)
         return fit_call(*args, **kwargs)
 
     loss.value_gradient_at = kill_at_third_call
+    workers = set(client.scheduler_info()["workers"])
     try:
         fit = Minuit().minimize(loss)
     finally:
         del loss.value_gradient_at
+        if len(calls) >= 3:
+            wait_for_replaced_worker(client, workers)  # the cluster is the session's: two workers again
     assert len(calls) > 3 and loss.stats.rebuilt >= 2 and victim not in client.run(os.getpid).values()
     assert fit.valid
     for name in reference.values:
@@ -338,6 +330,7 @@ def at_point(loss, **values):
 # the chunked, simultaneous and constrained kinds, traced and eager, are exhaustive: make test keeps the unbinned
 # kind traced and eager and the extended distributed fit of each kind (test_distributed_extended_fit_equals_...);
 # extended_pair's own parameters, in its order (so that the module-scoped losses are shared with that test)
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 @pytest.mark.parametrize("graph", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["traced", "eager"])
 @pytest.mark.parametrize("extended_pair", ["unbinned", *(pytest.param(k, marks=pytest.mark.exhaustive)
                                                          for k in ("chunked", "constrained", "simultaneous"))],
@@ -375,6 +368,7 @@ def test_distributed_extended_parts_count_the_yield_term_once(client, extended_p
         client.run(zcache.set_graph_mode, previous[next(iter(previous))])
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_distributed_extended_fit_equals_the_in_process_fit(extended_pair):
     """The report's fit (two parts of 974 events): MIGRAD on the parts equals MIGRAD on all events here, and the
     fitted yields add up to the events (the extended MLE), not to half of them."""
@@ -400,19 +394,25 @@ def test_distributed_extended_fit_equals_the_in_process_fit(extended_pair):
         assert fit.values[name] == pytest.approx(compiled.values[name], abs=2e-3 * fit.errors[name]), name
 
 
+# one kind is enough, the protocol is the same: only the unbinned pair (the other kinds were skipped inside the test,
+# after their pair was built on the workers, which a pytest-xdist process that ran none of their other tests paid for)
 @pytest.mark.slow  # about 13 CPU seconds (CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize("extended_pair", ["unbinned"], indirect=True, scope="module")
 def test_distributed_extended_parts_survive_the_loss_of_the_worker_holding_the_yield_term(client, extended_pair):
     """Part 0 answers for the whole-sample terms: killed with its worker between two calls, it is rebuilt
     elsewhere and the next call's value and gradient are those before (the yield term still once)."""
     kind, loss, local = extended_pair
-    if kind != "unbinned":
-        pytest.skip("one kind is enough: the protocol is the same")
+    assert kind == "unbinned"
     x = at_point(loss)
     v, g = loss.value_gradient_at(x)
     rebuilt = loss.stats.rebuilt
     victim = client.run(os.getpid)[loss._where[0]]
+    workers = set(client.scheduler_info()["workers"])
     os.kill(victim, signal.SIGKILL)
-    v_after, g_after = loss.value_gradient_at(x)
+    try:
+        v_after, g_after = loss.value_gradient_at(x)
+    finally:
+        wait_for_replaced_worker(client, workers)  # the cluster is the session's: two workers again
     assert loss.stats.rebuilt > rebuilt
     assert float(v_after) == float(v) and np.array_equal(g_after.numpy(), g.numpy())
     np.testing.assert_allclose(float(v_after), float(local.value_gradient_at(x)[0]), rtol=1e-10)
@@ -424,6 +424,7 @@ def count_parts():
     return len(zd._PARTS)
 
 
+@pytest.mark.slow  # the Dask cluster: its start and workers cost 25-40 CPU s of the fast loop (CONTRIBUTING.md, "Test times")
 def test_distributed_refuses_parts_whose_whole_sample_terms_differ_or_cannot_be_split(client, extended_events):
     ev, _ = extended_events
     halves = np.array_split(ev, 2)

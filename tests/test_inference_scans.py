@@ -38,7 +38,8 @@ def _closed_form(x, mu):
     return len(x) * np.log(s2 / np.var(x)), np.sqrt(s2)
 
 
-@pytest.mark.parametrize(("batched", "compiled"), [(True, True), (False, True),
+# [True-True]: about 5 CPU seconds, slow; the fast loop keeps [False-True] (CONTRIBUTING.md, "Test times")
+@pytest.mark.parametrize(("batched", "compiled"), [pytest.param(True, True, marks=pytest.mark.slow), (False, True),
                                                    pytest.param(False, False, marks=pytest.mark.slow)])
 def test_gaussian_mean_scan_is_the_closed_form(gauss, batched, compiled):
     loss, mu, sigma, x = gauss

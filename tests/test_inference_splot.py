@@ -456,6 +456,7 @@ def test_sandwich_with_floating_shapes(events):
     assert state(params) == before
 
 
+@pytest.mark.slow  # about 2.5 CPU seconds (CONTRIBUTING.md, "Test times")
 def test_sandwich_agrees_with_eq18_for_fixed_shapes(mass_fit, events):
     fit = mass_fit
     sw = sweights(fit.loss, fit.result)

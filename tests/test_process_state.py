@@ -123,8 +123,10 @@ def _probe(order: str, tmp_path: pathlib.Path) -> dict:
     home, cache, cwd = tmp_path / "home", tmp_path / "cache", tmp_path / "cwd"
     for folder in (home, cache, cwd):
         folder.mkdir()
+    # PYTEST_CURRENT_TEST names the test and phase that started the probe: the tf-first probe is a module
+    # fixture's (setup), the zcache-first one a test's (call)
     environ = {k: v for k, v in os.environ.items()
-               if not k.startswith(("ZCACHE_", "TF_CPP_", "XDG_")) and k != "PYTHONPATH"}
+               if not k.startswith(("ZCACHE_", "TF_CPP_", "XDG_")) and k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}
     environ.update(HOME=str(home), ZCACHE_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", _PROBE, order, str(TESTS)], capture_output=True, text=True,
                           env=environ, cwd=cwd, timeout=600)
@@ -156,22 +158,28 @@ def _differences(before: dict, after: dict) -> dict:
     return found
 
 
+@pytest.fixture(scope="module")
+def tf_first(tmp_path_factory) -> tuple[dict, pathlib.Path]:
+    """One ``tf-first`` probe (a fresh process) and its folder, read by both tests: they check different things
+    of the same run."""
+    folder = tmp_path_factory.mktemp("tf_first")
+    return _probe("tf-first", folder), folder
+
+
 @pytest.mark.slow
-def test_import_and_fits_leave_the_process_as_they_found_it(tmp_path):
+def test_import_and_fits_leave_the_process_as_they_found_it(tf_first):
     """After ``import tensorflow``: ``import zcache``, a traced fit, a fit compiled with XLA and a bridged
     amplitude model's value and gradient change none of the recorded global state."""
-    out = _probe("tf-first", tmp_path)
+    out, _ = tf_first
     before = out["snapshots"]["before"]
     for stage in ("import", "graph fit", "jit fit", "amplitude"):
         assert _differences(before, out["snapshots"][stage]) == {}, stage
 
 
 @pytest.mark.slow
-def test_importing_zcache_before_or_after_tensorflow_makes_no_difference(tmp_path):
+def test_importing_zcache_before_or_after_tensorflow_makes_no_difference(tf_first, tmp_path):
     """The same state after each stage, and the same numbers, whichever is imported first."""
-    for sub in ("a", "b"):
-        (tmp_path / sub).mkdir()
-    first, second = _probe("tf-first", tmp_path / "a"), _probe("zcache-first", tmp_path / "b")
+    (first, first_folder), second = tf_first, _probe("zcache-first", tmp_path)
     assert first["numbers"] == second["numbers"]
 
     def comparable(snapshot: dict, base: pathlib.Path) -> dict:
@@ -194,5 +202,5 @@ def test_importing_zcache_before_or_after_tensorflow_makes_no_difference(tmp_pat
         return strip(kept)
 
     for stage in ("import", "graph fit", "jit fit", "amplitude"):
-        assert (comparable(first["snapshots"][stage], tmp_path / "a")
-                == comparable(second["snapshots"][stage], tmp_path / "b")), stage
+        assert (comparable(first["snapshots"][stage], first_folder)
+                == comparable(second["snapshots"][stage], tmp_path)), stage

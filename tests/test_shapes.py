@@ -496,7 +496,9 @@ def test_crystal_ball_fit_recovers_truth_and_matches_iminuit():
         assert result.errors[p.name] == pytest.approx(m.errors[k], rel=1e-2)
 
 
-@pytest.mark.parametrize("c0", [-22.0, -0.5])  # the incomplete-gamma branch and the series branch
+# the incomplete-gamma branch and the series branch; about 3 CPU seconds each, slow (CONTRIBUTING.md, "Test times")
+@pytest.mark.slow
+@pytest.mark.parametrize("c0", [-22.0, -0.5])
 def test_argus_exact_hessian_with_the_end_point_in_range(c0):
     """The end point m0 is the space's upper limit: P(a, s u) at u = 0 has an infinite second derivative
     in its argument, times (du/dc)^2 = 0. The exact Hessian of the loss (what MIGRAD's HESSE uses) must be

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import gauss_exp_study
+from helpers import gauss_exp_study, wait_for_replaced_worker
 
 import zcache
 from zcache.exceptions import ModelError, ToyStudyError
@@ -156,21 +156,7 @@ def test_batch_must_be_a_positive_whole_number():
         run_toys(model, loss, n_toys=2, client=object())
 
 
-@pytest.fixture(scope="module")
-def dask_client():
-    distributed = pytest.importorskip("distributed")
-    from zcache.toys import local_cluster
-
-    # A free port for the dashboard: its default (8787) made two pytest-xdist workers that each
-    # start this fixture collide ("Port 8787 is already in use").
-    cluster = local_cluster(2)
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
-
-
-@pytest.mark.slow  # a 2-worker Dask cluster
+@pytest.mark.slow  # the session's 2-worker Dask cluster, a worker killed and replaced
 def test_a_dask_study_equals_the_one_in_process_and_survives_a_dead_worker(dask_client, tmp_path):
     """A 2-worker LocalCluster (processes): the same rows as the in-process batched study. One
     worker is killed while it runs its first chunk: that chunk runs again, no toy is lost."""
@@ -190,15 +176,20 @@ def test_a_dask_study_equals_the_one_in_process_and_survives_a_dead_worker(dask_
 
     model, loss = _gauss_exp_study("dask")
     local = run_toys(model, loss, n_toys=16, seed=6, batch=8, progress=False)
-    remote = run_toys(model, loss, n_toys=16, seed=6, batch=8, chunk=8, client=dask_client, factory=factory,
-                      progress=False)
+    workers = set(dask_client.scheduler_info()["workers"])
+    try:
+        remote = run_toys(model, loss, n_toys=16, seed=6, batch=8, chunk=8, client=dask_client, factory=factory,
+                          progress=False)
+    finally:
+        if __import__("os").path.exists(marker):  # a worker was told to die: the cluster is the session's
+            wait_for_replaced_worker(dask_client, workers)
     assert __import__("os").path.exists(marker)
     assert len(remote.table) == 16 and remote.info["distributed"]
     for name in ("nevents", "valid", "refit", *local.names):
         np.testing.assert_allclose(remote.table[name], local.table[name], rtol=1e-10)
 
 
-@pytest.mark.slow  # starts the 2-worker Dask cluster
+@pytest.mark.slow  # the session's 2-worker Dask cluster (started by the first test to use it)
 def test_a_factory_that_cannot_be_pickled_is_refused_by_name(dask_client):
     import threading
 
@@ -247,7 +238,7 @@ def test_invalid_toys_left_out_of_pulls_are_counted_in_a_warning():
     assert "3 valid" in str(toys)  # the summary says it in its first line, without a warning
 
 
-@pytest.mark.slow  # starts the 2-worker Dask cluster
+@pytest.mark.slow  # the session's 2-worker Dask cluster (started by the first test to use it)
 def test_the_local_cluster_listens_on_localhost_only(dask_client):
     """Issue 23.10: make toys / bench_toys' LocalCluster opens no port to the network."""
     from urllib.parse import urlparse
