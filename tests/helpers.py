@@ -285,7 +285,7 @@ def coupling_block_loss(tag: str, *, extra: dict | None = None):
     return UnbinnedNLL(model, zcache.Data(sample, name=f"{tag}_data", obs=["x", "y", "th"]), **(extra or {}))
 
 
-def wait_for_replaced_worker(client, before: set[str], timeout: float = 120.0) -> None:
+def wait_for_replaced_worker(client, before: set[str], timeout: float = 300.0) -> None:
     """Wait until the cluster of ``client`` has as many workers as the addresses in ``before`` again, one of them
     new: the nanny's replacement of a worker a test killed (tests/conftest.py's ``dask_client`` is shared)."""
     import time
