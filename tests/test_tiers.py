@@ -11,6 +11,7 @@ no cache while the foreground changes inputs, no thread outlives a build.
 
 from __future__ import annotations
 
+import functools
 import gc
 import subprocess
 import sys
@@ -26,7 +27,11 @@ import zcache
 from zcache._engine import cache_state
 from zcache._fitting import tiers
 from zcache._fitting.compiled_fit import CompiledFit
-from zcache.minimize import Minuit, wait_for_builds
+from zcache.minimize import Minuit as _Minuit
+from zcache.minimize import wait_for_builds
+
+# the tiered start is opt-in: every Minuit here asks for it, unless the test says tiered=False
+Minuit = functools.partial(_Minuit, tiered=True)
 
 #: MIGRAD's EDM bound at the default tol=0.1: each tier's minimum is within sqrt(2 EDM) < 0.015 errors of the true
 #: one along the worst direction (EDM = 1/2 d^T V^-1 d for a distance d in errors, V the covariance), so the two
@@ -142,7 +147,7 @@ def test_options_that_skip_the_tiers():
     other, _ = zoo.gauss("tier_skip2")
     assert Minuit(compiled=False).minimize(other).path == "migrad"
     assert not _builds_alive()  # nothing to build for MIGRAD alone
-    assert repr(Minuit()).endswith("tiered=True)") and repr(Minuit(tiered=False)).endswith("tiered=False)")
+    assert repr(_Minuit()).endswith("tiered=False)") and repr(Minuit()).endswith("tiered=True)")
 
 
 @pytest.mark.parametrize("error, refused", [(ValueError("no vector for this loss"), True),
@@ -248,9 +253,9 @@ def test_a_process_that_ends_during_a_build_waits_for_it_and_exits_cleanly(tmp_p
         from zcache._fitting import tiers
         def building():  # a build started (ended or not: it is kept until a fit looks at it)
             return sum(len(per) for per in tiers._BUILDS.values()) > 0
-        print(Minuit().minimize(loss).path, building())
+        print(Minuit(tiered=True).minimize(loss).path, building())
         mu.set_value(0.4)
-        print(Minuit().minimize(loss).path, building())
+        print(Minuit(tiered=True).minimize(loss).path, building())
     """)
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
