@@ -10,7 +10,12 @@ and CPU seconds of the fit, and of HESSE alone where it is separate). Modes:
 - ``eager+bg`` / ``traced+bg``: the same while another thread traces the compiled program and prepares it
   (:meth:`zcache._fitting.compiled_fit.CompiledFit.build`), joined after the fit (``bg_s``: when it ended);
 - ``default``: ``Minuit()`` as shipped: the tiered start (the first fit MIGRAD's, then the program built on a
-  thread; the second fit waits for what is left of the build).
+  thread; the second fit waits for what is left of the build);
+- ``once-compiled`` / ``once-tiered``: a script that fits once and exits (``Minuit(tiered=False)`` /
+  ``Minuit(tiered=True)``), nothing after the fit: time the whole process from outside
+  (``/usr/bin/time -f "%e %U %S" python benchmarks/_tiers.py once-tiered``), the exit included (it waits for a
+  build still running); a second line gives the wall and CPU seconds from the fit's start to the process's last
+  exit handler (``to_exit_*``: the fit and whatever the exit waited for, without the imports).
 
 After the first fit: HESSE alone at its minimum (central differences of exact gradients), the second fit from the
 start right away (``second_s``) and a third (``third_s``, warm). The ``eager``/``traced`` modes take their
@@ -22,13 +27,27 @@ Each run is one process: run the modes interleaved, several times, and compare m
 
 from __future__ import annotations
 
+import atexit
 import json
 import sys
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
+#: ``once-*`` modes: the clocks at the fit's start, read again at the very end of the process (registered before
+#: zcache is imported, so that it runs after zcache's own exit handler, which waits for builds in flight)
+_ONCE: dict[str, float] = {}
+
+
+def _to_exit() -> None:
+    if _ONCE:
+        print(json.dumps({"to_exit_wall_s": round(time.perf_counter() - _ONCE["wall"], 4),
+                          "to_exit_cpu_s": round(time.process_time() - _ONCE["cpu"], 4)}), flush=True)
+
+
+atexit.register(_to_exit)
+
+import numpy as np  # noqa: E402 - after the exit clock (above)
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (str(ROOT), str(ROOT / "benchmarks")):
@@ -67,6 +86,14 @@ def main() -> None:
 
         exact_hessian_at = LossPrograms.hessian_at
         LossPrograms.hessian_at = lambda self, x, params, exact: exact_hessian_at(self, x, params, False)
+    if mode.startswith("once-"):
+        t0, c0 = time.perf_counter(), time.process_time()
+        _ONCE.update(wall=t0, cpu=c0)
+        result = Minuit(tol=tol, tiered=mode == "once-tiered").minimize(loss)
+        print(json.dumps({"mode": mode, "wall_s": round(time.perf_counter() - t0, 4),
+                          "cpu_s": round(time.process_time() - c0, 4), "path": result.path,
+                          "valid": bool(result.valid), "fmin": float(result.fmin)}), flush=True)
+        return
     bg_end: list[float] = []
     thread = None
     t0, c0 = time.perf_counter(), time.process_time()

@@ -453,7 +453,9 @@ def test_minuit_fit_same_with_jit_on_and_off(fit):
     for jit in (False, "auto"):
         zcache.set_values(params, start)
         with zcache.set_jit_mode(jit):
-            result = Minuit().minimize(loss)
+            # the compiled fit both times (under XLA every fit is): to 1e-6 only the same algorithm agrees, and
+            # the first fit without XLA would be the tiered start's MIGRAD (test_tiers: within the tolerance)
+            result = Minuit(tiered=False).minimize(loss)
         results.append(([float(p) for p in params], result))
     (v0, r0), (v1, r1) = results
     assert r0.valid and r1.valid
@@ -557,7 +559,9 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
         compiled = run_toys(model, loss, 4, seed=5, minimizer=Minuit(), progress=False)
         assert [f.trace_count for f in loss.functions()] == traces
         assert all(f.jit_fallback is None for f in loss.functions())
-    plain = run_toys(model, loss, 4, seed=5, minimizer=Minuit(), progress=False)
+    # compiled as under XLA (where every fit is): to 1e-3 errors only the same algorithm agrees; without XLA a
+    # loss's first two fits would be the tiered start's MIGRAD (test_tiers: the tiers agree within the tolerance)
+    plain = run_toys(model, loss, 4, seed=5, minimizer=Minuit(tiered=False), progress=False)
     assert compiled.table["nevents"].tolist() == plain.table["nevents"].tolist()
     assert len(set(plain.table["nevents"].tolist())) > 1  # the toys have different sizes
     assert compiled.table["valid"].all() and plain.table["valid"].all()

@@ -98,8 +98,9 @@ from zcache.minimize import Minuit, wait_for_builds
 
 _, loss, _ = gauss_exp_study("citizen", n=400)
 result = Minuit().minimize(loss)
-# the tiered start builds the compiled program on a thread after the fit: until it ends, TensorFlow's gradient
-# registry and partitioned_call_op hold zcache's thread-aware wrappers (as during any zcache trace on some thread)
+# the tiered start builds the compiled program on a thread from a loss's second fit on (this first one builds
+# nothing; the wait keeps the snapshot valid if that changes): until a build ends, TensorFlow's gradient registry
+# and partitioned_call_op hold zcache's thread-aware wrappers (as during any zcache trace on some thread)
 wait_for_builds()
 numbers["graph fit"] = [result.fmin, sorted(result.values.items())]
 snapshots["graph fit"] = snapshot()

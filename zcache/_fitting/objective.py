@@ -246,9 +246,7 @@ class Objective:
             return float("nan")
         if self._remember:  # the gradient comes with the value's call, for the next gradient request
             value, gradient = self.loss.value_gradient_at(x, self.params, offset=self.offset or 0.0)
-            if len(self._kept) >= _KEPT_GRADIENTS:
-                del self._kept[next(iter(self._kept))]
-            self._kept[x.tobytes()] = gradient.numpy()
+            self._keep(self._kept, x, gradient.numpy(), _KEPT_GRADIENTS)
         else:
             value = self.loss.value_at(x, self.params, offset=self.offset or 0.0)
         return self._relative(float(value))
@@ -291,9 +289,9 @@ class Objective:
         x = self.clip(x)
         if not np.isfinite(x).all():
             return np.full(len(x), np.nan)
-        found = self._kept.get(x.tobytes()) if self._remember else None
+        found = self._found(self._kept, x)
         if found is not None:
-            return found.copy()
+            return found
         return self.loss.value_gradient_at(x, self.params, offset=0.0)[1].numpy()
 
     def hessian(self, x: np.ndarray) -> np.ndarray:
@@ -310,13 +308,28 @@ class Objective:
             (n, n), symmetric.
         """
         x = self.clip(x)
-        if self._remember and x.tobytes() in self._kept_hessian:
-            return self._kept_hessian[x.tobytes()].copy()
-        hessian = self.loss.hessian_at(x, self.params, exact=self.exact_hessian).numpy()
-        if self._remember:
-            self._kept_hessian.clear()
-            self._kept_hessian[x.tobytes()] = hessian
+        found = self._found(self._kept_hessian, x)
+        if found is not None:
+            return found
+        # ``exact=`` only where the objective chooses (the tiered start's cheap tier): a loss that chooses for
+        # itself (a distributed loss's parts) need not take the keyword
+        how = {} if self.exact_hessian is None else {"exact": self.exact_hessian}
+        hessian = self.loss.hessian_at(x, self.params, **how).numpy()
+        self._keep(self._kept_hessian, x, hessian, 1)
         return hessian.copy()
+
+    def _found(self, memo: dict[bytes, np.ndarray], x: np.ndarray) -> np.ndarray | None:
+        """A copy of what ``memo`` (:meth:`remembering`) keeps for ``x``, or None (also when not remembering)."""
+        found = memo.get(x.tobytes()) if self._remember else None
+        return None if found is None else found.copy()
+
+    def _keep(self, memo: dict[bytes, np.ndarray], x: np.ndarray, number: np.ndarray, size: int) -> None:
+        """Keep ``number`` for ``x`` in ``memo`` (while :meth:`remembering`), the oldest dropped beyond ``size``."""
+        if not self._remember:
+            return
+        while len(memo) >= size:
+            del memo[next(iter(memo))]
+        memo[x.tobytes()] = number
 
     @property
     def traces_whole(self) -> bool:

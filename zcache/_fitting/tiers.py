@@ -1,22 +1,25 @@
 """The tiered start of :class:`zcache.minimize.Minuit`: which tier serves a fit, and the compiled program's build.
 
 A compiled fit (:class:`zcache._fitting.compiled_fit.CompiledFit`) pays, once per loss and fitted set, for its
-program's trace and its first call, most of a small loss's first fit. With the *tiered start* the first fit of a
-loss and fitted set is MIGRAD + HESSE on traced value + gradient (the cheap tier: one smaller trace, Hessians by
-central differences of exact gradients, no second-order program); when it is done, a daemon thread traces the
-compiled program and calls it once so that TensorFlow's runtime prepares it (:meth:`CompiledFit.builder`), while
-the user's code goes on. Every later fit of that loss and set runs compiled; one that starts before the build ends
-waits for it (it would have paid the trace itself). The build starts after the first fit, not beside it: on two
-cores a trace on another thread slowed the foreground fit by more than the build saved (``benchmarks/RESULTS.md``,
-"Tiered start (issue 54)"; both are Python holding the GIL most of the time).
+program's trace and its first call, most of a small loss's first fit. With the *tiered start*
+(``Minuit(tiered=True)``) the first two fits of a loss and fitted set are MIGRAD + HESSE on traced value + gradient (the cheap
+tier: one smaller trace, Hessians by central differences of exact gradients, no second-order program). The first
+builds nothing: a script that fits once would otherwise pay the build at its exit, which waits for it, and end
+later than with the compiled first fit (``benchmarks/RESULTS.md``, "Tiered start"). The second, a sign that more
+fits will follow, starts a daemon thread that traces the compiled program and calls it once so that TensorFlow's
+runtime prepares it (:meth:`CompiledFit.builder`), and runs its own MIGRAD meanwhile without waiting for it.
+Every later fit of that loss and set runs compiled; one that starts before the build ends waits for it (it would
+have paid the trace itself). Not beside the first fit: on two cores a trace on another thread slowed the
+foreground fit by more than the build saved (both are Python holding the GIL most of the time); the second fit,
+whose value + gradient is traced already, is short.
 
-Under XLA (:func:`zcache.set_jit_mode`) the first fit stays compiled: the cheap tier would compile its value +
+Under XLA (:func:`zcache.set_jit_mode`) every fit is compiled: the cheap tier would compile its value +
 gradient with XLA besides the program's, which was not measured to pay.
 
-Which tier serves a fit depends on how many fits of that loss and set came before, never on timing: the first
+Which tier serves a fit depends on how many fits of that loss and set came before, never on timing: the first two
 MIGRAD, the others compiled, so a seeded study gives the same numbers to the last digit in every run. The two tiers
 agree within the fit's tolerance (the same minimum to a small fraction of the errors, the same errors, the same
-verdicts; ``tests/test_tiers.py``).
+verdicts; ``tests/test_tiers.py``), not to the last bit.
 
 The build reads no cache through the engine and writes no Variable: a trace builds graphs, and the program's one
 call reads the Variables it reads in any fit (a ``set_value`` meanwhile can only change the dropped outcome). It
@@ -36,13 +39,17 @@ Examples
 >>> from zcache.minimize import Minuit, wait_for_builds
 >>> mu = zcache.Parameter("mu_tier", 0.5, lower=-2.0, upper=2.0)
 >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(np.random.default_rng(4).normal(0, 1, 500)))
->>> first = Minuit(tiered=True).minimize(loss)   # MIGRAD; the compiled program is built after it, on a thread
+>>> first = Minuit(tiered=True).minimize(loss)   # MIGRAD, and nothing built: a script that fits once pays no program
+>>> _ = mu.set_value(0.5)
+>>> again = Minuit(tiered=True).minimize(loss)   # MIGRAD, the compiled program built on a thread meanwhile
 >>> wait_for_builds()
 True
 >>> _ = mu.set_value(0.5)
->>> second = Minuit(tiered=True).minimize(loss)
->>> first.path, second.path, bool(abs(first.values["mu_tier"] - second.values["mu_tier"]) < 0.01 * second.errors["mu_tier"])
-('migrad', 'compiled', True)
+>>> third = Minuit(tiered=True).minimize(loss)
+>>> [r.path for r in (first, again, third)], again.values == first.values
+(['migrad', 'migrad', 'compiled'], True)
+>>> bool(abs(first.values["mu_tier"] - third.values["mu_tier"]) < 0.01 * third.errors["mu_tier"])
+True
 """
 
 from __future__ import annotations
@@ -58,7 +65,12 @@ import tensorflow as tf
 from ..exceptions import ZCacheError
 from .compiled_fit import CompiledFit
 
-__all__ = ["REFUSING", "Build", "refusal", "serves_compiled", "start_build", "wait_for_builds"]
+__all__ = ["CHEAP_FITS", "REFUSING", "Build", "refusal", "start_build", "tier", "wait_for_builds"]
+
+#: The fits of a compiled fit and setting that the cheap tier serves; the last of them starts the program's build.
+#: A script that fits a loss once never pays for a program it would not use (its exit would wait for the build:
+#: ``benchmarks/RESULTS.md``, "Tiered start"); a second fit says more will follow.
+CHEAP_FITS = 2
 
 #: The errors of a compiled fit's trace that refuse the loss (MIGRAD fits it from then on), in the foreground or
 #: in a build: not every loss traces with its parameters replaced by a vector.
@@ -143,14 +155,15 @@ class Build:
         return self._done.wait(timeout)
 
 
-def serves_compiled(fit: CompiledFit, setting: Any, tiered: bool = True) -> bool:
-    """Whether this fit of ``fit`` runs compiled (else it is the first, and MIGRAD's: then :func:`start_build`).
+def tier(fit: CompiledFit, setting: Any, tiered: bool = True) -> str:
+    """Which tier serves this fit of ``fit`` and ``setting``: ``"cheap"``, ``"cheap+build"`` or ``"compiled"``.
 
-    Every fit after the first of a compiled fit and setting is compiled (with ``tiered=False`` the first too),
-    after waiting for a build still running (never two traces of one program at once). A build that failed
-    with one of :data:`REFUSING` refuses the loss as the foreground trace would (``fit.refused``:
-    :class:`zcache.minimize.Minuit` then fits it with MIGRAD and says why in ``FitResult.fallback``); any
-    other error is raised here.
+    Counted per compiled fit and setting: the first fit is the cheap tier's (MIGRAD), the second too, and it
+    starts the compiled program's build (:func:`start_build`, before its MIGRAD); every later fit is compiled,
+    after waiting for a build still running (never two traces of one program at once). With ``tiered=False``
+    every fit is compiled. A build that failed with one of :data:`REFUSING` refuses the loss as the foreground
+    trace would (``fit.refused``: :class:`zcache.minimize.Minuit` then fits it with MIGRAD and says why in
+    ``FitResult.fallback``); any other error is raised here.
 
     Parameters
     ----------
@@ -162,7 +175,7 @@ def serves_compiled(fit: CompiledFit, setting: Any, tiered: bool = True) -> bool
 
     Returns
     -------
-    bool
+    str
 
     Raises
     ------
@@ -173,20 +186,20 @@ def serves_compiled(fit: CompiledFit, setting: Any, tiered: bool = True) -> bool
         served = _SERVED.setdefault(fit, {})
         count = served.get(setting, 0)
         served[setting] = count + 1
-        build = _BUILDS.get(fit, {}).pop(setting, None)
-    if count == 0 and tiered:
-        return False
+        build = None if tiered and count < CHEAP_FITS else _BUILDS.get(fit, {}).pop(setting, None)
+    if tiered and count < CHEAP_FITS:
+        return "cheap+build" if count == CHEAP_FITS - 1 else "cheap"
     if build is not None:
         build.wait()
         if build.error is not None:
             if not isinstance(build.error, REFUSING):
                 raise build.error
             fit.refused = refusal(build.error)
-    return True
+    return "compiled"
 
 
 def start_build(fit: CompiledFit, setting: Any, builder: Callable[[], Callable[[], None]]) -> None:
-    """Build the program of ``fit`` and ``setting`` on a daemon thread, for the fits after the first.
+    """Build the program of ``fit`` and ``setting`` on a daemon thread, for the fits after the cheap tier's.
 
     ``builder()`` runs here, on the calling thread (it reads the caches the program is served); its work on
     the thread. Nothing is started for a refused loss, a program traced already or a build in flight; an

@@ -569,7 +569,7 @@ class DistributedLoss(BaseLoss):
         return (tf.constant(total - (self._offset if offset is None else float(offset)), tf.float64),
                 tf.constant(np.sum([a[1] for a in answers], axis=0), tf.float64))
 
-    def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None, *, exact: bool | None = None) -> tf.Tensor:
+    def hessian_at(self, x: Any, params: Sequence[Parameter] | None = None) -> tf.Tensor:
         """Set ``params`` to ``x`` and return the sum of the parts' Hessians.
 
         Each part's is :meth:`zcache.loss.BaseLoss.hessian_at`: exact once the parts are
@@ -581,17 +581,12 @@ class DistributedLoss(BaseLoss):
             One value per parameter; the parameters are left there.
         params : sequence of Parameter, optional
             Client-side parameters; default ``self.params`` (the floating parameters now).
-        exact : bool or None, optional
-            How a minimizer would like the Hessian computed (:meth:`zcache.loss.BaseLoss.hessian_at`); the
-            parts choose their own way as above (both give the same Hessian within differences' error), so it
-            does not change the answer.
 
         Returns
         -------
         tf.Tensor
             float64, shape (n, n), symmetric.
         """
-        del exact  # the parts' choice: a cost, not an answer
         params = self._param_list(params)
         self._set(params, x)
         hess = np.sum(self._request("hessian", params), axis=0)
