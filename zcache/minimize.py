@@ -319,16 +319,15 @@ class Minuit:
         less (it pays in toy studies and scans: ``design/decisions/0003-compiled-fit.md``);
         ``False``: differences along every parameter.
     tiered : bool
-        The tiered start of the compiled fit (opt-in until the suite's slow inference tests are reconciled
-        with it): the first two fits of a loss and fitted set
+        The tiered start of the compiled fit (the default): the first two fits of a loss and fitted set
         are MIGRAD + HESSE on traced value + gradient (Hessians by differences of exact gradients,
         ``FitResult.path == "migrad"``); the second has another thread build the compiled program meanwhile,
         and every later fit of that loss and set is compiled (waiting for a build still running). A script
         that fits a loss once builds no program. Which tier serves a fit depends on the fits before it, never
         on timing; the tiers agree within the fit's tolerance, not to the last bit (``zcache._fitting.tiers``,
-        :func:`wait_for_builds`). ``False`` (the default): every fit compiled, the first tracing in the
-        foreground. No effect with ``compiled=False`` or where XLA compiles the loss
-        (:func:`zcache.set_jit_mode`): there every fit is compiled.
+        :func:`wait_for_builds`). ``False``: every fit compiled, the first tracing in the foreground. No
+        effect with ``compiled=False`` or where XLA compiles the loss (:func:`zcache.set_jit_mode`): there
+        every fit is compiled.
 
     Raises
     ------
@@ -348,7 +347,7 @@ class Minuit:
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
         structured_hessian: bool | str = "auto",
-        tiered: bool = False,
+        tiered: bool = True,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")

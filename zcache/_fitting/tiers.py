@@ -1,8 +1,8 @@
 """The tiered start of :class:`zcache.minimize.Minuit`: which tier serves a fit, and the compiled program's build.
 
 A compiled fit (:class:`zcache._fitting.compiled_fit.CompiledFit`) pays, once per loss and fitted set, for its
-program's trace and its first call, most of a small loss's first fit. With the *tiered start*
-(``Minuit(tiered=True)``) the first two fits of a loss and fitted set are MIGRAD + HESSE on traced value + gradient (the cheap
+program's trace and its first call, most of a small loss's first fit. With the *tiered start* (``Minuit()``'s
+default, ``tiered=True``) the first two fits of a loss and fitted set are MIGRAD + HESSE on traced value + gradient (the cheap
 tier: one smaller trace, Hessians by central differences of exact gradients, no second-order program). The first
 builds nothing: a script that fits once would otherwise pay the build at its exit, which waits for it, and end
 later than with the compiled first fit (``benchmarks/RESULTS.md``, "Tiered start"). The second, a sign that more
@@ -39,13 +39,13 @@ Examples
 >>> from zcache.minimize import Minuit, wait_for_builds
 >>> mu = zcache.Parameter("mu_tier", 0.5, lower=-2.0, upper=2.0)
 >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(np.random.default_rng(4).normal(0, 1, 500)))
->>> first = Minuit(tiered=True).minimize(loss)   # MIGRAD, and nothing built: a script that fits once pays no program
+>>> first = Minuit().minimize(loss)                # MIGRAD, and nothing built: a script that fits once pays no program
 >>> _ = mu.set_value(0.5)
->>> again = Minuit(tiered=True).minimize(loss)   # MIGRAD, the compiled program built on a thread meanwhile
+>>> again = Minuit().minimize(loss)                # MIGRAD, the compiled program built on a thread meanwhile
 >>> wait_for_builds()
 True
 >>> _ = mu.set_value(0.5)
->>> third = Minuit(tiered=True).minimize(loss)
+>>> third = Minuit().minimize(loss)
 >>> [r.path for r in (first, again, third)], again.values == first.values
 (['migrad', 'migrad', 'compiled'], True)
 >>> bool(abs(first.values["mu_tier"] - third.values["mu_tier"]) < 0.01 * third.errors["mu_tier"])
