@@ -48,7 +48,7 @@ import scipy.stats
 from .._engine.parameter import Parameter, set_values
 from ..exceptions import BatchingError, InferenceError
 from ..loss import BaseLoss, UnbinnedNLL
-from ..minimize import Minuit
+from ..minimize import Minuit, many_fits
 from ..scale import BatchedLoss
 from ._core import kept_parameters
 
@@ -356,7 +356,8 @@ class _Conditional:
         if not self.nuisances:
             return self.value(held, start), start.copy(), True
         set_values(self.nuisances, start)
-        result = self.minimizer.minimize(self.loss, self.nuisances)
+        with many_fits():  # a scan's points: compiled from the first (zcache.minimize.many_fits)
+            result = self.minimizer.minimize(self.loss, self.nuisances)
         x = np.array([result.values[p.name] for p in self.nuisances])
         return self.value(held, x), x, bool(result.valid)
 
