@@ -499,7 +499,8 @@ def _splined(points: np.ndarray, values: np.ndarray, ok: np.ndarray, axes: list[
 
 def _best_fit(loss: BaseLoss, minimizer: Any, who: str) -> tuple[dict[str, float], dict[str, float], Any, float]:
     floating = loss.get_params(True)
-    result = minimizer.minimize(loss, floating)
+    with many_fits():  # the points' reference: on the path their fits take (a first fit would be MIGRAD's)
+        result = minimizer.minimize(loss, floating)
     best = {p.name: float(result.values[p.name]) for p in floating}
     x = np.array([best[p.name] for p in floating])
     fmin = float(loss.value_at(x, floating, offset=0.0))
