@@ -165,13 +165,18 @@ def clear_compile_cache() -> int:
             root = _cache_root(_settings(os.environ))
         except Refused:
             return 0
+    tops = [(folder, os.path.join(root, folder)) for folder in ("xla", "traces")]
+    tops = [(folder, top) for folder, top in tops if os.path.lexists(top)]
+    if not tops:
+        return 0
     removed = 0
-    for folder in ("xla", "traces"):
-        top = os.path.join(root, folder)
-        if not os.path.lexists(top):
-            continue
+    try:
+        _check_own(root)  # once: a root that is not the user's alone refuses both folders
+    except Refused as exc:
+        warnings.warn(f"zcache did not clear its compile cache: {exc}", CompileCacheWarning, stacklevel=2)
+        return 0
+    for folder, top in tops:
         try:
-            _check_own(root)
             _check_own(top)
         except Refused as exc:  # not a folder of the user's alone: not deleted from
             warnings.warn(f"zcache did not clear its {folder}/ folder: {exc}", CompileCacheWarning, stacklevel=2)
