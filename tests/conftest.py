@@ -113,6 +113,16 @@ def mode(request):
         yield request.param
 
 
+#: Dask settings of the session's cluster: the workers' profiler off, the monitors' ticks rare
+#: (``tests/distributed_parts.py`` starts its cluster with the same, as environment variables).
+_QUIET_DASK = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
+
 @pytest.fixture(scope="session")
 def dask_client():
     """One 2-worker ``zcache.toys.local_cluster`` (worker processes, 127.0.0.1) and its client for the session of
@@ -121,13 +131,18 @@ def dask_client():
     replacement, as it would for a user) waits for the replacement before it ends
     (``helpers.wait_for_replaced_worker``), so the next test finds two workers again."""
     distributed = pytest.importorskip("distributed")
+    import dask
+
     from zcache.toys import local_cluster
 
-    cluster = local_cluster(2)
-    client = distributed.Client(cluster)
-    yield client
-    client.close()
-    cluster.close()
+    # Idle for most of the session, a cluster with Dask's default monitors still burns CPU (its
+    # statistical profiler samples every 10 ms), charged to whichever test runs last in the process.
+    with dask.config.set(_QUIET_DASK):
+        cluster = local_cluster(2)
+        client = distributed.Client(cluster)
+        yield client
+        client.close()
+        cluster.close()
 
 
 @pytest.fixture
