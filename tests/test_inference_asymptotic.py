@@ -586,7 +586,12 @@ def test_binned_asimov_data_are_the_expected_counts():
     best = optimize.minimize_scalar(chi2_np, bounds=(-1.0, 1.0), method="bounded", options={"xatol": 1e-10})
     pv = calc.p_values([0.0, 0.3], statistic="t")
     assert pv.observed == pytest.approx([chi2_np(0.0) - best.fun, chi2_np(0.3) - best.fun], rel=1e-4, abs=1e-6)
-    assert calc.mu_hat == pytest.approx(best.x, abs=1e-4)
+    # to what the fit promises: within sqrt(EDM / errordef) < sqrt(0.002 tol) of mu's error, with 1.5x room for the
+    # EDM's estimate (a loss's first fits are MIGRAD's; a compiled BFGS happens to land closer, which no fit promises)
+    h = 1e-3
+    curvature = (chi2_np(best.x + h) - 2 * chi2_np(best.x) + chi2_np(best.x - h)) / h**2
+    mu_error = np.sqrt(2 * 1.0 / curvature)  # errordef 1
+    assert calc.mu_hat == pytest.approx(best.x, abs=1.5 * np.sqrt(0.002 * Minuit().tol) * mu_error)
     assert float(mu) == 0.0 and mu.floating
 
 
@@ -648,7 +653,8 @@ def _fresh_answers(tag, x, values, mu0, sigma0, sigma_fixed, compiled):
     """The answers of a calculator of a loss built anew (its own Asimov loss, never written twice)."""
     loss, mu, sigma = _width_loss(tag, x, mu0, sigma0)
     sigma.floating = not sigma_fixed
-    calc = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=Minuit(compiled=compiled))
+    calc = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60,
+                                minimizer=Minuit(compiled=compiled, tiered=False))
     return _answers(calc, values)
 
 
@@ -660,7 +666,9 @@ def test_calculators_of_one_loss_share_the_asimov_fits_on_the_data_of_their_stat
     x1 = np.random.default_rng(11).normal(0.2, 1.0, 300)
     x2 = np.random.default_rng(12).normal(-0.1, 1.3, 250)
     loss, mu, sigma = _width_loss(f"share{compiled}", x1)
-    minimizer = Minuit(compiled=compiled)
+    # tiered=False: shared and fresh calculators are compared to 1e-10, so both run every fit on the same path
+    # (the tiered start's first fits are MIGRAD's, its later ones compiled: equal only within the fit's tolerance)
+    minimizer = Minuit(compiled=compiled, tiered=False)
     first = AsymptoticCalculator(loss, mu, null_value=0.0, asimov_bins=60, minimizer=minimizer)
     got = _answers(first, [0.3, 0.5])
     # another state, same floating set: new data, the POI started elsewhere

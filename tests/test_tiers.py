@@ -30,7 +30,7 @@ from zcache._fitting.compiled_fit import CompiledFit
 from zcache.minimize import Minuit as _Minuit
 from zcache.minimize import wait_for_builds
 
-# the tiered start is opt-in: every Minuit here asks for it, unless the test says tiered=False
+# the tiered start is the default; every Minuit here still asks for it, unless the test says tiered=False
 Minuit = functools.partial(_Minuit, tiered=True)
 
 #: MIGRAD's EDM bound at the default tol=0.1: each tier's minimum is within sqrt(2 EDM) < 0.015 errors of the true
@@ -147,7 +147,7 @@ def test_options_that_skip_the_tiers():
     other, _ = zoo.gauss("tier_skip2")
     assert Minuit(compiled=False).minimize(other).path == "migrad"
     assert not _builds_alive()  # nothing to build for MIGRAD alone
-    assert repr(_Minuit()).endswith("tiered=False)") and repr(Minuit()).endswith("tiered=True)")
+    assert repr(_Minuit()).endswith("tiered=True)") and repr(_Minuit(tiered=False)).endswith("tiered=False)")
 
 
 @pytest.mark.parametrize("error, refused", [(ValueError("no vector for this loss"), True),

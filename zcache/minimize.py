@@ -56,11 +56,11 @@ from ._fitting.compiled_fit import CompiledFit, CompiledOutcome
 from ._fitting.corrections import WEIGHT_CORRECTIONS, corrected_covariance
 from ._fitting.objective import LossState, Objective
 from ._fitting.results import FitMinuit, FitResult, MinosError
-from ._fitting.tiers import wait_for_builds
+from ._fitting.tiers import many_fits, wait_for_builds
 from .loss import BaseLoss
 
-__all__ = ["Minuit", "Scipy", "corrected_covariance", "wait_for_builds", "WEIGHT_CORRECTIONS", "FitResult", "FitMinuit",
-           "MinosError"]
+__all__ = ["Minuit", "Scipy", "corrected_covariance", "many_fits", "wait_for_builds", "WEIGHT_CORRECTIONS", "FitResult",
+           "FitMinuit", "MinosError"]
 
 _HUGE = 1e30
 _USES_HESSIAN = {"trust-constr", "trust-exact", "trust-krylov", "trust-ncg", "Newton-CG", "dogleg"}
@@ -319,16 +319,16 @@ class Minuit:
         less (it pays in toy studies and scans: ``design/decisions/0003-compiled-fit.md``);
         ``False``: differences along every parameter.
     tiered : bool
-        The tiered start of the compiled fit (opt-in until the suite's slow inference tests are reconciled
-        with it): the first two fits of a loss and fitted set
+        The tiered start of the compiled fit (the default): the first two fits of a loss and fitted set
         are MIGRAD + HESSE on traced value + gradient (Hessians by differences of exact gradients,
         ``FitResult.path == "migrad"``); the second has another thread build the compiled program meanwhile,
         and every later fit of that loss and set is compiled (waiting for a build still running). A script
         that fits a loss once builds no program. Which tier serves a fit depends on the fits before it, never
         on timing; the tiers agree within the fit's tolerance, not to the last bit (``zcache._fitting.tiers``,
-        :func:`wait_for_builds`). ``False`` (the default): every fit compiled, the first tracing in the
-        foreground. No effect with ``compiled=False`` or where XLA compiles the loss
-        (:func:`zcache.set_jit_mode`): there every fit is compiled.
+        :func:`wait_for_builds`; inside :func:`many_fits`, as in zcache's serial toys and scans, every fit
+        is compiled). ``False``: every fit compiled, the first tracing in the foreground. No
+        effect with ``compiled=False`` or where XLA compiles the loss (:func:`zcache.set_jit_mode`): there
+        every fit is compiled.
 
     Raises
     ------
@@ -348,7 +348,7 @@ class Minuit:
         weightcorr: str | None = "asymptotic",
         compiled: bool = True,
         structured_hessian: bool | str = "auto",
-        tiered: bool = False,
+        tiered: bool = True,
     ):
         if weightcorr not in WEIGHT_CORRECTIONS:
             raise ValueError(f"weightcorr must be one of {WEIGHT_CORRECTIONS}, got {weightcorr!r}.")
@@ -427,7 +427,7 @@ class Minuit:
         # a program traced already serves a tiered fit too; a build in flight is waited for. Under XLA the
         # cheap tier would compile value + gradient as well as the program's (not measured yet): every fit
         # stays compiled there.
-        tiered = self.tiered and not setting[0] and not fit.traced(*setting)
+        tiered = self.tiered and not tiers.many_fits_follow() and not setting[0] and not fit.traced(*setting)
         return tiers.tier(fit, setting, tiered=tiered)
 
     def _try_compiled(self, obj: Objective, fit: CompiledFit, start: float) -> tuple[FitResult | None, str | None, int]:

@@ -55,7 +55,7 @@ from ._engine.tf_internals import leave_to_python
 from ._engine.trace import forbid_in_trace
 from .exceptions import ModelError, ToyStudyError, ZCacheWarning
 from .loss import UnbinnedNLL
-from .minimize import Minuit
+from .minimize import Minuit, many_fits
 from .models import Model, set_seed
 from .scale import BatchedLoss, padded_toys
 
@@ -285,7 +285,8 @@ def _fit_serially(loss: UnbinnedNLL, params: list[Parameter], minimizer: Minuit,
                   start: np.ndarray, row: Any, names: list[str], truth: np.ndarray) -> None:
     loss.data.set_data(events)
     set_values(params, start)
-    result = minimizer.minimize(loss, params)
+    with many_fits():  # a study: compiled from its first toy, so a seeded study repeats to the bit in a process
+        result = minimizer.minimize(loss, params)
     _fill(row, names, truth, [result.values[n] for n in names], [result.errors[n] for n in names])
     row["valid"], row["fmin"], row["nfcn"] = result.valid, result.fmin, result.nfcn
     row["nevents"] = len(events)

@@ -1,8 +1,8 @@
 """The tiered start of :class:`zcache.minimize.Minuit`: which tier serves a fit, and the compiled program's build.
 
 A compiled fit (:class:`zcache._fitting.compiled_fit.CompiledFit`) pays, once per loss and fitted set, for its
-program's trace and its first call, most of a small loss's first fit. With the *tiered start*
-(``Minuit(tiered=True)``) the first two fits of a loss and fitted set are MIGRAD + HESSE on traced value + gradient (the cheap
+program's trace and its first call, most of a small loss's first fit. With the *tiered start* (``Minuit()``'s
+default, ``tiered=True``) the first two fits of a loss and fitted set are MIGRAD + HESSE on traced value + gradient (the cheap
 tier: one smaller trace, Hessians by central differences of exact gradients, no second-order program). The first
 builds nothing: a script that fits once would otherwise pay the build at its exit, which waits for it, and end
 later than with the compiled first fit (``benchmarks/RESULTS.md``, "Tiered start"). The second, a sign that more
@@ -39,13 +39,13 @@ Examples
 >>> from zcache.minimize import Minuit, wait_for_builds
 >>> mu = zcache.Parameter("mu_tier", 0.5, lower=-2.0, upper=2.0)
 >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), zcache.Data(np.random.default_rng(4).normal(0, 1, 500)))
->>> first = Minuit(tiered=True).minimize(loss)   # MIGRAD, and nothing built: a script that fits once pays no program
+>>> first = Minuit().minimize(loss)                # MIGRAD, and nothing built: a script that fits once pays no program
 >>> _ = mu.set_value(0.5)
->>> again = Minuit(tiered=True).minimize(loss)   # MIGRAD, the compiled program built on a thread meanwhile
+>>> again = Minuit().minimize(loss)                # MIGRAD, the compiled program built on a thread meanwhile
 >>> wait_for_builds()
 True
 >>> _ = mu.set_value(0.5)
->>> third = Minuit(tiered=True).minimize(loss)
+>>> third = Minuit().minimize(loss)
 >>> [r.path for r in (first, again, third)], again.values == first.values
 (['migrad', 'migrad', 'compiled'], True)
 >>> bool(abs(first.values["mu_tier"] - third.values["mu_tier"]) < 0.01 * third.errors["mu_tier"])
@@ -55,9 +55,10 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -65,7 +66,8 @@ import tensorflow as tf
 from ..exceptions import ZCacheError
 from .compiled_fit import CompiledFit
 
-__all__ = ["CHEAP_FITS", "REFUSING", "Build", "refusal", "start_build", "tier", "wait_for_builds"]
+__all__ = ["CHEAP_FITS", "REFUSING", "Build", "many_fits", "many_fits_follow", "refusal", "start_build", "tier",
+           "wait_for_builds"]
 
 #: The fits of a compiled fit and setting that the cheap tier serves; the last of them starts the program's build.
 #: A script that fits a loss once never pays for a program it would not use (its exit would wait for the build:
@@ -81,6 +83,53 @@ _BUILDS: weakref.WeakKeyDictionary[CompiledFit, dict[Any, Build]] = weakref.Weak
 #: Fits served so far, per compiled fit and setting (the first is the cheap tier's).
 _SERVED: weakref.WeakKeyDictionary[CompiledFit, dict[Any, int]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+#: Depth of :func:`many_fits` blocks, per thread.
+_LOOP = threading.local()
+
+
+@contextlib.contextmanager
+def many_fits() -> Iterator[None]:
+    """Inside the block, ``Minuit``'s fits on this thread are compiled from the first (as ``tiered=False``).
+
+    For a loop of many fits of one loss (toys, the points of a scan): the cheap tier saves a script that fits
+    once the program's build, which a loop pays anyway, and its first fits would be MIGRAD's and the others
+    compiled, so the same seeded loop run twice in a process would differ within the fit's tolerance. zcache's
+    serial toys and serial scans fit inside such a block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import zcache
+    >>> from zcache.models import Gaussian, Space
+    >>> from zcache.loss import UnbinnedNLL
+    >>> from zcache.minimize import Minuit, many_fits
+    >>> mu = zcache.Parameter("mu_loop", 0.5, lower=-2.0, upper=2.0)
+    >>> data = zcache.Data(np.random.default_rng(5).normal(0, 1, 300))
+    >>> loss = UnbinnedNLL(Gaussian(Space("x", -6.0, 6.0), mu, 1.0), data)
+    >>> with many_fits():
+    ...     paths = []
+    ...     for seed in range(3):
+    ...         _ = data.set_data(np.random.default_rng(seed).normal(0, 1, 300))
+    ...         _ = mu.set_value(0.5)
+    ...         paths.append(Minuit().minimize(loss).path)
+    >>> paths
+    ['compiled', 'compiled', 'compiled']
+    """
+    _LOOP.depth = getattr(_LOOP, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _LOOP.depth -= 1
+
+
+def many_fits_follow() -> bool:
+    """Whether this thread is inside a :func:`many_fits` block.
+
+    Returns
+    -------
+    bool
+    """
+    return getattr(_LOOP, "depth", 0) > 0
 
 
 def refusal(err: BaseException) -> str:

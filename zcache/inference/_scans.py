@@ -48,7 +48,7 @@ import scipy.stats
 from .._engine.parameter import Parameter, set_values
 from ..exceptions import BatchingError, InferenceError
 from ..loss import BaseLoss, UnbinnedNLL
-from ..minimize import Minuit
+from ..minimize import Minuit, many_fits
 from ..scale import BatchedLoss
 from ._core import kept_parameters
 
@@ -356,7 +356,8 @@ class _Conditional:
         if not self.nuisances:
             return self.value(held, start), start.copy(), True
         set_values(self.nuisances, start)
-        result = self.minimizer.minimize(self.loss, self.nuisances)
+        with many_fits():  # a scan's points: compiled from the first (zcache.minimize.many_fits)
+            result = self.minimizer.minimize(self.loss, self.nuisances)
         x = np.array([result.values[p.name] for p in self.nuisances])
         return self.value(held, x), x, bool(result.valid)
 
@@ -498,7 +499,8 @@ def _splined(points: np.ndarray, values: np.ndarray, ok: np.ndarray, axes: list[
 
 def _best_fit(loss: BaseLoss, minimizer: Any, who: str) -> tuple[dict[str, float], dict[str, float], Any, float]:
     floating = loss.get_params(True)
-    result = minimizer.minimize(loss, floating)
+    with many_fits():  # the points' reference: on the path their fits take (a first fit would be MIGRAD's)
+        result = minimizer.minimize(loss, floating)
     best = {p.name: float(result.values[p.name]) for p in floating}
     x = np.array([best[p.name] for p in floating])
     fmin = float(loss.value_at(x, floating, offset=0.0))
