@@ -49,7 +49,7 @@ from .._engine.data import Data, size_class
 from .._engine.parameter import Parameter, set_values
 from ..exceptions import InferenceError, ZCacheWarning
 from ..loss import BaseLoss, ExtendedUnbinnedNLL, GaussianConstraint, UnbinnedNLL
-from ..minimize import Minuit
+from ..minimize import Minuit, many_fits
 from ..models import set_seed
 from ..scale import BatchedLoss, padded_toys
 from ..toys import GENERATION_BLOCK
@@ -603,7 +603,7 @@ def _chunk_on_worker(factory_bytes: bytes, poi_name: str, nuisance_names: list[s
         raise InferenceError(f"the factory's loss has no parameters {missing}: it must build the same loss.")
     poi = params[poi_name]
     nuisances = [params[n] for n in nuisance_names]
-    with kept_parameters(loss):
+    with kept_parameters(loss), many_fits():  # as run_hypothesis_toys: every fit on one path
         engine = _Engine(loss, poi, nuisances, minimizer, batch)
         return _run_points(engine, seed, points, tested, starts, range(first, first + count), bound)
 
@@ -716,7 +716,11 @@ def run_hypothesis_toys(
     values = [float(v) for v in values]
     nuisances = [p for p in loss.params if p is not poi]
     t0 = time.perf_counter()
-    with kept_parameters(loss):
+    # Every fit compiled from the first (zcache.minimize.many_fits): the toys are thrown at the observed
+    # conditional fits' values, and a sampler by acceptance turns a difference in the last digits of those
+    # (one tier against the other, within the fit's tolerance) into other events, so a seeded study would
+    # throw other toys in its first call than in a later one.
+    with kept_parameters(loss), many_fits():
         engine = _Engine(loss, poi, nuisances, minimizer, None if batch is None else int(batch))
         profiled, points, tested = _hypothesis_points(engine, loss, poi, nuisances, minimizer, values, null_value,
                                                       bound, alt_tested, alt, null)
