@@ -389,6 +389,26 @@ class FitMachine(RuleBasedStateMachine):
             return [n for n in floating
                     if max(abs(np_extended_nll(self.x, **{**at, n: v}) - f0) for v in LIMITS[n]) < 0.5]
 
+    def _minima(self, start: dict[str, float], floating: list[str]) -> list[iminuit.Minuit]:
+        """iminuit's valid fits of the numpy NLL from ``start`` and, where the first leaves a parameter the data do
+        not determine (:meth:`_undetermined`), from each end of that parameter's range too: the local minima a
+        fit may stop at. Empty if the first fit is not valid.
+
+        Along such a parameter the NLL is flat at the first minimum (sigma of a signal whose yield sits at its
+        limit 0), but not everywhere: at an end of the range a yield off its limit may lower it (stress seed 9168:
+        a 2-event signal at sigma's lower limit 0.1, 0.125 below, an 18-event one at its upper limit 2.0, 0.093
+        below), so a fit that walks along the valley ends at another minimum than one that stops in it."""
+        first = np_minuit(self.x, start, floating)
+        if not first.valid:
+            return []
+        at = {**start, **{n: first.values[n] for n in floating}}
+        fits = [first]
+        for n in self._undetermined(at, floating):
+            low, high = LIMITS[n]
+            for end in (low + 1e-3 * (high - low), high - 1e-3 * (high - low)):  # inside: the bound transform's
+                fits.append(np_minuit(self.x, {**at, n: end}, floating))        # gradient vanishes on a limit
+        return [f for f in fits if f.valid]
+
     # -- rules ----------------------------------------------------------------------------
     @rule(precompute=st.booleans(), use_gradient=st.booleans(), compiled=st.booleans())
     def fit(self, precompute: bool, use_gradient: bool, compiled: bool) -> None:
@@ -834,31 +854,37 @@ class FitMachine(RuleBasedStateMachine):
         """The asymptotic calculator's observed q of nsig, with the floating set of the moment,
         equals -2 ln lambda of iminuit fits of the numpy NLL (free, and nsig fixed at a value
         ``shift`` errors above the best fit), its CLs+b is 1 - Phi(sqrt q) (Cowan et al. eq. 59),
-        and every value, floating flag and the data are as before."""
+        and every value, floating flag and the data are as before. Where a reference fit leaves a parameter
+        undetermined, the NLL has several local minima (:meth:`_minima`) and q lies between theirs (to the same
+        2e-3): at stress seed 9168 zcache's free fit ended at sigma's lower limit, 0.125 below iminuit's, which
+        stopped where the signal yield's limit 0 makes sigma flat (both valid; the numpy NLL at zcache's
+        minimum is the lower)."""
         from scipy import stats
 
         from zcache.inference import AsymptoticCalculator
 
         before, floating = self.values(), self.floating()
         flags = {n: self.p[n].floating for n in NAMES}
-        free = np_minuit(self.x, before, floating)
-        if not free.valid:
+        frees = self._minima(before, floating)
+        if not frees:
             note("the numpy reference does not converge: no comparison")
             return
+        free = frees[0]
         tested = min(free.values["nsig"] + shift * free.errors["nsig"], LIMITS["nsig"][1])
         nuisances = [n for n in floating if n != "nsig"]
         if nuisances:
-            at = np_minuit(self.x, {**before, "nsig": tested}, nuisances)
-            at_nll = at.fval if at.valid else None
+            at_nlls = [at.fval for at in self._minima({**before, "nsig": tested}, nuisances)]
         else:
-            at_nll = np_extended_nll(self.x, *{**before, "nsig": tested}.values())
-        q = None if at_nll is None else max(2.0 * (at_nll - free.fval), 0.0)
+            at_nlls = [np_extended_nll(self.x, *{**before, "nsig": tested}.values())]
+        # one q per pair of minima: a single one unless a parameter is undetermined at a minimum (_minima), where
+        # zcache's fit may end at any of the valley's minima and its q then lies between theirs
+        qs = [max(2.0 * (at_nll - f.fval), 0.0) for at_nll in at_nlls for f in frees]
         calc = AsymptoticCalculator(self.loss, self.p["nsig"], minimizer=Minuit(tol=TOL, compiled=compiled),
                                     asimov_bins=200)
         pv = calc.p_values([tested], statistic="q")
-        note(f"asymptotic q at nsig = {tested:.6g}: zcache {pv.observed[0]:.8g}, numpy {q}")
-        if q is not None:
-            assert pv.observed[0] == pytest.approx(q, abs=2e-3)
+        note(f"asymptotic q at nsig = {tested:.6g}: zcache {pv.observed[0]:.8g}, numpy {qs}")
+        if qs:
+            assert min(qs) - 2e-3 <= pv.observed[0] <= max(qs) + 2e-3, (pv.observed[0], qs)
         assert pv.clsb[0] == pytest.approx(stats.norm.sf(np.sqrt(pv.observed[0])), rel=1e-9)
         assert self.values() == before
         assert {n: self.p[n].floating for n in NAMES} == flags
@@ -998,3 +1024,19 @@ def test_as_built_check_fails_on_a_bypassed_or_valid_cache() -> None:
         _assert_as_built(caches)
     FitMachine()  # and the reset puts it back
     _assert_as_built(caches)
+
+
+@pytest.mark.slow  # fits, a calculator's compiled fits
+def test_asymptotic_q_where_sigma_is_undetermined_seed_9168(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stress seed 9168 (harness fault): after a search on background-only data (nsig at its limit 0) with
+    sigma floated, iminuit's free fit of the numpy NLL stops where sigma is flat, zcache's walks to sigma's
+    lower limit (2 signal events, 0.125 lower: the better minimum); the rule compares q with the valley's
+    minima (FitMachine._minima), of which there are several here, and passes."""
+    monkeypatch.setitem(globals(), "note", lambda *_: None)
+    machine = FitMachine()
+    machine.small_signal_fit(nsig=1, seed=5235, total=680)
+    machine.toggle_floating("sigma")
+    frees = machine._minima(machine.values(), machine.floating())
+    fvals = sorted(f.fval for f in frees)
+    assert len(frees) == 3 and fvals[-1] - fvals[0] > 0.1  # the first fit is not the lowest minimum
+    machine.asymptotic_q_is_the_numpy_profile(shift=2.754382636617804, compiled=True)
