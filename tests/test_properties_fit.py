@@ -20,7 +20,7 @@ model and data, minimized (and MINOS-ed) by iminuit.
   values and the data then): a scan equals the numpy NLL differences there, a MINOS interval
   equals iminuit's MINOS of the numpy NLL of that fit; afterwards every parameter and the
   data are exactly as before;
-- a Hessian with line-shape parameters floating (the Gaussian's mean or width, or the mass and
+- a Hessian in line-shape parameters (the Gaussian's mean and width among its five, or the mass and
   width of a line shape computed through complex 1/z and sqrt, or the masses and widths of a SymPy
   model through the bridge's group programs) compiled with XLA equals the uncompiled one, twice in a
   row, and leaves every parameter where it was; drawn exact (second-order autodiff through the
