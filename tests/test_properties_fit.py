@@ -20,7 +20,7 @@ model and data, minimized (and MINOS-ed) by iminuit.
   values and the data then): a scan equals the numpy NLL differences there, a MINOS interval
   equals iminuit's MINOS of the numpy NLL of that fit; afterwards every parameter and the
   data are exactly as before;
-- a Hessian with line-shape parameters floating (the Gaussian's mean or width, or the mass and
+- a Hessian in line-shape parameters (the Gaussian's mean and width among its five, or the mass and
   width of a line shape computed through complex 1/z and sqrt, or the masses and widths of a SymPy
   model through the bridge's group programs) compiled with XLA equals the uncompiled one, twice in a
   row, and leaves every parameter where it was; drawn exact (second-order autodiff through the
@@ -55,6 +55,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import zcache
+from zcache._engine.finite_differences import default_step
 from zcache._engine.precompute import _REPORTS as _PRECOMPUTE_REPORTS
 from zcache._engine.precompute import precomputed
 from zcache.exceptions import FitError
@@ -358,7 +359,10 @@ class FitMachine(RuleBasedStateMachine):
         undetermined = self._undetermined({**before, **{n: ref.values[n] for n in floating}}, floating)
         # With a parameter the data do not determine, the NLL along it is flat to within 1/2 but may have
         # bumps (a signal of a fraction of an event placed on a fluctuation, its mean floating): the two
-        # fits may stop at different local minima (equal to ~1e-4 in the NLL), and the others follow.
+        # fits may stop at different local minima (equal to ~1e-4 in the NLL), and the others follow; at the
+        # ends of its range it may fall further (_minima): the reference is then the minimum nearest zcache's.
+        if undetermined:
+            ref = min(self._minima(before, floating, first=ref), key=lambda f: abs(f.fval - result.fmin))
         value_tol = VALUE_TOL if not undetermined else UNDETERMINED_VALUE_TOL
         for n in floating:
             name = self.p[n].name
@@ -388,6 +392,28 @@ class FitMachine(RuleBasedStateMachine):
         with np.errstate(divide="ignore", invalid="ignore"):  # a yield at its limit 0: the NLL is infinite there
             return [n for n in floating
                     if max(abs(np_extended_nll(self.x, **{**at, n: v}) - f0) for v in LIMITS[n]) < 0.5]
+
+    def _minima(self, start: dict[str, float], floating: list[str],
+                first: iminuit.Minuit | None = None) -> list[iminuit.Minuit]:
+        """iminuit's valid fits of the numpy NLL from ``start`` and, where the first leaves a parameter the data do
+        not determine (:meth:`_undetermined`), from each end of that parameter's range too: the local minima a
+        fit may stop at. Empty if the first fit is not valid.
+
+        Along such a parameter the NLL is flat at the first minimum (sigma of a signal whose yield sits at its
+        limit 0), but not everywhere: at an end of the range a yield off its limit may lower it (stress seed 9168:
+        a 2-event signal at sigma's lower limit 0.1, 0.125 below, an 18-event one at its upper limit 2.0, 0.093
+        below), so a fit that walks along the valley ends at another minimum than one that stops in it.
+        ``first``: that fit, if already made."""
+        first = np_minuit(self.x, start, floating) if first is None else first
+        if not first.valid:
+            return []
+        at = {**start, **{n: first.values[n] for n in floating}}
+        fits = [first]
+        for n in self._undetermined(at, floating):
+            low, high = LIMITS[n]
+            for end in (low + 1e-3 * (high - low), high - 1e-3 * (high - low)):  # inside: the bound transform's
+                fits.append(np_minuit(self.x, {**at, n: end}, floating))        # gradient vanishes on a limit
+        return [f for f in fits if f.valid]
 
     # -- rules ----------------------------------------------------------------------------
     @rule(precompute=st.booleans(), use_gradient=st.booleans(), compiled=st.booleans())
@@ -555,7 +581,8 @@ class FitMachine(RuleBasedStateMachine):
     def compiled_hessian(self, which: str, jit: bool | str, exact: bool) -> None:
         """The Hessian at the current values with line-shape parameters floating, compiled with XLA
         (three calls: a result that changes between calls is caught) and uncompiled: equal, and no
-        parameter moves. ``gauss``: the fit's loss, if its mean or width floats; ``complex line
+        parameter moves. ``gauss``: the fit's loss in all five parameters (its mean and width among them),
+        whichever float (the caches are those the fits of the moment left, valid or bypassed); ``complex line
         shape``: mass and width of a line shape through complex 1/z and sqrt (issue 23: its
         compiled gradients were wrong); ``bridged line shapes``: masses and widths of a SymPy model
         through the bridge, whose group programs' backward is built outside XLA (issue 26); ``fused
@@ -567,10 +594,10 @@ class FitMachine(RuleBasedStateMachine):
         the differences too; for the bridge its structured Hessian (hessian_at's default there: jets
         of the line shapes, issue 26), against the differences too."""
         if which == "gauss":
-            loss, params = self.loss, self.loss.params
-            if not ({"mu", "sigma"} & set(self.floating())):
-                note("no line-shape parameter of the Gaussian floats: nothing to compare")
-                return
+            # every parameter, floating or not: its programs are one per sample size and bypass setting (the
+            # last precompute's), not also per floating set (up to 24 with mu or sigma, each an XLA compile of
+            # 2-12 s CPU, nearly every call a first one); the floating set's Hessian is a block of this one
+            loss, params = self.loss, [self.p[n] for n in NAMES]
         elif which == "complex line shape":
             loss, params = _line_shape()
         else:
@@ -585,7 +612,13 @@ class FitMachine(RuleBasedStateMachine):
         plain = loss.hessian_at(before, params, exact=None if structured else exact).numpy()
         if exact or structured:
             differences = loss.hessian_at(before, params, exact=False).numpy()
-            np.testing.assert_allclose(plain, differences, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(plain).max()))
+            # not the rows of a parameter within a step of a limit: its differences are one-sided there, off by
+            # O(step) times a third derivative (sigma at its limit 0.1 after a fit that walked there: 6e-5)
+            step = default_step(np.array(before))
+            inside = [k for k, q in enumerate(params)
+                      if all(abs(before[k] - end) > step[k] for end in (q.lower, q.upper) if end is not None)]
+            np.testing.assert_allclose(plain[np.ix_(inside, inside)], differences[np.ix_(inside, inside)], rtol=1e-5,
+                                       atol=1e-6 * max(1.0, np.abs(plain).max()))
         with zcache.set_jit_mode(jit):
             # the first call after new data may run uncompiled (it stores the caches XLA then reads)
             calls = [loss.hessian_at(before, params, exact=None if structured else exact).numpy() for _ in range(3)]
@@ -834,31 +867,37 @@ class FitMachine(RuleBasedStateMachine):
         """The asymptotic calculator's observed q of nsig, with the floating set of the moment,
         equals -2 ln lambda of iminuit fits of the numpy NLL (free, and nsig fixed at a value
         ``shift`` errors above the best fit), its CLs+b is 1 - Phi(sqrt q) (Cowan et al. eq. 59),
-        and every value, floating flag and the data are as before."""
+        and every value, floating flag and the data are as before. Where a reference fit leaves a parameter
+        undetermined, the NLL has several local minima (:meth:`_minima`) and q lies between theirs (to the same
+        2e-3): at stress seed 9168 zcache's free fit ended at sigma's lower limit, 0.125 below iminuit's, which
+        stopped where the signal yield's limit 0 makes sigma flat (both valid; the numpy NLL at zcache's
+        minimum is the lower)."""
         from scipy import stats
 
         from zcache.inference import AsymptoticCalculator
 
         before, floating = self.values(), self.floating()
         flags = {n: self.p[n].floating for n in NAMES}
-        free = np_minuit(self.x, before, floating)
-        if not free.valid:
+        frees = self._minima(before, floating)
+        if not frees:
             note("the numpy reference does not converge: no comparison")
             return
+        free = frees[0]
         tested = min(free.values["nsig"] + shift * free.errors["nsig"], LIMITS["nsig"][1])
         nuisances = [n for n in floating if n != "nsig"]
         if nuisances:
-            at = np_minuit(self.x, {**before, "nsig": tested}, nuisances)
-            at_nll = at.fval if at.valid else None
+            at_nlls = [at.fval for at in self._minima({**before, "nsig": tested}, nuisances)]
         else:
-            at_nll = np_extended_nll(self.x, *{**before, "nsig": tested}.values())
-        q = None if at_nll is None else max(2.0 * (at_nll - free.fval), 0.0)
+            at_nlls = [np_extended_nll(self.x, *{**before, "nsig": tested}.values())]
+        # one q per pair of minima: a single one unless a parameter is undetermined at a minimum (_minima), where
+        # zcache's fit may end at any of the valley's minima and its q then lies between theirs
+        qs = [max(2.0 * (at_nll - f.fval), 0.0) for at_nll in at_nlls for f in frees]
         calc = AsymptoticCalculator(self.loss, self.p["nsig"], minimizer=Minuit(tol=TOL, compiled=compiled),
                                     asimov_bins=200)
         pv = calc.p_values([tested], statistic="q")
-        note(f"asymptotic q at nsig = {tested:.6g}: zcache {pv.observed[0]:.8g}, numpy {q}")
-        if q is not None:
-            assert pv.observed[0] == pytest.approx(q, abs=2e-3)
+        note(f"asymptotic q at nsig = {tested:.6g}: zcache {pv.observed[0]:.8g}, numpy {qs}")
+        if qs:
+            assert min(qs) - 2e-3 <= pv.observed[0] <= max(qs) + 2e-3, (pv.observed[0], qs)
         assert pv.clsb[0] == pytest.approx(stats.norm.sf(np.sqrt(pv.observed[0])), rel=1e-9)
         assert self.values() == before
         assert {n: self.p[n].floating for n in NAMES} == flags
@@ -998,3 +1037,19 @@ def test_as_built_check_fails_on_a_bypassed_or_valid_cache() -> None:
         _assert_as_built(caches)
     FitMachine()  # and the reset puts it back
     _assert_as_built(caches)
+
+
+@pytest.mark.slow  # fits, a calculator's compiled fits
+def test_asymptotic_q_where_sigma_is_undetermined_seed_9168(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stress seed 9168 (harness fault): after a search on background-only data (nsig at its limit 0) with
+    sigma floated, iminuit's free fit of the numpy NLL stops where sigma is flat, zcache's walks to sigma's
+    lower limit (2 signal events, 0.125 lower: the better minimum); the rule compares q with the valley's
+    minima (FitMachine._minima), of which there are several here, and passes."""
+    monkeypatch.setitem(globals(), "note", lambda *_: None)
+    machine = FitMachine()
+    machine.small_signal_fit(nsig=1, seed=5235, total=680)
+    machine.toggle_floating("sigma")
+    frees = machine._minima(machine.values(), machine.floating())
+    fvals = sorted(f.fval for f in frees)
+    assert len(frees) == 3 and fvals[-1] - fvals[0] > 0.1  # the first fit is not the lowest minimum
+    machine.asymptotic_q_is_the_numpy_profile(shift=2.754382636617804, compiled=True)
