@@ -113,6 +113,16 @@ def first_run(tmp_path_factory):
     return cache, report, err
 
 
+@pytest.fixture(scope="module")
+def second_run(first_run):
+    """A second process that ran SCRIPT on the first run's cache, and the entry's mtime before it: (report, stderr,
+    mtime), read by the tests of what it loaded and of what it logged (each cost a fresh process of its own)."""
+    (name,) = entries(first_run[1]["directory"])
+    mtime = os.stat(os.path.join(first_run[1]["directory"], name)).st_mtime_ns
+    report, err = run_script(first_run[0])
+    return report, err, mtime
+
+
 @pytest.fixture
 def no_root(monkeypatch):
     """Keep the module's state as it was (a test calls the set-up with its own environment)."""
@@ -124,7 +134,7 @@ def no_root(monkeypatch):
 
 
 @pytest.mark.slow  # about 14 CPU seconds, two fresh processes (CONTRIBUTING.md, "Test times")
-def test_second_process_loads_the_first_ones_program(first_run):
+def test_second_process_loads_the_first_ones_program(first_run, second_run):
     cache, report, err = first_run
     directory = report["directory"]
     assert report["managed"] and directory.startswith(os.path.join(cache, "xla", "tf"))
@@ -134,18 +144,17 @@ def test_second_process_loads_the_first_ones_program(first_run):
     for folder in (cache, os.path.join(cache, "xla"), directory):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     assert os.listdir(os.path.join(directory, "proc")) == []  # the process's own folder went at exit
-    mtime = os.stat(os.path.join(directory, name)).st_mtime_ns
 
-    second, err2 = run_script(cache)
+    second, err2, mtime = second_run
     assert second["directory"] == directory and second["value"] == report["value"]
     assert LOADED in err2 and SAVED not in err2  # TensorFlow ran no XLA compile of its own
     assert entries(directory) == [name] and os.stat(os.path.join(directory, name)).st_mtime_ns == mtime
 
 
-@pytest.mark.slow  # about 6 CPU seconds, a fresh process (CONTRIBUTING.md, "Test times")
-def test_loading_an_entry_logs_no_tensorflow_errors(first_run):
+@pytest.mark.slow  # the second process of test_second_process_loads_the_first_ones_program (a module fixture)
+def test_loading_an_entry_logs_no_tensorflow_errors(second_run):
     """TensorFlow's error lines about a load (text parse, tuning features) are left out; its other lines stay."""
-    second, err = run_script(first_run[0])
+    _, err, _ = second_run
     assert LOADED in err  # a VLOG line written during the same call: kept
     assert "Error parsing text-format" not in err and "prefer-no-" not in err
 
@@ -266,11 +275,10 @@ def test_switched_off(tmp_path):
     assert not os.path.exists(cache) and SAVED not in err
 
 
-# about 13 CPU seconds, a fresh process; the fast loop keeps test_second_process_loads_the_first_ones_program
+# a fresh process (the first run's, a module fixture, reports what import set: a process of its own did it again)
 @pytest.mark.slow  # (CONTRIBUTING.md, "Test times")
-def test_import_makes_nothing_and_leaves_the_environment(tmp_path):
-    cache = str(tmp_path / "zcache")
-    report, _ = run_script(cache)
+def test_import_makes_nothing_and_leaves_the_environment(first_run, tmp_path):
+    report = first_run[1]
     assert report["imported"]["flags"] is None and report["imported"]["info"].startswith("on")
     environ = {k: v for k, v in os.environ.items() if k not in ("TF_XLA_FLAGS",)}
     environ.update(ZCACHE_CACHE_DIR=str(tmp_path / "other"), PYTHONPATH=ROOT)

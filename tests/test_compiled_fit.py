@@ -252,7 +252,10 @@ def test_compiled_fit_equals_migrad_hesse(name):
     assert new.valid
 
 
-@pytest.mark.parametrize("mode", ["graph", pytest.param("jit", marks=pytest.mark.slow)])
+# graph exhaustive: the default mode, so the same comparison on the same model as
+# test_compiled_fit_equals_migrad_hesse[gauss_exp] (make test; the fast loop keeps its [gauss])
+@pytest.mark.parametrize("mode", [pytest.param("graph", marks=pytest.mark.exhaustive),
+                                  pytest.param("jit", marks=pytest.mark.slow)])
 def test_compiled_fit_in_modes(mode):
     """Under XLA (set_jit_mode('auto')) the program is compiled; the result is the same."""
     loss, _ = gauss_exp(f"modes_{mode}")

@@ -31,6 +31,10 @@ from zcache.shapes import HistogramPdf
 FIT_PATHS = [pytest.param(True, id="compiled"), pytest.param(False, id="eager-migrad", marks=pytest.mark.slow)]
 #: both paths in the fast tier (the interface's own fits)
 BOTH_PATHS = [pytest.param(True, id="compiled"), pytest.param(False, id="eager-migrad")]
+#: MIGRAD's path exhaustive: make test runs the calculators' fits on it in test_discovery_of_a_one_bin_count_is_the_
+#: closed_form and test_cls_agrees_with_pyhf_hypotest[two-bins-eager-migrad] (a CLs scan), the fast loop in
+#: test_conditional_and_free_fits_give_the_gaussian_likelihood_ratio; the calculators do nothing path-specific
+COMPILED_PATH = [pytest.param(True, id="compiled"), pytest.param(False, id="eager-migrad", marks=pytest.mark.exhaustive)]
 
 
 def _state(loss):
@@ -228,7 +232,7 @@ def _cls_count(s, n, b, band=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compiled", FIT_PATHS)
+@pytest.mark.parametrize("compiled", COMPILED_PATH)
 def test_cls_upper_limit_of_a_count_is_cowans_formula(compiled):
     n, b = 14.0, 10.0
     loss, s = _counting_binned(n, b, f"s_ul_{compiled}")
@@ -388,7 +392,7 @@ def test_a_simultaneous_loss_agrees_with_a_two_channel_pyhf_model():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compiled", FIT_PATHS)
+@pytest.mark.parametrize("compiled", COMPILED_PATH)
 def test_the_profile_likelihood_interval_is_minos(compiled):
     mu = zcache.Parameter(f"mu_minos_{compiled}", 0.0, lower=-3.0, upper=3.0)
     sigma = zcache.Parameter(f"sigma_minos_{compiled}", 1.3, lower=0.3, upper=4.0)

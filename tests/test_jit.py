@@ -443,7 +443,10 @@ def test_what_xla_cannot_compile_runs_uncompiled():
 
 
 # -- a fit -------------------------------------------------------------------------------------
-@pytest.mark.slow  # 15 s: two fits, XLA compiles
+# exhaustive (two fits, XLA compiles): make test keeps a compiled fit under XLA equal to MIGRAD's and the same fit
+# without XLA equal to MIGRAD's (test_compiled_fit.py's test_compiled_fit_in_modes, [jit] and [graph]), and compiled
+# fits under XLA equal to the uncompiled ones toy by toy (test_toys_on_padded_data_under_jit_match_the_uncompiled_study)
+@pytest.mark.exhaustive
 def test_minuit_fit_same_with_jit_on_and_off(fit):
     from zcache.minimize import Minuit
 

@@ -43,29 +43,34 @@ def test_tensorflow_logs_on_request():
     assert _import_stderr(ZCACHE_TF_LOGS="1", TF_CPP_MIN_LOG_LEVEL="0").strip() != ""
 
 
+# ZCACHE_GC_FREEZE unset: the tf-first probe of test_import_leaves_out_what_a_fit_does_not_need traces in its fresh
+# process (an interpreter of its own cost a TensorFlow import); set to 0: a process of its own.
 @pytest.mark.slow
 @pytest.mark.parametrize("setting, frozen", [(None, True), ("0", False)])
-def test_traces_freeze_what_was_alive_before_unless_told_not_to(setting, frozen):
+def test_traces_freeze_what_was_alive_before_unless_told_not_to(setting, frozen, request):
     """``import zcache`` freezes nothing; a zcache trace keeps the objects alive before it out of the
     collector's full passes, and gives them back when it ends (the freeze count is 0 again);
     ``ZCACHE_GC_FREEZE=0`` leaves the collector alone. A cycle made before the trace is still collected."""
-    environ = {k: v for k, v in os.environ.items() if k != "ZCACHE_GC_FREEZE"}
-    if setting is not None:
-        environ["ZCACHE_GC_FREEZE"] = setting
-    script = ("import gc, weakref, zcache, tensorflow as tf\n"
-              "after_import = gc.get_freeze_count()\n"
-              "class Node: pass\n"
-              "a, b = Node(), Node(); a.b, b.a = b, a; r = weakref.ref(a); del a, b\n"
-              "seen = []\n"
-              "f = zcache.function(lambda x: seen.append(gc.get_freeze_count()) or x * 2.0)\n"
-              "f(tf.constant(1.0))\n"
-              "gc.collect(); print(after_import, seen[0], gc.get_freeze_count(), r() is None)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environ,
-                          timeout=300, check=True, cwd=pathlib.Path(__file__).parents[1])
-    after_import, in_trace, after, collected = done.stdout.split()
+    if setting is None:
+        report = request.getfixturevalue("lazy_probes")["tf-first"][0]
+        after_import, (in_trace, after, collected) = report["gc"][1], report["freeze"]
+    else:
+        environ = {**{k: v for k, v in os.environ.items() if k != "ZCACHE_GC_FREEZE"}, "ZCACHE_GC_FREEZE": setting}
+        script = ("import gc, weakref, zcache, tensorflow as tf\n"
+                  "after_import = gc.get_freeze_count()\n"
+                  "class Node: pass\n"
+                  "a, b = Node(), Node(); a.b, b.a = b, a; r = weakref.ref(a); del a, b\n"
+                  "seen = []\n"
+                  "f = zcache.function(lambda x: seen.append(gc.get_freeze_count()) or x * 2.0)\n"
+                  "f(tf.constant(1.0))\n"
+                  "gc.collect(); print(after_import, seen[0], gc.get_freeze_count(), r() is None)")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environ,
+                              timeout=300, check=True, cwd=pathlib.Path(__file__).parents[1])
+        after_import, in_trace, after, collected = done.stdout.split()
+        collected = collected == "True"
     assert int(after_import) == 0 and int(after) == 0
     assert (int(in_trace) > 100_000) is frozen and (int(in_trace) == 0) is not frozen
-    assert collected == "True"  # frozen during the trace, collected after it
+    assert collected is True  # frozen during the trace, collected after it
 
 
 @pytest.mark.slow
@@ -205,8 +210,25 @@ after_import = set(sys.modules)
 names = sorted(dir(zcache))
 state = [gc.isenabled(), gc.get_freeze_count(), gc.get_threshold()]
 toys = zcache.toys.run_toys.__module__
+after_toys = sorted(set(sys.modules) - after_import)
+extra = {}
+if sys.argv[1] == "tf-first":
+    # The same fresh process serves two more checks (each cost a TensorFlow import of its own): the amplitude
+    # package's names import no SymPy, and a trace freezes the objects alive before it (ZCACHE_GC_FREEZE unset)
+    import weakref
+    import zcache.amplitude as amplitude
+    from zcache.amplitude import SymbolicModel, from_helicity_model
+    extra["amplitude"] = [len(amplitude.__all__), [m for m in ("sympy", "ampform") if m in sys.modules]]
+    import tensorflow as tf
+    class Node: pass
+    a, b = Node(), Node(); a.b, b.a = b, a; r = weakref.ref(a); del a, b
+    seen = []
+    f = zcache.function(lambda x: seen.append(gc.get_freeze_count()) or x * 2.0)
+    f(tf.constant(1.0))
+    gc.collect()
+    extra["freeze"] = [seen[0], gc.get_freeze_count(), r() is None]
 print(json.dumps({"new": sorted(after_import - before), "before": sorted(before), "dir": names, "gc": state,
-                  "toys": toys, "after_toys": sorted(set(sys.modules) - after_import)}))
+                  "toys": toys, "after_toys": after_toys, **extra}))
 '''
 
 # What a plain fit does not need, and ``import zcache`` leaves out (issue 54): SymPy and the amplitude
@@ -219,9 +241,17 @@ _NOT_IMPORTED = ["sympy", "ampform", "dask", "distributed", "uproot", "matplotli
 def _lazy_probe(order: str) -> tuple[dict, str]:
     """The probe's report and its stderr (TensorFlow's log switches unset, as a user's shell has them)."""
     root = str(pathlib.Path(__file__).resolve().parents[1])
+    environ = {k: v for k, v in _quiet_environ().items() if k != "ZCACHE_GC_FREEZE"}  # its default, as a user's
     done = subprocess.run([sys.executable, "-c", _LAZY_PROBE, order, root], capture_output=True, text=True,
-                          timeout=300, check=True, env=_quiet_environ())
+                          timeout=300, check=True, env=environ)
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+@pytest.fixture(scope="module")
+def lazy_probes() -> dict[str, tuple[dict, str]]:
+    """The two fresh processes of ``_LAZY_PROBE`` (report and stderr by order), read by three tests: each checks
+    other things of the same runs (a fresh interpreter's TensorFlow import costs several CPU seconds)."""
+    return {order: _lazy_probe(order) for order in ("tf-first", "zcache-first")}
 
 
 def _under(name: str, modules: set[str]) -> bool:
@@ -232,12 +262,12 @@ def _under(name: str, modules: set[str]) -> bool:
 # that ``import zcache`` prints nothing (test_import_prints_nothing) and that ``import zcache, zcache.scale`` imports
 # no Dask (test_distributed.py's test_import_zcache_imports_no_dask).
 @pytest.mark.slow
-def test_import_leaves_out_what_a_fit_does_not_need():
+def test_import_leaves_out_what_a_fit_does_not_need(lazy_probes):
     """Fresh processes: ``import zcache`` imports none of ``_NOT_IMPORTED`` beyond what TensorFlow's own import
     brings (pandas and matplotlib, in this TensorFlow), after TensorFlow or before it; ``zcache.toys`` still
     works, imported on first use with ``zcache.scale`` (and no Dask); the collector is as it was (enabled, nothing
     frozen). Imported first, before TensorFlow, zcache prints nothing (TensorFlow's start-up lines stay off)."""
-    (tf_first, _), (zcache_first, zcache_first_stderr) = _lazy_probe("tf-first"), _lazy_probe("zcache-first")
+    (tf_first, _), (zcache_first, zcache_first_stderr) = lazy_probes["tf-first"], lazy_probes["zcache-first"]
     assert zcache_first_stderr == ""
     every = set(zcache_first["before"]) | set(zcache_first["new"]) | set(zcache_first["after_toys"])
     assert "zcache.scale" in every and not any(_under(name, every) for name in ("dask", "distributed"))
@@ -253,6 +283,17 @@ def test_import_leaves_out_what_a_fit_does_not_need():
         assert {"zcache.toys", "zcache.scale", "zcache.scale._batch"} <= set(seen["after_toys"])
     # Positive control: the probe would see these, were they imported (TensorFlow's own import brings two).
     assert {"pandas", "matplotlib"} <= by_tensorflow or not _under("pandas", set(zcache_first["new"]))
+
+
+# It had a fresh process of its own (tests/test_amplitude_symbolic.py); the tf-first probe imports the package now.
+@pytest.mark.slow
+def test_importing_the_amplitude_package_does_not_import_sympy(lazy_probes):
+    """``import zcache.amplitude`` (the bridge's names included) leaves SymPy unimported: they import it when called."""
+    import zcache.amplitude
+
+    n_names, imported = lazy_probes["tf-first"][0]["amplitude"]
+    assert imported == []
+    assert n_names == len(zcache.amplitude.__all__)  # the probe imported the package itself
 
 
 def test_lazy_submodule_access():
