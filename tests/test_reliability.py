@@ -753,6 +753,55 @@ def test_a_traced_setter_does_not_keep_caches_created_after_its_trace():
     assert uid not in zcache.dependency_graph()
 
 
+class Acyclic(zcache.Cachable):
+    """A model without a reference cycle of its own: freed when its last reference goes."""
+
+    def __init__(self, seed: int) -> None:
+        self.mu = zcache.Parameter("mu", 0.1 * seed)
+        self.x = zcache.Data(np.random.default_rng(seed).normal(size=20), name="x")
+
+    @zcache.cached
+    def density(self) -> tf.Tensor:
+        return tf.exp(-0.5 * (self.x.value() - self.mu.value()) ** 2)
+
+
+def test_a_dropped_zcache_function_is_freed_without_the_collector():
+    """Issue 51: a zcache.function held its tf.functions, whose traced wrapper held the zcache.function back:
+    a cycle, so a dropped function, its graphs and everything its body closes over (a model, its caches, its
+    data) lived until the collector's next full pass (a notebook's loop that builds a model and a traced function
+    per fit kept them all; the stateful machine's teardown paid a full pass per sequence). Counted over cycles
+    with the collector off: nothing of a dropped cycle is left, the dependency graph does not grow."""
+    from zcache._engine.function import _FUNCTIONS
+
+    uses = {
+        "value": lambda m: zcache.function(lambda: tf.reduce_sum(m.density())),
+        "gradient": lambda m: zcache.function(lambda: zcache.gradient(lambda: tf.reduce_sum(m.density()), [m.mu])),
+        "setter": lambda m: zcache.function(lambda v: (m.mu.set_value(v), tf.reduce_sum(m.density()))[1]),
+    }
+
+    def run(seed: int, use: str) -> list[weakref.ref]:
+        m = Acyclic(seed)
+        f = uses[use](m)
+        y = f(tf.constant(0.2, tf.float64)) if use == "setter" else f()
+        assert np.isfinite(float(tf.reduce_sum(y)))
+        return [weakref.ref(m), weakref.ref(f), weakref.ref(m.mu), weakref.ref(m.x)]
+
+    run(0, "value")
+    _collect()
+    functions, nodes = len(_FUNCTIONS), zcache.dependency_graph().number_of_nodes()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        refs = {(seed, use): run(seed, use) for seed in range(1, 3) for use in uses}
+        kept = sorted(key for key, rs in refs.items() if any(r() is not None for r in rs))
+        assert not kept, f"dropped models and functions kept alive until a collection: {kept}"
+        assert len(_FUNCTIONS) == functions
+        assert zcache.dependency_graph().number_of_nodes() == nodes
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @pytest.mark.slow  # fast loop: a costlier case of a behaviour the fast tests keep
 def test_no_node_of_a_collected_object_survives_in_the_graph():
     """Every node's weak reference is alive (the invariant the stateful machine also checks)."""

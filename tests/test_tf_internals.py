@@ -255,6 +255,42 @@ def test_assertion_text_is_recovered():
     err = error_from(info.value)
     assert type(err).__name__ == "ModelError" and str(err) == "must hold"
 
+    @tf.function(autograph=False)
+    def required(x):  # the form zcache's own checks take (traced_checks.require): the message is the only data
+        tf.debugging.Assert(x, ["[zcache:ModelError] must hold [0, 1]"])
+        return x
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        required(tf.constant(False))
+    err = error_from(info.value)
+    assert type(err).__name__ == "ModelError" and str(err) == "must hold [0, 1]"
+
+
+def test_require_adds_one_assert_op_and_no_function():
+    """A traced zcache check is one Assert op: tf.debugging.assert_equal guarded its Assert with a tf.cond, two
+    branch functions traced per check (most of the trace of a small in-graph setter, issue 51)."""
+    from zcache._engine.traced_checks import assertion_ops, error_from, require
+    from zcache.exceptions import ModelError
+
+    graphs = []
+
+    @tf.function(autograph=False)
+    def checked(x):
+        before = len(tf.compat.v1.get_default_graph().get_operations())
+        require(x > 0.0, ModelError, "x must be positive")
+        graph = tf.compat.v1.get_default_graph()
+        graphs.append((graph, [op.type for op in graph.get_operations()[before:]]))
+        return x
+
+    assert float(checked(tf.constant(1.0))) == 1.0
+    graph, added = graphs[0]
+    assert added.count("Assert") == 1 and "If" not in added and "StatelessIf" not in added, added
+    assert len(assertion_ops(graph)) == 1 and not graph.as_graph_def().library.function
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        checked(tf.constant(-1.0))
+    err = error_from(info.value)
+    assert isinstance(err, ModelError) and str(err) == "x must be positive"
+
 
 def test_inside_control_flow_sees_cond_branches_and_loop_bodies():
     """Item 12: a graph being built is told apart as a tf.cond branch or loop body (or inside one)."""

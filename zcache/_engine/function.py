@@ -345,9 +345,14 @@ class Function:
 
     def _traced_body(self, jit: bool) -> Callable[..., Any]:
         # A fresh wrapper per function, `__wrapped__` pointing at the user's function: TF keys
-        # its signature and its "frequent retracing" statistics by the wrapped function.
+        # its signature and its "frequent retracing" statistics by the wrapped function. It holds
+        # this function weakly: this function holds the tf.function that holds the wrapper, and a
+        # strong reference would make the three a cycle, which kept a dropped zcache.function, its
+        # graphs and everything its closure reads (models, caches, data) until a full collection.
+        owner = weakref.ref(self)
+
         def body(*args: Any, **kwargs: Any) -> Any:
-            return self._trace_body(jit, *args, **kwargs)
+            return owner()._trace_body(jit, *args, **kwargs)
 
         return functools.update_wrapper(body, self.python_function)
 

@@ -327,7 +327,8 @@ def graph_key() -> int:
 
 # 7. TensorFlow's error texts ----------------------------------------------------------
 # An in-graph check fails as tf.errors.InvalidArgumentError; TensorFlow wraps its message as
-# "[msg] [Condition x == y did not hold ...]" (asserts) or "msg : Tensor had NaN values".
+# "[msg]" (zcache's asserts; "[msg] [Condition x == y did not hold ...]" from tf.debugging.assert_*)
+# or "msg : Tensor had NaN values".
 _TF_SUFFIX = re.compile(r"\s*: Tensor had .*$")
 
 

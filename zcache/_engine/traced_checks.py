@@ -102,7 +102,10 @@ def require(ok: Any, error: type[Exception], message: str) -> list[Any]:
         stack[-1][1].append((ok, error, message))
         return [ok]  # a value: guarded writes use it (checks_hold), control dependencies accept it
     refuse_unmanaged_xla(f"a zcache check ({error.__name__}: {message})")
-    return [tf.debugging.assert_equal(ok, tf.constant(True), message=marked(error, message))]
+    # An Assert whose data are strings only is one op; tf.debugging.assert_equal's data hold the
+    # compared tensors, which TensorFlow guards with a tf.cond (two branch functions traced per
+    # check, most of the trace of a small setter). The failed check's error and message are the same.
+    return [tf.debugging.Assert(ok, [marked(error, message)])]
 
 
 def refuse_unmanaged_xla(what: str) -> None:
