@@ -41,7 +41,9 @@ loss.value()
 # :func:`zcache.dependency_graph` is the live ``networkx.DiGraph``: nodes are parameters, datasets and
 # caches (attribute ``kind``), an edge ``a -> b`` means that ``b`` was computed from ``a``.
 # :func:`zcache.to_dot` writes it in Graphviz DOT, with each cache's hits and misses, for ``dot -Tpng``.
-graph = zcache.dependency_graph()
+# The graph holds every model alive in the process; this loss's part is the component its parameters are in.
+everything = zcache.dependency_graph()
+graph = everything.subgraph(nx.node_connected_component(everything.to_undirected(as_view=True), mu.node_id))
 print(zcache.to_dot())
 caches = {n: graph.nodes[n]["ref"]() for n, kind in graph.nodes(data="kind") if kind == "cache"}
 
