@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import graph_mode_params, save_modes
+from helpers import QUIET_DASK, graph_mode_params, save_modes
 from hypothesis import HealthCheck, settings
 
 import zcache
@@ -113,16 +113,6 @@ def mode(request):
         yield request.param
 
 
-#: Dask settings of the session's cluster: the workers' profiler off, the monitors' ticks rare
-#: (``tests/distributed_parts.py`` starts its cluster with the same, as environment variables).
-_QUIET_DASK = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.tick.interval": "1s",
-    "distributed.admin.system-monitor.interval": "5s",
-    "distributed.worker.memory.monitor-interval": "1s",
-}
-
-
 @pytest.fixture(scope="session")
 def dask_client():
     """One 2-worker ``zcache.toys.local_cluster`` (worker processes, 127.0.0.1) and its client for the session of
@@ -137,7 +127,7 @@ def dask_client():
 
     # Idle for most of the session, a cluster with Dask's default monitors still burns CPU (its
     # statistical profiler samples every 10 ms), charged to whichever test runs last in the process.
-    with dask.config.set(_QUIET_DASK):
+    with dask.config.set(QUIET_DASK):
         cluster = local_cluster(2)
         client = distributed.Client(cluster)
         yield client

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from helpers import HI, LIMITS, LO, NAMES, np_extended_nll
+from helpers import HI, LIMITS, LO, NAMES, QUIET_DASK, dask_environment, np_extended_nll
 
 import zcache
 
@@ -69,18 +69,6 @@ with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0
     print(cluster.scheduler_address, flush=True)
     sys.stdin.read()
 """
-#: Dask's periodic work that a test cluster does not need, made rare: the workers' statistical profiler (a sample
-#: every 10 ms), the event loops' tick monitor (20 ms), the system and memory monitors (0.5 s, 0.1 s). An idle
-#: cluster took 0.073 CPU seconds a second with the defaults and 0.012 without them (measured as
-#: design/reliability.md's issue-51 rows say): ``make stress`` runs one cluster per worker for the whole run.
-#: Nothing the distributed_parts rule checks uses them (heartbeats, work stealing and the nannies are as they were).
-QUIET_DASK = {
-    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
-    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
-    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
-    "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s",
-    "DASK_DISTRIBUTED__NANNY__MEMORY__MONITOR_INTERVAL": "1s",
-}
 _CLUSTER: dict[str, Any] = {}
 _LOSSES: dict[tuple[int, bool], Any] = {}  # (parts, extended) -> DistributedLoss, built once per process
 _LOCAL: dict[bool, Any] = {}  # extended -> the same loss of all events in this process
@@ -93,7 +81,7 @@ def client() -> Any:
 
         # this process's path ('' is the working directory): the workers import this module and this zcache
         path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-        env = {**os.environ, **QUIET_DASK, "PYTHONPATH": os.pathsep.join(path)}
+        env = {**os.environ, **dask_environment(QUIET_DASK), "PYTHONPATH": os.pathsep.join(path)}
         child = subprocess.Popen([sys.executable, "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  env=env, text=True)
         address = child.stdout.readline().strip()

@@ -132,6 +132,26 @@ def uniform_np(n, masses, seed):
 
 # == the extended Gauss + Exponential fit problem on [LO, HI] ==================================
 LO, HI = 0.0, 10.0
+#: Dask's periodic work that a test cluster does not need, made rare: the workers' statistical profiler (a sample
+#: every 10 ms), the event loops' tick monitor (20 ms), the system and memory monitors (0.5 s, 0.1 s). An idle
+#: cluster took 0.073-0.12 CPU seconds a second with the defaults and 0.012-0.013 without them (design/reliability.md's
+#: issue-51 rows; the session cluster's commit). Nothing the tests check uses them (heartbeats, work stealing and
+#: the nannies are as they were). Dask's dotted keys, for ``dask.config.set``; :func:`dask_environment` gives the
+#: same as environment variables, for a cluster started in a child process.
+QUIET_DASK = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.nanny.memory.monitor-interval": "1s",
+}
+
+
+def dask_environment(settings: dict) -> dict[str, str]:
+    """Dask settings as the environment variables Dask reads at import (``DASK_A__B__C_D`` for ``a.b.c-d``)."""
+    return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
+
+
 NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
 LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
 
