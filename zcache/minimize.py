@@ -325,7 +325,7 @@ class Minuit:
         and every later fit of that loss and set is compiled (waiting for a build still running). A script
         that fits a loss once builds no program. Which tier serves a fit depends on the fits before it, never
         on timing; the tiers agree within the fit's tolerance, not to the last bit (``zcache._fitting.tiers``,
-        :func:`wait_for_builds`; inside :func:`many_fits`, as in zcache's serial toys and scans, every fit
+        :func:`wait_for_builds`; inside :func:`many_fits`, as in zcache's toy studies and scans, every fit
         is compiled). ``False``: every fit compiled, the first tracing in the foreground. No
         effect with ``compiled=False`` or where XLA compiles the loss (:func:`zcache.set_jit_mode`): there
         every fit is compiled.
@@ -427,7 +427,7 @@ class Minuit:
         # a program traced already serves a tiered fit too; a build in flight is waited for. Under XLA the
         # cheap tier would compile value + gradient as well as the program's (not measured yet): every fit
         # stays compiled there.
-        tiered = self.tiered and not tiers.many_fits_follow() and not setting[0] and not fit.traced(*setting)
+        tiered = self.tiered and not tiers.in_many_fits() and not setting[0] and not fit.traced(*setting)
         return tiers.tier(fit, setting, tiered=tiered)
 
     def _try_compiled(self, obj: Objective, fit: CompiledFit, start: float) -> tuple[FitResult | None, str | None, int]:

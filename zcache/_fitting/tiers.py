@@ -66,7 +66,7 @@ import tensorflow as tf
 from ..exceptions import ZCacheError
 from .compiled_fit import CompiledFit
 
-__all__ = ["CHEAP_FITS", "REFUSING", "Build", "many_fits", "many_fits_follow", "refusal", "start_build", "tier",
+__all__ = ["CHEAP_FITS", "REFUSING", "Build", "in_many_fits", "many_fits", "refusal", "start_build", "tier",
            "wait_for_builds"]
 
 #: The fits of a compiled fit and setting that the cheap tier serves; the last of them starts the program's build.
@@ -94,7 +94,7 @@ def many_fits() -> Iterator[None]:
     For a loop of many fits of one loss (toys, the points of a scan): the cheap tier saves a script that fits
     once the program's build, which a loop pays anyway, and its first fits would be MIGRAD's and the others
     compiled, so the same seeded loop run twice in a process would differ within the fit's tolerance. zcache's
-    serial toys and serial scans fit inside such a block.
+    serial toys, hypothesis-toy studies and serial scans fit inside such a block.
 
     Examples
     --------
@@ -122,7 +122,7 @@ def many_fits() -> Iterator[None]:
         _LOOP.depth -= 1
 
 
-def many_fits_follow() -> bool:
+def in_many_fits() -> bool:
     """Whether this thread is inside a :func:`many_fits` block.
 
     Returns
