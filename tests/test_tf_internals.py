@@ -318,6 +318,70 @@ def test_inside_control_flow_sees_cond_branches_and_loop_bodies():
     assert _tf_internals.inside_control_flow() is False
 
 
+def test_built_inside_tells_a_tape_in_the_trace_from_one_around_the_call():
+    """Item 12: a backward pass built by a tape inside the trace (or in a cond branch there) is built inside the
+    forward pass's graph; one built for an eager tape around the call is not."""
+    seen = {}
+    v = tf.Variable(0.5, dtype=tf.float64)
+
+    @tf.custom_gradient
+    def marked(x):
+        graph = tf.compat.v1.get_default_graph()
+
+        def vjp(dy):
+            seen.setdefault("backward", []).append(_tf_internals.built_inside(graph))
+            return dy
+
+        return tf.identity(x), vjp
+
+    @tf.function(autograph=False)
+    def inner_tape():
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            y = marked(v.read_value())
+        return tape.gradient(y, v)
+
+    @tf.function(autograph=False)
+    def forward():
+        return marked(v.read_value())
+
+    inner_tape()
+    with tf.GradientTape() as tape:
+        tape.watch(v)
+        y = forward()
+    tape.gradient(y, v)
+    assert seen["backward"] == [True, False]
+    assert _tf_internals.built_inside(tf.compat.v1.get_default_graph())
+
+
+def test_tensorflow_still_miscompiles_x_times_one_plus_x_in_a_backward_cond():
+    """TensorFlow 2.21's graph optimizer turns ``x * 1.0 + x``, computed in a ``tf.cond`` branch of a custom
+    gradient's backward function (an eager tape around a ``tf.function`` call), into an empty float32 gradient.
+    zcache's backward pass has that shape (``tf.cond(hit, recompute, zeros)``), so a cache computing ``a * 1.0 + a``
+    whose gradient is taken by a tape around a traced call gets it wrong; the stateful machine's formulas avoid the
+    pattern (``tests/test_properties.py``, ``_norm``). When this test fails, TensorFlow has fixed it: drop the
+    machine's workaround and this test."""
+    v = tf.Variable(0.5, dtype=tf.float64)
+    flag = tf.Variable(True)
+
+    @tf.function(autograph=False)
+    def f():
+        x = v.read_value()
+
+        @tf.custom_gradient
+        def read(value, x):
+            return tf.identity(value), lambda dy: (dy, tf.cond(flag, lambda: x * 1.0 + x, lambda: tf.zeros_like(x)))
+
+        return read(tf.constant(0.0, tf.float64), x)
+
+    f()
+    with tf.GradientTape() as tape:
+        tape.watch(v)
+        y = f()
+    g = tape.gradient(y, v)
+    assert (g.dtype, tuple(g.shape)) == (tf.float32, (0,)), f"TensorFlow now gives {g!r} (1.0 is right)"
+
+
 def test_inside_vectorized_loop_sees_jacobian_and_vectorized_map_bodies():
     """Item 13: the body of a pfor loop (tape.jacobian, tf.vectorized_map) is told apart, traced or eager;
     a plain function, a while loop's body and a user's own name scope are not."""

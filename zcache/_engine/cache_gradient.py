@@ -13,7 +13,13 @@ gradient is asked for.
 If an input changed between the forward and the backward pass (a persistent tape that
 spans a ``set_value``; ``GRAPH.input_changes`` moved), the backward pass recomputes the
 function at the forward pass's inputs instead, substituting every input ancestor by its
-forward value (:func:`zcache._engine.context.substituted`). So it does for a cache read
+forward value (:func:`zcache._engine.context.substituted`). So it always does for a forward
+pass traced in a function whose gradient is taken by a tape outside it (an eager tape around
+a call of a ``zcache.function`` or a plain ``tf.function``): TensorFlow builds that backward
+pass once, as a function of its own, when the first call is recorded, and runs it after every
+later call, whatever was set between the call and ``tape.gradient``; a comparison of
+``GRAPH.input_changes`` made while it is built says nothing about those runs (found by
+``make stress``: such a gradient was taken at the values set after the call). So it does for a cache read
 inside a user's ``tf.cond`` or loop: the backward pass is then built in a control-flow
 gradient graph, which cannot capture the inputs' Variables
 (:func:`zcache._engine.tf_internals.inside_control_flow`). And so it does inside the
@@ -34,7 +40,14 @@ from ..exceptions import ForwardModeError, ZCacheError
 from .context import backward_pass, constant_data, differentiating, evaluation, recording, substituted, wanted_parameters
 from .dependencies import GRAPH
 from .inputs import backing_variable
-from .tf_internals import inside_control_flow, inside_vectorized_loop, tape_may_record, tie_gradient_to_graph, zcache_graphs
+from .tf_internals import (
+    built_inside,
+    inside_control_flow,
+    inside_vectorized_loop,
+    tape_may_record,
+    tie_gradient_to_graph,
+    zcache_graphs,
+)
 
 __all__ = ["with_gradient"]
 
@@ -78,6 +91,9 @@ def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> t
     ref, name = weakref.ref(cache), cache.name
     uids = [p.node_id for p in params]
     nested = tf.inside_function() and inside_control_flow()  # see the module docstring
+    # the graph of a traced forward pass (weakly: it keeps this closure): a backward pass built outside
+    # it runs after later calls too
+    forward_graph = weakref.ref(tf.compat.v1.get_default_graph()) if tf.inside_function() else None
 
     def backward(dy: tf.Tensor, param_values: tuple[tf.Tensor, ...]) -> list[tf.Tensor]:
         # no gradient w.r.t. the data (nor a second-order one through them); the caches read here
@@ -95,7 +111,8 @@ def with_gradient(cache: Any, out: tf.Tensor, hit: tf.Tensor | None = None) -> t
         # No input changed since the forward pass, and the caches below may be read here: not
         # inside control flow, nor in a vectorized loop's body (a second derivative with
         # tape.jacobian, which cannot vectorize a cache's store).
-        if GRAPH.input_changes == generation and not nested and not inside_vectorized_loop():
+        if (GRAPH.input_changes == generation and not nested and not inside_vectorized_loop()
+                and (forward_graph is None or built_inside(forward_graph()))):
             with differentiating(ids), tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(variables)
                 with recording():  # reads here are not new dependencies

@@ -37,6 +37,7 @@ __all__ = [
     "in_zcache_graphs",
     "users_tape_may_record",
     "inside_control_flow",
+    "built_inside",
     "inside_vectorized_loop",
     "is_second_order_cond_error",
     "is_xla_shape_error",
@@ -577,6 +578,17 @@ def inside_control_flow() -> bool:
     if _CONTROL_FLOW_GRAPH is None:  # pragma: no cover
         return True
     return any(isinstance(graph, _CONTROL_FLOW_GRAPH) for graph in _enclosing_graphs())
+
+
+def built_inside(graph: Any) -> bool:
+    """Whether the graph being built is ``graph`` or lies inside it (a branch or body of its control flow).
+
+    A cache's backward pass asks this of the graph its forward pass was built in: a tape inside that
+    trace builds the backward pass there, while a tape outside it (an eager tape around a call of the
+    traced function) makes TensorFlow build a separate backward function, when the call is recorded
+    (``cache_gradient``).
+    """
+    return any(g is graph for g in _enclosing_graphs())
 
 
 # 13. Whether ops being built are the body of a vectorized loop (pfor) ----------------------------
