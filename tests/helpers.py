@@ -130,8 +130,7 @@ def uniform_np(n, masses, seed):
     return np.concatenate(out)[:n]
 
 
-# == the extended Gauss + Exponential fit problem on [LO, HI] ==================================
-LO, HI = 0.0, 10.0
+# == Dask clusters of the tests ================================================================
 #: Dask's periodic work that a test cluster does not need, made rare: the workers' statistical profiler (a sample
 #: every 10 ms), the event loops' tick monitor (20 ms), the system and memory monitors (0.5 s, 0.1 s). An idle
 #: cluster took 0.073-0.12 CPU seconds a second with the defaults and 0.012-0.013 without them (design/reliability.md's
@@ -152,6 +151,8 @@ def dask_environment(settings: dict) -> dict[str, str]:
     return {"DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in settings.items()}
 
 
+# == the extended Gauss + Exponential fit problem on [LO, HI] ==================================
+LO, HI = 0.0, 10.0
 NAMES = ("mu", "sigma", "lam", "nsig", "nbkg")
 LIMITS = {"mu": (3.0, 7.0), "sigma": (0.1, 2.0), "lam": (-2.0, -0.01), "nsig": (0.0, 1e4), "nbkg": (0.0, 1e4)}
 

@@ -171,7 +171,7 @@ def _profile(M, x, a):
 def _norm(M, a, b, k):
     # not a * k: with k = 1 and a is b that is x * 1.0 + x, which TensorFlow 2.21's graph optimizer
     # compiles wrong inside a tf.cond of a separately built backward function (an empty float32
-    # gradient; test_tf_internals.py::test_tensorflow_still_compiles_x_times_one_plus_x_wrong_in_a_cond)
+    # gradient; test_tf_internals.py::test_tensorflow_still_miscompiles_x_times_one_plus_x_in_a_backward_cond)
     return M.cos(a * (k + 0.5) + b)
 
 

@@ -19,8 +19,8 @@ a call of a ``zcache.function`` or a plain ``tf.function``): TensorFlow builds t
 pass once, as a function of its own, when the first call is recorded, and runs it after every
 later call, whatever was set between the call and ``tape.gradient``; a comparison of
 ``GRAPH.input_changes`` made while it is built says nothing about those runs (found by
-``make stress``: such a gradient was taken at the values set after the call). So it does for a cache read
-inside a user's ``tf.cond`` or loop: the backward pass is then built in a control-flow
+``make stress``: such a gradient was taken at the values set after the call). So it does
+for a cache read inside a user's ``tf.cond`` or loop: the backward pass is then built in a control-flow
 gradient graph, which cannot capture the inputs' Variables
 (:func:`zcache._engine.tf_internals.inside_control_flow`). And so it does inside the
 vectorized loop of ``tape.jacobian`` (a Hessian: the second-order pass calls the backward
