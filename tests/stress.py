@@ -79,7 +79,7 @@ MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properti
 #: processes, about 2 GiB each, then fit in this machine's 23 GiB; design/reliability.md, issue 51)
 RECYCLE_MIB = 7168.0
 #: --fit-share's default: the FitMachine's share of the run's sequences (design/reliability.md, "The run's mix")
-FIT_SHARE = 0.05
+FIT_SHARE = 0.045
 #: a rule drawn fewer times than this in a run is named in the summary (the mix or the batches starve it)
 RARE_RULE = 100
 
@@ -202,8 +202,17 @@ def _children_cpu() -> float:
     return total
 
 
-def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> dict:
-    """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict."""
+#: A worker's full garbage collection after a batch: once its RSS has grown by this much since the last one
+GARBAGE_MIB = 384.0
+_AFTER_FULL_PASS = {"rss_mib": 0.0}  # this process's RSS after its last full collection
+
+
+def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool, collect_at_mib: float = 0.0) -> dict:
+    """One hypothesis run of ``size`` sequences of ``machine`` with ``seed``; a summary dict.
+
+    After the batch the young generations are collected, and every generation once the RSS has grown by
+    ``GARBAGE_MIB`` since the last full pass or reaches ``collect_at_mib`` (0: always), so that the RSS reported
+    against ``--recycle-mib`` is what the worker holds."""
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis import seed as with_seed
     from hypothesis.stateful import run_state_machine_as_test
@@ -234,10 +243,16 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool) -> d
         ))
     except Exception as err:  # noqa: BLE001 - a failing sequence: report it and go on
         failure = "".join(traceback.format_exception(err, limit=-3))
-    # The batch's garbage (TensorFlow's traced graphs are reference cycles) collected in the batch's own time, so
-    # that the RSS after it is what the worker holds (what --recycle-mib bounds), not what the collector's
-    # thresholds let pile up: the CacheMachine's teardowns, which ran full passes, rarely need one since issue 51.
-    gc.collect()
+    # The batch's garbage (TensorFlow's traced graphs are reference cycles, which the collector's thresholds let
+    # pile up in a large heap) collected in the batch's own time. A full pass over a worker's heap costs 0.5-1 s,
+    # about 6 % of a worker's time after every batch, so the young generations are collected after each batch and
+    # all of them once the RSS has grown by GARBAGE_MIB since the last full pass, or reaches collect_at_mib (the
+    # parent's --recycle-mib): the RSS the parent compares with that is then what the worker holds.
+    gc.collect(1)
+    rss = _rss_now_mib()
+    if rss >= collect_at_mib or rss >= _AFTER_FULL_PASS["rss_mib"] + GARBAGE_MIB:
+        gc.collect()
+        _AFTER_FULL_PASS["rss_mib"] = _rss_now_mib()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     children = max(_children_cpu() - children, 0.0)
     ran = SEQUENCES[machine] - before_seq
@@ -387,7 +402,7 @@ def _rounds(args: argparse.Namespace) -> int:
     failed = 0
     for r in range(args.rounds):
         for k, m in enumerate(machines):
-            res = run_batch(m, seed + len(machines) * r + k, size[m], steps[m], False)
+            res = run_batch(m, seed + len(machines) * r + k, size[m], steps[m], False, args.recycle_mib)
             n = max(res.get("sequences", 0), 1)
             top = sorted(res.get("rule_seconds", {}).items(), key=lambda kv: -kv[1])[:3]
             print(f"[stress] round {r} {m}: {res.get('sequences', 0)} sequences, {res.get('cpu', 0.0):.1f} s CPU "
@@ -497,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
                 size = min(size, int((deadline - now) / per_seq))
                 if size < 1:
                     continue
-            w.task = (machine, base_seed + next_batch, size, steps[machine], False)
+            w.task = (machine, base_seed + next_batch, size, steps[machine], False, args.recycle_mib)
             w.started, next_batch = now, next_batch + 1
             assigned += size
             handed[machine] += size
