@@ -79,7 +79,7 @@ MACHINES = {"cache": ("test_properties", "CacheMachine"), "fit": ("test_properti
 #: processes, about 2 GiB each, then fit in this machine's 23 GiB; design/reliability.md, issue 51)
 RECYCLE_MIB = 7168.0
 #: --fit-share's default: the FitMachine's share of the run's sequences (design/reliability.md, "The run's mix")
-FIT_SHARE = 0.045
+FIT_SHARE = 0.05
 #: a rule drawn fewer times than this in a run is named in the summary (the mix or the batches starve it)
 RARE_RULE = 100
 
