@@ -2,6 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The test targets write Python's bytecode caches (__pycache__/, ignored by git) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: without them each pytest worker and each fresh process a test starts (Dask workers,
+# compile-cache and process-state children) parses and compiles zcache and the rewritten test modules again, about
+# 6 CPU seconds a process (benchmarks/RESULTS.md, "Suite times").
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
@@ -31,10 +36,10 @@ $(STAMP): setup.cfg pyproject.toml
 # --cpu-durations (the root conftest.py) prints the costliest tests and files and the run's total CPU, and
 # --cpu-budget whether that is within 1,600 s; a report line, never a failure (CONTRIBUTING.md, "Test times").
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal -m "not bench_smoke and not exhaustive" --cpu-durations 25 --cpu-budget 1600
+	$(PYTEST) -n 2 --dist worksteal -m "not bench_smoke and not exhaustive" --cpu-durations 25 --cpu-budget 1600
 
 test-all: $(STAMP)
-	$(PY) -m pytest -n 2 --dist worksteal
+	$(PYTEST) -n 2 --dist worksteal
 
 # The quick runs of the amplitude, jit and symbolic benchmarks (tests/test_benchmarks_smoke.py), which
 # `make test` leaves out to stay within CI's 25 minutes (run before `make bench` or after changing benchmarks/).
@@ -47,7 +52,7 @@ bench-smoke: $(STAMP)
 # --cpu-durations prints; --cpu-budget says within or OVER: CONTRIBUTING.md, "Test times"; the
 # measurements are in benchmarks/RESULTS.md, "Suite times").
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not slow" --cpu-durations 15 --cpu-budget 160
+	$(PYTEST) -n 2 -m "not slow" --cpu-durations 15 --cpu-budget 160
 
 demo: $(STAMP)
 	$(PY) -m demos.amplitude
@@ -68,7 +73,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache demos tests benchmarks docs
-	$(PY) -m pytest -q tests/test_docstrings.py
+	$(PY) -m pytest -q tests/test_docstrings.py tests/test_imports.py tests/test_tf_internals.py::test_no_other_module_touches_tensorflow_internals
 	$(VENV)/bin/lint-imports
 
 # The stateful machines, CacheMachine (tests/test_properties.py) and FitMachine

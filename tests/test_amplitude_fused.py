@@ -91,6 +91,7 @@ def test_value_gradient_hessian_equal_the_plain_function_and_numdifftools(fused,
     np.testing.assert_allclose(h.numpy(), hessian, rtol=1e-6, atol=1e-6 * np.abs(hessian).max())
 
 
+@pytest.mark.slow  # about 1.8 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_a_gradient_built_where_tapes_are_paused_is_not_zero(fused):
     """The backward program traced where recording is paused (as inside a cache's miss branch) still
     differentiates fn: without tf_internals item 14 its tape recorded nothing and the gradient was zero."""

@@ -272,6 +272,7 @@ def test_budget_setter_is_refused_inside_a_trace_and_restores_as_a_with_block():
     assert BUDGET.limit is None
 
 
+@pytest.mark.slow  # about 2.7 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_no_budget_leaves_stats_as_they_were_and_caches_are_held_weakly(collect):
     x = zcache.Data(np.arange(N, dtype=np.float64), name="x_weak")
     c = zcache.CachedTensor(lambda: x.value() * 3.0, name="weak")

@@ -292,6 +292,7 @@ def test_a_yield_at_its_limit_falls_back_to_migrad_and_says_so():
     assert new.valid and new.values["nsig_lim"] < 1e-3
 
 
+@pytest.mark.slow  # about 2.5 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_result_minuit_is_made_at_the_fits_minimum_and_state():
     """``result.minuit`` (MINOS, profiles) is created when asked for, at the fit's state, after a later fit."""
     loss, _ = gauss_exp("minos")
@@ -449,6 +450,7 @@ def test_hundreds_of_fits_trace_once():
     assert CompiledFit.of(loss, tuple(loss.params)).traces == 1
 
 
+@pytest.mark.slow  # about 1.8 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_floating_toggles_between_fits_get_their_own_program():
     loss, _ = gauss("toggle")
     sigma = next(p for p in loss.get_params(floating=None) if p.name == "sigma_toggle")
@@ -485,6 +487,7 @@ def test_run_is_refused_inside_a_trace():
         inside()
 
 
+@pytest.mark.slow  # about 2.6 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_function_pdf_of_a_user():
     """A user's own density (FunctionPdf) traced with its parameters replaced by the program's vector."""
     a, b = P("a_user", 0.5, 0.0, 2.0), P("b_user", 0.2, -1.0, 1.0)
@@ -495,6 +498,7 @@ def test_function_pdf_of_a_user():
     assert new.path == "compiled"
 
 
+@pytest.mark.slow  # about 2.6 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_a_flat_direction_does_not_send_the_fit_away():
     """Two parameters that enter only as their sum (as two amplitudes of one shape do in an amplitude
     fit): the loss does not constrain their difference. The compiled fit's first step must not run

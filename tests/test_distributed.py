@@ -309,8 +309,10 @@ def split_spec(kind, events, side, k):
     return [(kind, e, s) for e, s in zip(np.array_split(events, k), np.array_split(side, k), strict=True)]
 
 
-@pytest.fixture(scope="module", params=["unbinned", *(pytest.param(k, marks=pytest.mark.slow)
-                                                     for k in ("chunked", "constrained", "simultaneous"))])
+# chunked is exhaustive: make test keeps the other three parts' fits; chunked parts' values and gradients are
+# test_whole_sample_terms_leave_a_sum_over_events[chunked]'s, and a chunked loss's fit test_chunks.py's
+@pytest.fixture(scope="module", params=["unbinned", pytest.param("chunked", marks=pytest.mark.exhaustive),
+                                        *(pytest.param(k, marks=pytest.mark.slow) for k in ("constrained", "simultaneous"))])
 def extended_pair(request, client, extended_events):
     """A DistributedLoss of two (three for 'chunked') extended parts and the same loss of all events here."""
     ev, side = extended_events

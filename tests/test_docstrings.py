@@ -267,6 +267,7 @@ def test_checker_flags_google_style_and_passes_numpy_style():
     assert [code for code, _ in check(_NumpyClass)] == ["PR01"]
 
 
+@pytest.mark.slow  # about 8 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); static; `make lint` runs it
 def test_public_docstrings_are_numpy_style():
     objects = public_objects()
     assert sum(not inspect.ismodule(obj) for _, obj in objects) > MIN_OBJECTS, f"only {len(objects)} objects found to check"

@@ -16,6 +16,7 @@ import ast
 import pathlib
 
 import networkx as nx
+import pytest
 
 import zcache
 
@@ -100,6 +101,7 @@ def _engine(name: str) -> bool:
     return name.startswith("_engine.")
 
 
+@pytest.mark.slow  # about 4 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); static; `make lint` runs it
 def test_no_import_cycles():
     """Command: ``python -m pytest tests/test_imports.py`` (and ``lint-imports`` in ``make lint``)."""
     g = import_graph()
@@ -120,6 +122,7 @@ def test_the_cycle_check_sees_a_cycle_and_lazy_imports():
     assert list(nx.simple_cycles(g))
 
 
+@pytest.mark.slow  # about 3 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); static; `make lint` runs it
 def test_the_engine_never_imports_the_fitting_layer():
     g = import_graph()
     bad = [(m, t) for m in g if _engine(m) for t in g.successors(m) if not _engine(t) and t not in ENGINE_MAY_IMPORT]
@@ -144,6 +147,7 @@ def test_the_top_level_shows_the_layers_at_a_glance():
     assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, entries
 
 
+@pytest.mark.slow  # about 3 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); static; `make lint` runs it
 def test_no_private_names_across_modules():
     """No ``from .x import _name`` and no ``module._name`` of another zcache module."""
     modules = _modules()

@@ -154,6 +154,7 @@ def test_constraint_observables_are_drawn_per_toy_around_the_profiled_value(sb):
 # -- p-values ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # about 3 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_a_seeded_study_throws_the_same_toys_in_its_first_call_as_later():
     """The toys are thrown at the observed conditional fits' values. A loss's first fits are MIGRAD's (the tiered
     start) and later ones compiled, which agree within the fit's tolerance, not to the bit; events drawn by

@@ -575,9 +575,11 @@ def test_toys_on_padded_data_under_jit_match_the_uncompiled_study():
 
 
 # -- line shapes through complex arithmetic (issue 23) ----------------------------------------------
-# differences is exhaustive: make test keeps the exact cases (after precompute and through valid caches), which
-# compile the same line shape, and the bridge's compiled Hessian by differences
-@pytest.mark.parametrize("exact", [pytest.param(False, marks=pytest.mark.exhaustive), "precompute", "caches"],
+# differences and exact-caches are exhaustive: make test keeps the exact case after precompute, which compiles the
+# same line shape, the bridge's compiled Hessian by differences, and exact Hessians through valid caches
+# (test_loss.py's test_hessian_at_exact_through_valid_caches)
+@pytest.mark.parametrize("exact", [pytest.param(False, marks=pytest.mark.exhaustive), "precompute",
+                                   pytest.param("caches", marks=pytest.mark.exhaustive)],
                          ids=["differences", "exact", "exact-caches"])
 @pytest.mark.slow  # XLA compiles Hessians of line shapes
 def test_jit_hessian_line_shapes_floating_equals_uncompiled(exact):

@@ -1032,6 +1032,7 @@ def test_same_value_in_graph_keeps_caches_created_after_the_trace():
 
 
 # == 2. exact gradients ====================================================================
+@pytest.mark.slow  # about 7 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 @_examples(0.6)
 @given(recipe=recipes(max_caches=2, max_depth=2, limits=False), zgrad_first=st.booleans())
 def test_gradients_exact_on_hit_and_miss(recipe, zgrad_first):
@@ -1085,6 +1086,7 @@ CHANGES = st.lists(
 )
 
 
+@pytest.mark.slow  # about 6 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 @_examples(0.6)
 @given(recipe=recipes(max_caches=3, max_depth=2, models=False), changes=CHANGES)
 def test_changing_values_and_data_never_retraces(recipe, changes):

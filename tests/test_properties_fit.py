@@ -987,7 +987,8 @@ class FitMachine(RuleBasedStateMachine):
         assert params == [q for q in self.loss.get_params(floating=None) if q.floating]  # model order
 
 
-TestFitMachine = FitMachine.TestCase
+# slow: about 6 CPU s in the fast loop (one sequence), over its ~1.5 (CONTRIBUTING.md, "Test times")
+TestFitMachine = pytest.mark.slow(FitMachine.TestCase)
 TestFitMachine.settings = settings(  # the fast loop (profile dev, 2 examples) runs one sequence: 7 s
     max_examples=1 if settings.default.max_examples <= 2 else 2, stateful_step_count=6, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],

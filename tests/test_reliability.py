@@ -765,6 +765,7 @@ class Acyclic(zcache.Cachable):
         return tf.exp(-0.5 * (self.x.value() - self.mu.value()) ** 2)
 
 
+@pytest.mark.slow  # about 1.6 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_a_dropped_zcache_function_is_freed_without_the_collector():
     """Issue 51: a zcache.function held its tf.functions, whose traced wrapper held the zcache.function back:
     a cycle, so a dropped function, its graphs and everything its body closes over (a model, its caches, its

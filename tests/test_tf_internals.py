@@ -26,6 +26,7 @@ def test_every_internal_was_found():
     assert _tf_internals.MISSING == []
 
 
+@pytest.mark.slow  # about 3.5 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); static; `make lint` runs it
 def test_no_other_module_touches_tensorflow_internals():
     """Only _engine/tf_internals.py (and _engine/xla_cache_format.py, TensorFlow's flag reader) imports
     tensorflow.python or names a private TensorFlow attribute."""

@@ -76,6 +76,7 @@ def test_the_tiers_give_the_same_minimum_errors_and_verdict(name):
     assert first.weightcorr == second.weightcorr
 
 
+@pytest.mark.slow  # about 1.9 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_which_tier_serves_a_fit_depends_on_the_fits_before_it_only(monkeypatch):
     """The second fit starts the build and does not wait for it; the third waits: never chosen by the clock."""
     loss, _ = zoo.gauss("tier_order")
@@ -138,6 +139,7 @@ def test_an_untiered_fit_during_a_build_waits_for_it_and_traces_nothing(monkeypa
     assert not _builds_alive()
 
 
+@pytest.mark.slow  # about 1.8 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_options_that_skip_the_tiers():
     loss, _ = zoo.gauss("tier_skip")
     assert Minuit(tiered=False).minimize(loss).path == "compiled"  # traced in the foreground, as before
@@ -181,6 +183,7 @@ def test_a_builds_error_refuses_the_loss_or_is_raised_by_the_next_fit(monkeypatc
         assert Minuit().minimize(loss).path == "compiled"  # raised once; the next fit traces itself
 
 
+@pytest.mark.slow  # about 2.7 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times")
 def test_a_build_writes_no_cache_while_the_foreground_changes_inputs(monkeypatch):
     """The foreground moves parameters and data while the program is traced and called on the build's thread."""
     loss, _ = zoo.gauss_exp("tier_race")
