@@ -73,8 +73,10 @@ def reference():
 
 # about 5, 5 and 2 CPU seconds: slow (CONTRIBUTING.md, "Test times"); the fast loop keeps the fused program's
 # other tests (a gradient where tapes are paused, a user's vectorized map)
+# eager is exhaustive: the same numbers as the traced cases, which make test keeps
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["eager", "traced", "traced-while-loop-jacobian"])
+@pytest.mark.parametrize("how", [pytest.param("eager", marks=pytest.mark.exhaustive), "traced",
+                                 "traced-while-loop-jacobian"])
 def test_value_gradient_hessian_equal_the_plain_function_and_numdifftools(fused, reference, how):
     value, gradient, hessian = reference
     if how == "eager":
