@@ -66,6 +66,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
+import weakref  # noqa: E402
 from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -175,12 +176,18 @@ def _setup_process(threads: int) -> None:
     _warnings_as_errors()
 
 
-def _zcache_traces() -> int:
-    """Graphs traced so far by the live zcache functions: a rate that the machine's load does not change
-    (tracing is most of a FitMachine sequence's time); functions collected since are not counted."""
+def _zcache_traces() -> weakref.WeakKeyDictionary:
+    """The trace count of every live zcache function, held weakly (a rule's dropped function must still be freed)."""
     from zcache._engine.function import _FUNCTIONS
 
-    return sum(f.trace_count for f in list(_FUNCTIONS))
+    return weakref.WeakKeyDictionary({f: f.trace_count for f in list(_FUNCTIONS)})
+
+
+def _traces_since(before: weakref.WeakKeyDictionary) -> int:
+    """Graphs traced since ``before`` by the zcache functions alive now: a rate that the machine's load does not
+    change (tracing is most of a FitMachine sequence's time). A function collected meanwhile is not counted, so this
+    is a lower bound, never negative (the sum of live counts was, when more traced functions died than were made)."""
+    return sum(count - before.get(f, 0) for f, count in _zcache_traces().items())
 
 
 def _children_cpu() -> float:
@@ -261,7 +268,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool, coll
     return {"machine": machine, "seed": seed, "sequences": ran, "steps": sum(calls.values()) - before_calls,
             "calls": dict(Counter(calls) - before), "rule_seconds": dict(Counter(rule_seconds) - before_seconds),
             "seconds": seconds, "cpu": cpu, "children_cpu": children, "failure": failure,
-            "traces": _zcache_traces() - traces, "rules": RULE_NAMES.get(machine, []),
+            "traces": _traces_since(traces), "rules": RULE_NAMES.get(machine, []),
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # peak so far (Linux: KiB)
             "rss_now_mib": _rss_now_mib()}
 

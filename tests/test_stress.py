@@ -65,3 +65,29 @@ def test_a_fit_share_outside_0_to_1_is_refused(capsys):
             stress.main(["--fit-share", bad, "--sequences", "0"])
         assert exit_info.value.code == 2
         assert "--fit-share is a share of the sequences" in capsys.readouterr().err
+
+
+def test_traces_of_a_batch_are_never_negative_and_hold_nothing():
+    """A batch's trace count counts the live functions' new traces; one that traced and died does not make it negative,
+    and the snapshot does not keep a dropped function alive."""
+    import gc
+    import weakref
+
+    import tensorflow as tf
+
+    import zcache
+
+    def traced(k):
+        f = zcache.function(lambda: tf.constant(float(k)) * 2.0)
+        f()
+        return f
+
+    old = [traced(k) for k in range(3)]
+    before = stress._zcache_traces()
+    dropped = weakref.ref(old[0])
+    old[1]()  # a hit: no new trace
+    new = traced(9)
+    del old
+    gc.collect()
+    assert dropped() is None
+    assert stress._traces_since(before) == new.trace_count == 1
