@@ -44,7 +44,7 @@ test-all: $(STAMP)
 # The quick runs of the amplitude, jit and symbolic benchmarks (tests/test_benchmarks_smoke.py), which
 # `make test` leaves out to stay within CI's 25 minutes (run before `make bench` or after changing benchmarks/).
 bench-smoke: $(STAMP)
-	$(PY) -m pytest -n 2 -m bench_smoke tests/test_benchmarks_smoke.py
+	$(PYTEST) -n 2 -m bench_smoke tests/test_benchmarks_smoke.py
 
 # The inner loop: tests marked slow (demos, benchmarks, toy studies, fits beyond one per module,
 # XLA compiles, ampform models, long property runs, the costlier cases of each behaviour) are left
@@ -73,7 +73,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check zcache demos tests benchmarks docs
-	$(PY) -m pytest -q tests/test_docstrings.py tests/test_imports.py tests/test_tf_internals.py::test_no_other_module_touches_tensorflow_internals
+	$(PYTEST) -q tests/test_docstrings.py tests/test_imports.py tests/test_tf_internals.py::test_no_other_module_touches_tensorflow_internals
 	$(VENV)/bin/lint-imports
 
 # The stateful machines, CacheMachine (tests/test_properties.py) and FitMachine

@@ -259,7 +259,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool, coll
     rss = _rss_now_mib()
     if rss >= collect_at_mib or rss >= _AFTER_FULL_PASS["rss_mib"] + GARBAGE_MIB:
         gc.collect()
-        _AFTER_FULL_PASS["rss_mib"] = _rss_now_mib()
+        rss = _AFTER_FULL_PASS["rss_mib"] = _rss_now_mib()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     children = max(_children_cpu() - children, 0.0)
     ran = SEQUENCES[machine] - before_seq
@@ -270,7 +270,7 @@ def run_batch(machine: str, seed: int, size: int, steps: int, shrink: bool, coll
             "seconds": seconds, "cpu": cpu, "children_cpu": children, "failure": failure,
             "traces": _traces_since(traces), "rules": RULE_NAMES.get(machine, []),
             "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # peak so far (Linux: KiB)
-            "rss_now_mib": _rss_now_mib()}
+            "rss_now_mib": rss}
 
 
 def _rss_now_mib() -> float:
