@@ -15,7 +15,11 @@ end in time), or on SIGTERM / SIGINT (the batches under way finish; a second sig
 workers at once). ``--machine both`` (the default) mixes batches of the two machines: 20
 CacheMachine sequences of at most 10 steps, or 4 FitMachine sequences of at most 8 steps, the fit
 machine's whenever its share of the sequences handed out is below ``--fit-share`` (why that share:
-design/reliability.md, "The run's mix"). Each worker runs TensorFlow with one intra-op thread and
+design/reliability.md, "The run's mix"). Worker 0 takes those fit batches; another worker takes one only
+when the fit machine is more than ``FIT_LAG_BATCHES`` batches behind its share: a fit batch costs most in
+a worker life's first ones (its programs' traces and XLA compiles), so gathering them in one worker's
+lives makes those lives' warm batches many, and the other worker's lives, holding only the cache
+machine's worlds, grow slowly and are rarely replaced. Each worker runs TensorFlow with one intra-op thread and
 is replaced by a fresh process once its RSS after a batch reaches ``--recycle-mib`` (or after
 ``--recycle`` batches, if given): a worker life's first fit batches trace and compile (XLA) the
 programs of every floating set they meet, which a new life does again, so a worker lives as long
@@ -83,6 +87,9 @@ RECYCLE_MIB = 7168.0
 FIT_SHARE = 0.05
 #: a rule drawn fewer times than this in a run is named in the summary (the mix or the batches starve it)
 RARE_RULE = 100
+#: worker 0 runs the fit batches; another worker takes one only when the fit machine's sequences are more than
+#: this many fit batches behind --fit-share (design/reliability.md, "The run's mix")
+FIT_LAG_BATCHES = 2
 
 
 # == in a worker (or in this process for --replay) ========================================
@@ -279,13 +286,20 @@ def _rss_now_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _next_machine(active: list[str], handed: Counter[str], fit_share: float) -> str:
+def _next_machine(active: list[str], handed: Counter[str], fit_share: float, fit_worker: bool = True,
+                  lag: int = 0) -> str:
     """The machine of the next batch: the fit machine while its share of the sequences handed out is below
-    ``fit_share``, else the cache machine (one of them if only one runs)."""
+    ``fit_share``, else the cache machine (one of them if only one runs).
+
+    Only the fit worker (``fit_worker``) takes fit batches at the share; another worker takes one only when the
+    fit machine's sequences are more than ``lag`` behind the share (the fit worker being slower than the share
+    asks, or starting a new life), so that the fit batches gather in one worker's lives (why: the module
+    docstring)."""
     if len(active) == 1:
         return active[0]
     total = sum(handed[m] for m in active)
-    return "fit" if handed["fit"] < fit_share * max(total, 1) else "cache"
+    behind = fit_share * max(total, 1) - handed["fit"]
+    return "fit" if behind > (0 if fit_worker else lag) else "cache"
 
 
 def _worker(tasks: mp.Queue, results: mp.Queue, wid: int, threads: int) -> None:
@@ -512,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
             left = args.sequences - ran() - assigned
             if left <= 0:
                 continue
-            machine = _next_machine(active, handed, args.fit_share)
+            machine = _next_machine(active, handed, args.fit_share, fit_worker=w.wid == 0,
+                                    lag=FIT_LAG_BATCHES * batch.get("fit", 0))
             size = min(batch[machine], left)
             per_seq = totals.per_sequence(machine)
             if deadline is not None and per_seq is not None:  # no batch that would end after the limit

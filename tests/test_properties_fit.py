@@ -79,14 +79,15 @@ UNDETERMINED_VALUE_TOL = 0.1
 SEARCH = ("lam", "nsig", "nbkg")
 SEARCH_START = {"lam": -0.3, "nsig": 5.0, "nbkg": 450.0}
 #: the expected yields at which ``toy_p_value`` throws its toys: its batched fits compile once per floating set
-#: and toy size class (``size_class`` of the yield + 6 sigma + 10 rows): this window is three classes (832, 896,
-#: 960 rows: yields 610-782), where free totals of 300-950 events span thirteen (416-1152 rows)
-TOY_YIELD = (620.0, 780.0)
+#: and toy size class (``size_class`` of the yield + 6 sigma + 10 rows): this window is one class (896 rows:
+#: yields 668-724), where free totals of 300-950 events span thirteen (416-1152 rows); each class more is one
+#: more XLA compile of each floating set's batched programs per worker life (8-22 s CPU each)
+TOY_YIELD = (668.0, 724.0)
 #: the totals of the samples ``new_data`` and ``small_signal_fit`` draw (with the first sample's 700): every
 #: program compiled with XLA (compiled fits and Hessians, batched scans and toys) compiles again for each new
 #: number of events, so a worker life meets two; and with ``nbkg`` floating ``toy_p_value``'s expected yield is
-#: the total within about -60 / +95 events (a 350-event signal tested at 0.8 / 1.3 times it), in ``TOY_YIELD``
-#: but at those extremes
+#: the total within about -60 / +95 events (a 350-event signal tested at 0.8 / 1.3 times it): ``TOY_YIELD``'s
+#: class for the smaller shifts, the neighbouring ones at those extremes
 DATA_TOTALS = (680, 700)
 
 

@@ -91,3 +91,22 @@ def test_traces_of_a_batch_are_never_negative_and_hold_nothing():
     gc.collect()
     assert dropped() is None
     assert stress._traces_since(before) == new.trace_count == 1
+
+
+def test_the_fit_batches_gather_in_the_fit_worker():
+    """Two workers asking in turn: worker 0 takes every fit batch while it keeps up with the share; the other
+    takes one only once the fit machine is more than the lag behind (here: worker 0 never asks)."""
+    handed, turns = Counter(), []
+    for turn in range(400):
+        fit_worker = turn % 2 == 0
+        machine = stress._next_machine(["cache", "fit"], handed, 0.05, fit_worker=fit_worker, lag=8)
+        handed[machine] += 4 if machine == "fit" else 20
+        turns.append((fit_worker, machine))
+    assert all(fit_worker for fit_worker, machine in turns if machine == "fit")
+    assert 0.05 * sum(handed.values()) - 20 <= handed["fit"] <= 0.05 * sum(handed.values()) + 4
+    handed = Counter()
+    for _ in range(200):  # only the other worker asks: it keeps the fit machine within the lag of its share
+        machine = stress._next_machine(["cache", "fit"], handed, 0.05, fit_worker=False, lag=8)
+        handed[machine] += 4 if machine == "fit" else 20
+        assert handed["fit"] >= 0.05 * sum(handed.values()) - 8 - 20
+    assert handed["fit"] > 0
