@@ -1,12 +1,12 @@
 """``import zcache`` and a fit leave the user's process as they found it (issue 51, "good citizen").
 
 A fresh interpreter records TensorFlow's and Python's global state (the environment, every logger,
-the garbage collector, TensorFlow's gradient registry and call op, autograph's conversion rules,
+the garbage collector, TensorFlow's gradient registry, pfor's converters and call op, autograph's conversion rules,
 hooks, warning filters, numpy's error state and print options, TensorFlow's config, the files
 under HOME, the working folder and the cache root) before ``import zcache``, after it, after a small
 fit traced and compiled with XLA (``set_jit_mode('auto')``, a line shape through complex sqrt and 1/z:
-zcache's own gradients, tf_internals items 10 and 17) and after a bridged amplitude model's value and
-gradient, and finds it unchanged. The one thing zcache may add is its compile cache's folder under
+zcache's own gradients, tf_internals items 10 and 17, and its exact Hessian under XLA) and after a bridged
+amplitude model's value and gradient, and finds it unchanged. The one thing zcache may add is its compile cache's folder under
 ``ZCACHE_CACHE_DIR``. Importing zcache before or after TensorFlow makes no difference.
 """
 
@@ -46,6 +46,7 @@ def snapshot():
     from tensorflow.python.autograph.core import config as ag_config
     from tensorflow.python.eager.polymorphic_function import atomic_function
     from tensorflow.python.framework import ops
+    from tensorflow.python.ops.parallel_for import pfor
 
     loggers = {}
     for name, logger in [("", logging.getLogger()), *logging.Logger.manager.loggerDict.items()]:
@@ -60,6 +61,7 @@ def snapshot():
         "loggers": loggers,
         "gc": [gc.isenabled(), list(gc.get_threshold()), gc.get_freeze_count()],
         "gradient registry": registry,
+        "pfor converters": {k: describe(v) for k, v in pfor._pfor_converter_registry.items()},
         "partitioned_call_op": describe(atomic_function.partitioned_call_op),
         "conversion rules": [id(ag_config.CONVERSION_RULES), [repr(r) for r in ag_config.CONVERSION_RULES]],
         "hooks": [describe(sys.excepthook), describe(threading.excepthook), describe(sys.displayhook),
@@ -105,11 +107,14 @@ wait_for_builds()
 numbers["graph fit"] = [result.fmin, sorted(result.values.items())]
 snapshots["graph fit"] = snapshot()
 
-line, _ = complex_line_shape_loss("citizen")
+line, line_params = complex_line_shape_loss("citizen")
 with zcache.set_jit_mode("auto"):
     result = Minuit().minimize(line)
     value, gradient = line.value_gradient()
-numbers["jit fit"] = [result.fmin, sorted(result.values.items()), float(value), gradient.numpy().tolist()]
+with zcache.set_jit_mode(True):  # an exact Hessian vectorizes complex-to-real Casts (pfor's converters)
+    hessian = line.hessian_at([p.value().numpy() for p in line_params], line_params, exact=True)
+numbers["jit fit"] = [result.fmin, sorted(result.values.items()), float(value), gradient.numpy().tolist(),
+                      hessian.numpy().tolist()]
 snapshots["jit fit"] = snapshot()
 
 bridge = small_bridge_loss(tag="citizen_bw")

@@ -888,3 +888,31 @@ def test_program_bytes_register_and_call_by_name():
         _tf_internals.register_program(b"\xff not a library", name, "_zcache_bad")
     with pytest.raises(zcache.exceptions.ZCacheError):
         _tf_internals.register_program(data, "no_such_function", "_zcache_bad")
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_an_exact_hessian_through_complex_numbers_logs_no_casting_warning(jit, caplog):
+    """Item 18: an exact Hessian vectorizes (pfor) the gradient's complex-to-real Casts (under XLA, item 17's
+    gradient of tf.complex takes its parts with Casts: the jit case logged before the change); TensorFlow's converter
+    spelled them tf.cast, which logged "You are casting an input of type complex128 ..." for each (thousands of
+    lines in a stress run). zcache's converter builds the same op without the warning, only inside
+    zcache_graphs(): pfor's registry holds TensorFlow's converter again afterwards. The Hessian is the
+    differences' of exact gradients (and the same as before the change: the same Cast op)."""
+    import logging
+
+    from helpers import complex_line_shape_loss
+    from tensorflow.python.ops.parallel_for import pfor
+
+    tf_converter = pfor._pfor_converter_registry["Cast"]
+    assert tf_converter.__module__ == pfor.__name__
+    loss, params = complex_line_shape_loss(f"hessian_warning_{jit}")
+    at = [p.value().numpy() for p in params]
+    with caplog.at_level(logging.WARNING, logger="tensorflow"), zcache.set_jit_mode(jit):
+        exact = loss.hessian_at(at, params, exact=True).numpy()
+    assert not [r for r in caplog.records if "imaginary part" in r.getMessage()]
+    assert pfor._pfor_converter_registry["Cast"] is tf_converter
+    differences = loss.hessian_at(at, params, exact=False).numpy()
+    np.testing.assert_allclose(exact, differences, rtol=1e-5, atol=1e-6 * np.abs(exact).max())
+    with _tf_internals.zcache_graphs():
+        assert pfor._pfor_converter_registry["Cast"] is not tf_converter
+    assert pfor._pfor_converter_registry["Cast"] is tf_converter

@@ -842,6 +842,40 @@ def in_zcache_graphs() -> bool:
     return getattr(_GRAPHS, "depth", 0) > 0
 
 
+# The same holds for pfor's conversion of a complex-to-real Cast (such as those of the gradients above), which
+# an exact Hessian's tape.jacobian vectorizes: TensorFlow's converter spells the vectorized Cast tf.cast, which
+# logs "You are casting an input of type complex128 ..." for every one it converts (thousands of lines in a
+# stress run of exact Hessians of amplitude losses). zcache's converter builds the same Cast op without the
+# warning; it is swapped into pfor's converter registry (a dict keyed by op type) with the gradients, on the
+# same terms. Fallback: TensorFlow's converter (the same values, and the warning).
+try:
+    from tensorflow.python.ops.parallel_for import pfor as _pfor
+
+    _PFOR_CONVERTERS: dict[str, Callable[..., Any]] | None = _pfor._pfor_converter_registry
+    _PFOR_WRAP: Callable[..., Any] | None = _pfor.wrap
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow layout
+    _PFOR_CONVERTERS = _PFOR_WRAP = None
+    _missing("tensorflow.python.ops.parallel_for.pfor._pfor_converter_registry",
+             "an exact Hessian through complex numbers logs TensorFlow's 'casting complex' warning (the same values).")
+#: op type -> zcache's pfor converter (a wrapper of TensorFlow's own), swapped in while zcache builds graphs
+_ZCACHE_PFOR_CONVERTERS: dict[str, Callable[..., Any]] = {}
+
+
+def _pfor_cast_without_warning(tf_converter: Callable[..., Any]) -> Callable[..., Any]:
+    def converter(pfor_input: Any) -> Any:
+        source, target = pfor_input.op.inputs[0].dtype.base_dtype, pfor_input.get_attr("DstT")
+        if in_zcache_graphs() and source.is_complex and not tf.as_dtype(target).is_complex:
+            return _PFOR_WRAP(tf.raw_ops.Cast(x=pfor_input.stacked_input(0), DstT=target), True)
+        return tf_converter(pfor_input)
+
+    converter.tensorflow_gradient = tf_converter  # type: ignore[attr-defined]  # (the name _swap reads)
+    return converter
+
+
+if _PFOR_CONVERTERS is not None and callable(_PFOR_CONVERTERS.get("Cast")):
+    _ZCACHE_PFOR_CONVERTERS["Cast"] = _pfor_cast_without_warning(_PFOR_CONVERTERS["Cast"])
+
+
 def _swap_gradients(install: bool) -> None:
     for op_type, ours in _ZCACHE_GRADIENTS.items():
         entry = _GRADIENT_REGISTRY.get(op_type) if _GRADIENT_REGISTRY is not None else None
@@ -851,6 +885,12 @@ def _swap_gradients(install: bool) -> None:
             entry["type"] = ours
         elif not install and entry["type"] is ours:  # put back only what zcache put there
             entry["type"] = ours.tensorflow_gradient  # type: ignore[attr-defined]
+    for op_type, ours in _ZCACHE_PFOR_CONVERTERS.items():
+        current = _PFOR_CONVERTERS.get(op_type) if _PFOR_CONVERTERS is not None else None
+        if install and current is ours.tensorflow_gradient:  # type: ignore[attr-defined]
+            _PFOR_CONVERTERS[op_type] = ours
+        elif not install and current is ours:
+            _PFOR_CONVERTERS[op_type] = ours.tensorflow_gradient  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
