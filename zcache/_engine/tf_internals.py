@@ -868,7 +868,7 @@ def _pfor_cast_without_warning(tf_converter: Callable[..., Any]) -> Callable[...
             return _PFOR_WRAP(tf.raw_ops.Cast(x=pfor_input.stacked_input(0), DstT=target), True)
         return tf_converter(pfor_input)
 
-    converter.tensorflow_gradient = tf_converter  # type: ignore[attr-defined]  # (the name _swap reads)
+    converter.tensorflow_converter = tf_converter  # type: ignore[attr-defined]
     return converter
 
 
@@ -876,21 +876,21 @@ if _PFOR_CONVERTERS is not None and callable(_PFOR_CONVERTERS.get("Cast")):
     _ZCACHE_PFOR_CONVERTERS["Cast"] = _pfor_cast_without_warning(_PFOR_CONVERTERS["Cast"])
 
 
+def _swap(table: dict[str, Any], key: str, ours: Callable[..., Any], theirs: Callable[..., Any], install: bool) -> None:
+    """``table[key]`` becomes ``ours`` where it holds ``theirs`` (install), or back; only what zcache put there."""
+    if install and table.get(key) is theirs:
+        table[key] = ours
+    elif not install and table.get(key) is ours:
+        table[key] = theirs
+
+
 def _swap_gradients(install: bool) -> None:
     for op_type, ours in _ZCACHE_GRADIENTS.items():
         entry = _GRADIENT_REGISTRY.get(op_type) if _GRADIENT_REGISTRY is not None else None
-        if entry is None:  # pragma: no cover - removed by someone else
-            continue
-        if install and entry["type"] is ours.tensorflow_gradient:  # type: ignore[attr-defined]
-            entry["type"] = ours
-        elif not install and entry["type"] is ours:  # put back only what zcache put there
-            entry["type"] = ours.tensorflow_gradient  # type: ignore[attr-defined]
+        if entry is not None:  # (None: removed by someone else)
+            _swap(entry, "type", ours, ours.tensorflow_gradient, install)  # type: ignore[attr-defined]
     for op_type, ours in _ZCACHE_PFOR_CONVERTERS.items():
-        current = _PFOR_CONVERTERS.get(op_type) if _PFOR_CONVERTERS is not None else None
-        if install and current is ours.tensorflow_gradient:  # type: ignore[attr-defined]
-            _PFOR_CONVERTERS[op_type] = ours
-        elif not install and current is ours:
-            _PFOR_CONVERTERS[op_type] = ours.tensorflow_gradient  # type: ignore[attr-defined]
+        _swap(_PFOR_CONVERTERS, op_type, ours, ours.tensorflow_converter, install)  # type: ignore[arg-type,attr-defined]
 
 
 @contextlib.contextmanager
