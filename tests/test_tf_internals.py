@@ -890,6 +890,7 @@ def test_program_bytes_register_and_call_by_name():
         _tf_internals.register_program(data, "no_such_function", "_zcache_bad")
 
 
+@pytest.mark.slow  # 4.2 (XLA) and 1.8 CPU s, over the fast loop's ~1.5 (CONTRIBUTING.md, "Test times"); make test runs both
 @pytest.mark.parametrize("jit", [False, True])
 def test_an_exact_hessian_through_complex_numbers_logs_no_casting_warning(jit, caplog):
     """Item 18: an exact Hessian vectorizes (pfor) the gradient's complex-to-real Casts (under XLA, item 17's
